@@ -1,0 +1,47 @@
+// Every ACCL_* environment variable, in one table, read once.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace accl {
+
+enum class LogLevel { None = 0, Warn = 1, Info = 2, Trace = 3 };
+
+struct ConfigEntry {
+  const char* name;         // ACCL_...
+  const char* type;         // "enum", "int", "seconds", "string", "path", "list"
+  const char* defaultText;  // shown by accl-info --config
+  const char* accepted;     // accepted values, in words
+  const char* meaning;
+};
+
+// The documented table of all variables (docs/configuration.md is generated from it).
+const std::vector<ConfigEntry>& configTable();
+
+// The effective configuration. Parsing happens on first use; an invalid value
+// throws InvalidArgument naming the variable, the value and what is accepted.
+struct Config {
+  LogLevel debug = LogLevel::Warn;            // ACCL_DEBUG
+  std::vector<std::string> debugSubsys;       // ACCL_DEBUG_SUBSYS (empty = all)
+  std::string debugFile;                      // ACCL_DEBUG_FILE
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // ACCL_TIMEOUT
+  std::string socketIfname;                   // ACCL_SOCKET_IFNAME
+  std::string pluginPath;                     // ACCL_PLUGIN_PATH
+  int storePort = 0;                          // ACCL_STORE_PORT (0 = derive)
+  std::string storeFile;                      // ACCL_STORE_FILE
+
+  // The process-wide configuration (parsed once, thread-safe).
+  static const Config& get();
+  // Parses from an explicit lookup function (tests); same validation.
+  static Config parse(const std::function<const char*(const char*)>& getenv);
+  // Value of `name` as text, as the effective configuration sees it.
+  std::string valueText(const std::string& name) const;
+};
+
+// Parses "30", "30s", "500ms", "2m", "1h" into milliseconds; throws InvalidArgument.
+std::chrono::milliseconds parseDuration(const std::string& var, const std::string& text);
+
+}  // namespace accl

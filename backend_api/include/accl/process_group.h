@@ -1,0 +1,198 @@
+// The one API every backend implements (modeled on c10d::Backend).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accl/errors.h"
+#include "accl/store.h"
+#include "accl/types.h"
+#include "accl/work.h"
+
+namespace accl {
+
+constexpr int kAnySource = -1;
+
+// Every op accepts a timeout; 0 means the group's default (ACCL_TIMEOUT or
+// ProcessGroupOptions::timeout). When it passes, the op's Work fails with Timeout.
+struct OpOptions {
+  std::chrono::milliseconds timeout{0};
+};
+struct AllreduceOptions : OpOptions {
+  ReduceOp op{};
+};
+struct BroadcastOptions : OpOptions {
+  int root = 0;
+};
+struct ReduceOptions : OpOptions {
+  ReduceOp op{};
+  int root = 0;
+};
+struct AllgatherOptions : OpOptions {};
+struct ReduceScatterOptions : OpOptions {
+  ReduceOp op{};
+};
+struct AlltoallOptions : OpOptions {};
+struct GatherOptions : OpOptions {
+  int root = 0;
+};
+struct ScatterOptions : OpOptions {
+  int root = 0;
+};
+struct BarrierOptions : OpOptions {};
+struct SendOptions : OpOptions {
+  int tag = 0;
+};
+struct RecvOptions : OpOptions {
+  int tag = 0;
+};
+
+struct ProcessGroupOptions {
+  std::chrono::milliseconds timeout{0};  // 0: ACCL_TIMEOUT
+  std::string name;                      // shown in logs and errors
+};
+
+enum class OpType {
+  Allreduce,
+  Broadcast,
+  Reduce,
+  Allgather,
+  Allgatherv,
+  ReduceScatter,
+  ReduceScatterv,
+  Alltoall,
+  Alltoallv,
+  Gather,
+  Scatter,
+  Barrier,
+  Send,
+  Recv,
+  Split,
+};
+const char* toString(OpType op);
+
+// A group of `size()` ranks. Every collective must be called by all ranks of
+// the group in the same order with matching arguments. Ops return at once with
+// a Work; the buffers must stay valid until it completes. Argument errors are
+// thrown by the call itself (InvalidArgument / NotSupported), before anything
+// is started; failures while running are rethrown by Work::wait().
+// Thread-safety: ops of one group may be issued from several threads, but the
+// order in which collectives are issued must match across ranks; distinct
+// groups (e.g. from split) are independent.
+//
+// In-place forms: allreduce with input.data == output.data; allgather with the
+// input at output[rank * count]; reduceScatter with the output at
+// input[rank * count]; alltoall with input.data == output.data.
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  ProcessGroup(int rank, int size, std::string backend, ProcessGroupOptions opts);
+  virtual ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& backendName() const { return backend_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const ProcessGroupOptions& options() const { return options_; }
+
+  // output[i] = op over ranks of input[i]; counts and dtypes equal on all ranks.
+  std::shared_ptr<Work> allreduce(Buffer input, Buffer output, const AllreduceOptions& o = {});
+  std::shared_ptr<Work> allreduce(Buffer inout, const AllreduceOptions& o = {}) {
+    return allreduce(inout, inout, o);
+  }
+  // Copies root's buffer into every rank's buffer.
+  std::shared_ptr<Work> broadcast(Buffer buf, const BroadcastOptions& o = {});
+  // Like allreduce, but only root's output receives the result (others' output ignored).
+  std::shared_ptr<Work> reduce(Buffer input, Buffer output, const ReduceOptions& o = {});
+  // output (size * input.count) = concatenation of every rank's input.
+  std::shared_ptr<Work> allgather(Buffer input, Buffer output, const AllgatherOptions& o = {});
+  // Per-rank counts: rank r contributes counts[r] elements (input.count == counts[rank]);
+  // output holds them concatenated in rank order.
+  std::shared_ptr<Work> allgatherv(Buffer input, Buffer output, const std::vector<size_t>& counts,
+                                   const AllgatherOptions& o = {});
+  // input (size * output.count) reduced over ranks; rank r keeps chunk r.
+  std::shared_ptr<Work> reduceScatter(Buffer input, Buffer output,
+                                      const ReduceScatterOptions& o = {});
+  // Per-rank counts: input.count == sum(counts), rank r keeps counts[r] elements.
+  std::shared_ptr<Work> reduceScatterv(Buffer input, Buffer output,
+                                       const std::vector<size_t>& counts,
+                                       const ReduceScatterOptions& o = {});
+  // input and output each hold size equal chunks; chunk j of rank i goes to
+  // chunk i of rank j.
+  std::shared_ptr<Work> alltoall(Buffer input, Buffer output, const AlltoallOptions& o = {});
+  // sendCounts[j] elements go to rank j (contiguous, in rank order);
+  // recvCounts[i] elements arrive from rank i.
+  std::shared_ptr<Work> alltoallv(Buffer input, const std::vector<size_t>& sendCounts,
+                                  Buffer output, const std::vector<size_t>& recvCounts,
+                                  const AlltoallOptions& o = {});
+  // root's output (size * input.count) = concatenation of every rank's input.
+  std::shared_ptr<Work> gather(Buffer input, Buffer output, const GatherOptions& o = {});
+  // root's input (size * output.count); rank r receives chunk r.
+  std::shared_ptr<Work> scatter(Buffer input, Buffer output, const ScatterOptions& o = {});
+  std::shared_ptr<Work> barrier(const BarrierOptions& o = {});
+  // Point-to-point; matched by (peer, tag) in order of issue.
+  std::shared_ptr<Work> send(Buffer buf, int dstRank, const SendOptions& o = {});
+  // srcRank may be kAnySource; Work::sourceRank() tells who sent.
+  std::shared_ptr<Work> recv(Buffer buf, int srcRank, const RecvOptions& o = {});
+
+  // Collective over this group: every rank calls it with the same list of
+  // distinct ranks (in this group's numbering). Members get a new group whose
+  // rank i is ranks[i]; non-members get nullptr. Blocking.
+  std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks,
+                                      const ProcessGroupOptions& opts = {});
+
+  // Which buffers' devices this backend accepts.
+  virtual bool supportsDevice(const Device& d) const { return d.type == DeviceType::CPU; }
+
+ protected:
+  // Implementations receive validated arguments. Defaults throw NotSupported.
+  virtual std::shared_ptr<Work> doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o);
+  virtual std::shared_ptr<Work> doBroadcast(Buffer buf, const BroadcastOptions& o);
+  virtual std::shared_ptr<Work> doReduce(Buffer in, Buffer out, const ReduceOptions& o);
+  virtual std::shared_ptr<Work> doAllgather(Buffer in, Buffer out, const AllgatherOptions& o);
+  virtual std::shared_ptr<Work> doAllgatherv(Buffer in, Buffer out,
+                                             const std::vector<size_t>& counts,
+                                             const AllgatherOptions& o);
+  virtual std::shared_ptr<Work> doReduceScatter(Buffer in, Buffer out,
+                                                const ReduceScatterOptions& o);
+  virtual std::shared_ptr<Work> doReduceScatterv(Buffer in, Buffer out,
+                                                 const std::vector<size_t>& counts,
+                                                 const ReduceScatterOptions& o);
+  virtual std::shared_ptr<Work> doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o);
+  virtual std::shared_ptr<Work> doAlltoallv(Buffer in, const std::vector<size_t>& sendCounts,
+                                            Buffer out, const std::vector<size_t>& recvCounts,
+                                            const AlltoallOptions& o);
+  virtual std::shared_ptr<Work> doGather(Buffer in, Buffer out, const GatherOptions& o);
+  virtual std::shared_ptr<Work> doScatter(Buffer in, Buffer out, const ScatterOptions& o);
+  virtual std::shared_ptr<Work> doBarrier(const BarrierOptions& o);
+  virtual std::shared_ptr<Work> doSend(Buffer buf, int dst, const SendOptions& o);
+  virtual std::shared_ptr<Work> doRecv(Buffer buf, int src, const RecvOptions& o);
+  virtual std::shared_ptr<ProcessGroup> doSplit(const std::vector<int>& ranks,
+                                                const ProcessGroupOptions& opts);
+
+  // The deadline for an op given its options.
+  std::chrono::milliseconds effectiveTimeout(const OpOptions& o) const {
+    return o.timeout.count() > 0 ? o.timeout : timeout_;
+  }
+  // "accl rank R/N <backend>: <what>"
+  std::string context(const std::string& what) const;
+  [[noreturn]] void notSupported(OpType op, const std::string& why = "") const;
+
+ private:
+  void checkBuffer(OpType op, const char* which, const Buffer& b) const;
+  void checkReduction(OpType op, const ReduceOp& r, DataType t) const;
+  void checkRoot(OpType op, int root) const;
+  void checkPeer(OpType op, int peer, bool allowAny) const;
+  void checkCount(OpType op, const char* which, size_t got, size_t want, const char* rule) const;
+  void checkCounts(OpType op, const char* which, const std::vector<size_t>& counts) const;
+  void checkSameDtype(OpType op, const Buffer& a, const Buffer& b) const;
+
+  int rank_;
+  int size_;
+  std::string backend_;
+  ProcessGroupOptions options_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace accl

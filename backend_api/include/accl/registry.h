@@ -1,0 +1,53 @@
+// Backend discovery: createProcessGroup("accl" | "nccl" | "mpi" | "gloo", ...).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accl/process_group.h"
+
+namespace accl {
+
+using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(
+    std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& opts)>;
+
+struct BackendInfo {
+  std::string name;
+  std::string description;
+  // Whether it can run on this host now; when false, `reason` says why.
+  std::function<bool(std::string* reason)> usable;
+  BackendFactory factory;
+};
+
+// Registers a backend (backend modules do this from a static initializer).
+// Registering a name twice keeps the first registration.
+void registerBackend(BackendInfo info);
+
+// Creates a group of `size` ranks; this process is `rank`. Blocks until all
+// ranks have joined through `store` (or the timeout passes). Backends built as
+// modules (libaccl-backend-<name>.so) are loaded on first use from the
+// directory of libaccl, then ACCL_PLUGIN_PATH. Unknown names throw
+// InvalidArgument listing the known ones; a known but unusable backend throws
+// NotSupported saying why.
+std::shared_ptr<ProcessGroup> createProcessGroup(const std::string& backend,
+                                                 std::shared_ptr<Store> store, int rank, int size,
+                                                 const ProcessGroupOptions& opts = {});
+
+// Backends this build knows about (compiled in or loadable), with usability.
+struct BackendStatus {
+  std::string name;
+  std::string description;
+  bool loaded = false;  // the module loaded
+  bool usable = false;
+  std::string reason;  // why not loaded / not usable
+};
+std::vector<BackendStatus> listBackends();
+
+// The names of backends compiled into this build (ACCL_WITH_* options).
+std::vector<std::string> builtBackends();
+
+const char* versionString();
+
+}  // namespace accl

@@ -1,0 +1,58 @@
+// Handle of an asynchronous operation.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace accl {
+
+constexpr std::chrono::milliseconds kNoTimeout{-1};
+
+// A Work is returned at once by every ProcessGroup op. It completes exactly
+// once, successfully or with an exception. All methods are thread-safe.
+class Work {
+ public:
+  explicit Work(std::string description = "");
+  virtual ~Work();
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // Non-blocking: whether the op has finished (successfully or not).
+  bool isCompleted() const;
+  // Non-blocking: finished without an exception.
+  bool isSuccess() const;
+  // Non-blocking: like isCompleted(), but rethrows the op's exception if it failed.
+  bool test();
+  // Blocks until the op finishes, then rethrows its exception if it failed.
+  // With a timeout >= 0, throws accl::Timeout if the op is still running when
+  // it expires; the op itself keeps running and stays bound by its own deadline.
+  void wait(std::chrono::milliseconds timeout = kNoTimeout);
+  // The op's failure, or nullptr while running or after success.
+  std::exception_ptr exception() const;
+  // Registers `cb`, called once when the op completes, on the thread that
+  // completes it (or immediately on this thread if already complete). `cb`
+  // must not block; it is how futures are built on top of Work.
+  void onComplete(std::function<void(Work&)> cb);
+  // For recv from any source: the rank the message came from (-1 until known).
+  int sourceRank() const;
+  const std::string& description() const { return description_; }
+
+  // Completes the work; used by backends. Later calls are ignored.
+  void markCompleted(std::exception_ptr error = nullptr, int sourceRank = -1);
+
+ private:
+  std::string description_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool completed_ = false;
+  int sourceRank_ = -1;
+  std::exception_ptr error_;
+  std::vector<std::function<void(Work&)>> callbacks_;
+};
+
+}  // namespace accl

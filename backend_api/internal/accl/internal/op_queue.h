@@ -1,0 +1,41 @@
+// A worker thread that runs a group's operations one at a time, in the order
+// they were enqueued, and completes their Work (gloo's ProcessGroupGloo model).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "accl/work.h"
+
+namespace accl {
+namespace internal {
+
+class OpQueue {
+ public:
+  explicit OpQueue(std::string name);
+  // Finishes the queued ops (each is bounded by its own deadline), then joins.
+  ~OpQueue();
+
+  // Thread-safe. Returns at once; `fn` runs on the worker thread. If `fn`
+  // throws, the Work completes with that exception. `fn` may return a source
+  // rank (for recv from any source) or -1.
+  std::shared_ptr<Work> enqueue(std::string description, std::function<int()> fn);
+
+ private:
+  void loop();
+
+  std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<Work>, std::function<int()>>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace internal
+}  // namespace accl

@@ -1,0 +1,25 @@
+// Element-wise reduction kernels for every (dtype, op) pair, CPU.
+#pragma once
+
+#include <cstddef>
+
+#include "accl/types.h"
+
+namespace accl {
+namespace internal {
+
+// out[i] = a[i] op b[i] for i < count. `out` may alias `a` or `b`.
+// `kind` must be Sum, Prod, Min, Max, BAnd, BOr or BXor (Avg and PremulSum are
+// Sum plus scale()); throws InvalidArgument for undefined (dtype, op) pairs.
+void reduce(void* out, const void* a, const void* b, size_t count, DataType t, ReduceKind kind);
+
+// buf[i] = buf[i] * factor (floating-point types only), rounded to the dtype.
+void scale(void* buf, size_t count, DataType t, double factor);
+
+// The element-wise op a backend should run for `op`: Avg and PremulSum reduce with Sum.
+inline ReduceKind elementwiseKind(ReduceKind op) {
+  return (op == ReduceKind::Avg || op == ReduceKind::PremulSum) ? ReduceKind::Sum : op;
+}
+
+}  // namespace internal
+}  // namespace accl

@@ -1,0 +1,170 @@
+#include "accl/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <mutex>
+
+#include "accl/errors.h"
+
+namespace accl {
+
+namespace {
+
+const char* const kSubsystems = "INIT, COLL, P2P, STORE, NET, ALL";
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> splitList(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(start, end - start);
+    if (!item.empty()) out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
+[[noreturn]] void invalid(const std::string& var, const std::string& value,
+                          const std::string& accepted) {
+  throw InvalidArgument("accl: invalid value '" + value + "' for " + var + "; accepted: " +
+                        accepted);
+}
+
+const ConfigEntry* findEntry(const std::string& name) {
+  for (const auto& e : configTable())
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<ConfigEntry>& configTable() {
+  static const std::vector<ConfigEntry> table = {
+      {"ACCL_DEBUG", "enum", "WARN", "NONE, WARN, INFO, TRACE (any case)",
+       "How much ACCL logs to stderr. INFO prints, once per communicator, what was chosen "
+       "(backend, transport, interface); TRACE adds every operation."},
+      {"ACCL_DEBUG_SUBSYS", "list", "ALL", "comma-separated subset of INIT, COLL, P2P, STORE, NET, ALL",
+       "Restricts INFO/TRACE messages to these subsystems (warnings always print)."},
+      {"ACCL_DEBUG_FILE", "path", "(stderr)", "a file path; %h is replaced by the host name, %p by the pid",
+       "Writes log lines to this file instead of stderr."},
+      {"ACCL_TIMEOUT", "duration", "30m",
+       "a positive number with an optional unit: ms, s (default), m, h",
+       "Default deadline of every operation and of rendezvous; a timed-out operation fails "
+       "with accl::Timeout instead of hanging."},
+      {"ACCL_SOCKET_IFNAME", "string", "(auto: first up non-loopback IPv4 interface, else lo)",
+       "interface name prefixes separated by commas; ^ excludes, = matches names exactly "
+       "(e.g. eth0  ^lo,docker  =eth1)",
+       "Network interface used for TCP traffic between ranks (gloo backend)."},
+      {"ACCL_PLUGIN_PATH", "list", "(directory of libaccl)", "colon-separated directories",
+       "Where backend modules libaccl-backend-<name>.so are searched after libaccl's own directory."},
+      {"ACCL_STORE_PORT", "int", "(MASTER_PORT; MASTER_PORT+1 under torchrun's agent store)",
+       "1..65535",
+       "Port of the TCP store that rendezvousFromEnv() hosts on rank 0 at MASTER_ADDR."},
+      {"ACCL_STORE_FILE", "path", "(unset: TCP store)", "a path on a file system all ranks share",
+       "Makes rendezvousFromEnv() use a FileStore at this path instead of a TCP store."},
+  };
+  return table;
+}
+
+std::chrono::milliseconds parseDuration(const std::string& var, const std::string& text) {
+  const char* accepted = "a positive number with an optional unit ms, s, m or h (e.g. 30, 500ms, 2m)";
+  size_t pos = 0;
+  double v;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    invalid(var, text, accepted);
+  }
+  std::string unit = text.substr(pos);
+  double ms;
+  if (unit.empty() || unit == "s") ms = v * 1000;
+  else if (unit == "ms") ms = v;
+  else if (unit == "m") ms = v * 60000;
+  else if (unit == "h") ms = v * 3600000;
+  else invalid(var, text, accepted);
+  if (!(ms >= 1) || ms > 1e12) invalid(var, text, accepted);
+  return std::chrono::milliseconds(static_cast<int64_t>(ms));
+}
+
+Config Config::parse(const std::function<const char*(const char*)>& getenv) {
+  Config c;
+  auto val = [&](const char* name) -> std::string {
+    const char* v = getenv(name);
+    return v ? std::string(v) : std::string();
+  };
+  if (auto v = val("ACCL_DEBUG"); !v.empty()) {
+    auto u = upper(v);
+    if (u == "NONE") c.debug = LogLevel::None;
+    else if (u == "WARN") c.debug = LogLevel::Warn;
+    else if (u == "INFO") c.debug = LogLevel::Info;
+    else if (u == "TRACE") c.debug = LogLevel::Trace;
+    else invalid("ACCL_DEBUG", v, "NONE, WARN, INFO, TRACE");
+  }
+  if (auto v = val("ACCL_DEBUG_SUBSYS"); !v.empty()) {
+    for (auto& s : splitList(upper(v), ',')) {
+      if (s != "INIT" && s != "COLL" && s != "P2P" && s != "STORE" && s != "NET" && s != "ALL")
+        invalid("ACCL_DEBUG_SUBSYS", v, kSubsystems);
+      if (s != "ALL") c.debugSubsys.push_back(s);
+    }
+  }
+  c.debugFile = val("ACCL_DEBUG_FILE");
+  if (auto v = val("ACCL_TIMEOUT"); !v.empty()) c.timeout = parseDuration("ACCL_TIMEOUT", v);
+  c.socketIfname = val("ACCL_SOCKET_IFNAME");
+  if (!c.socketIfname.empty() && splitList(c.socketIfname.substr(c.socketIfname[0] == '^' || c.socketIfname[0] == '=' ? 1 : 0), ',').empty())
+    invalid("ACCL_SOCKET_IFNAME", c.socketIfname, "interface names or prefixes, e.g. eth0 or ^lo");
+  c.pluginPath = val("ACCL_PLUGIN_PATH");
+  if (auto v = val("ACCL_STORE_PORT"); !v.empty()) {
+    char* end = nullptr;
+    long p = std::strtol(v.c_str(), &end, 10);
+    if (*end != '\0' || p < 1 || p > 65535) invalid("ACCL_STORE_PORT", v, "an integer 1..65535");
+    c.storePort = static_cast<int>(p);
+  }
+  c.storeFile = val("ACCL_STORE_FILE");
+  return c;
+}
+
+const Config& Config::get() {
+  // Parsed once; a parse error is remembered and rethrown on every call.
+  static std::once_flag once;
+  static Config cfg;
+  static std::exception_ptr error;
+  std::call_once(once, [] {
+    try {
+      cfg = parse([](const char* n) { return std::getenv(n); });
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  if (error) std::rethrow_exception(error);
+  return cfg;
+}
+
+std::string Config::valueText(const std::string& name) const {
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + v[i];
+    return s;
+  };
+  if (name == "ACCL_DEBUG") {
+    static const char* names[] = {"NONE", "WARN", "INFO", "TRACE"};
+    return names[static_cast<int>(debug)];
+  }
+  if (name == "ACCL_DEBUG_SUBSYS") return debugSubsys.empty() ? "ALL" : join(debugSubsys);
+  if (name == "ACCL_DEBUG_FILE") return debugFile.empty() ? "(stderr)" : debugFile;
+  if (name == "ACCL_TIMEOUT") return std::to_string(timeout.count()) + "ms";
+  if (name == "ACCL_SOCKET_IFNAME") return socketIfname.empty() ? "(auto)" : socketIfname;
+  if (name == "ACCL_PLUGIN_PATH") return pluginPath.empty() ? "(unset)" : pluginPath;
+  if (name == "ACCL_STORE_PORT") return storePort ? std::to_string(storePort) : "(derived)";
+  if (name == "ACCL_STORE_FILE") return storeFile.empty() ? "(unset)" : storeFile;
+  if (!findEntry(name)) throw InvalidArgument("accl: unknown configuration variable " + name);
+  return "";
+}
+
+}  // namespace accl

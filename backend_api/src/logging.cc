@@ -1,0 +1,90 @@
+#include "accl/logging.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
+namespace accl {
+
+namespace {
+std::atomic<int> gRank{-1};
+std::atomic<int> gSize{0};
+std::mutex gMu;
+
+const char* levelName(LogLevel l) {
+  switch (l) {
+    case LogLevel::Warn: return "WARN";
+    case LogLevel::Info: return "INFO";
+    case LogLevel::Trace: return "TRACE";
+    default: return "NONE";
+  }
+}
+
+std::string hostName() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+FILE* sink() {
+  static FILE* f = [] {
+    std::string path;
+    try {
+      path = Config::get().debugFile;
+    } catch (...) {
+    }
+    if (path.empty()) return stderr;
+    std::string out;
+    for (size_t i = 0; i < path.size(); ++i) {
+      if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'h') {
+        out += hostName();
+        ++i;
+      } else if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+        out += std::to_string(getpid());
+        ++i;
+      } else {
+        out += path[i];
+      }
+    }
+    FILE* file = std::fopen(out.c_str(), "a");
+    return file ? file : stderr;
+  }();
+  return f;
+}
+}  // namespace
+
+bool logEnabled(LogLevel level, const char* subsys) {
+  const Config* cfg;
+  try {
+    cfg = &Config::get();
+  } catch (...) {
+    return level == LogLevel::Warn;
+  }
+  if (static_cast<int>(level) > static_cast<int>(cfg->debug)) return false;
+  if (level == LogLevel::Warn || cfg->debugSubsys.empty()) return true;
+  return std::find(cfg->debugSubsys.begin(), cfg->debugSubsys.end(), subsys) !=
+         cfg->debugSubsys.end();
+}
+
+void logLine(LogLevel level, const char* subsys, const std::string& msg) {
+  static const std::string host = hostName();
+  int rank = gRank.load();
+  std::string prefix = host + ":" + std::to_string(getpid());
+  if (rank >= 0) prefix += " [rank " + std::to_string(rank) + "/" + std::to_string(gSize.load()) + "]";
+  std::string line = prefix + " ACCL " + levelName(level) + " " + subsys + ": " + msg + "\n";
+  std::lock_guard<std::mutex> lk(gMu);
+  FILE* f = sink();
+  std::fwrite(line.data(), 1, line.size(), f);
+  std::fflush(f);
+}
+
+void setLogRank(int rank, int size) {
+  int expected = -1;
+  if (gRank.compare_exchange_strong(expected, rank)) gSize.store(size);
+}
+
+}  // namespace accl

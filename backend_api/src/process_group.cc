@@ -1,0 +1,336 @@
+#include "accl/process_group.h"
+
+#include <numeric>
+#include <set>
+
+#include "accl/config.h"
+#include "accl/logging.h"
+
+namespace accl {
+
+const char* toString(OpType op) {
+  switch (op) {
+    case OpType::Allreduce: return "allreduce";
+    case OpType::Broadcast: return "broadcast";
+    case OpType::Reduce: return "reduce";
+    case OpType::Allgather: return "allgather";
+    case OpType::Allgatherv: return "allgatherv";
+    case OpType::ReduceScatter: return "reduce_scatter";
+    case OpType::ReduceScatterv: return "reduce_scatterv";
+    case OpType::Alltoall: return "alltoall";
+    case OpType::Alltoallv: return "alltoallv";
+    case OpType::Gather: return "gather";
+    case OpType::Scatter: return "scatter";
+    case OpType::Barrier: return "barrier";
+    case OpType::Send: return "send";
+    case OpType::Recv: return "recv";
+    case OpType::Split: return "split";
+  }
+  return "unknown";
+}
+
+ProcessGroup::ProcessGroup(int rank, int size, std::string backend, ProcessGroupOptions opts)
+    : rank_(rank), size_(size), backend_(std::move(backend)), options_(std::move(opts)) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw InvalidArgument(errorContext(-1, 0, backend_,
+                                       "invalid rank " + std::to_string(rank) + " for size " +
+                                           std::to_string(size) +
+                                           "; accepted: size >= 1 and 0 <= rank < size"));
+  timeout_ = options_.timeout.count() > 0 ? options_.timeout : Config::get().timeout;
+  setLogRank(rank, size);
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::string ProcessGroup::context(const std::string& what) const {
+  return errorContext(rank_, size_, backend_, what);
+}
+
+void ProcessGroup::notSupported(OpType op, const std::string& why) const {
+  throw NotSupported(context(std::string(toString(op)) + " is not supported by the " + backend_ +
+                             " backend" + (why.empty() ? "" : ": " + why)));
+}
+
+void ProcessGroup::checkBuffer(OpType op, const char* which, const Buffer& b) const {
+  if (static_cast<int>(b.dtype) >= kNumDataTypes)
+    throw InvalidArgument(context(std::string(toString(op)) + ": " + which +
+                                  " has an invalid dtype code " +
+                                  std::to_string(static_cast<int>(b.dtype))));
+  if (!supportsDevice(b.device))
+    throw NotSupported(context(std::string(toString(op)) + ": " + which + " is on device " +
+                               toString(b.device) + ", which the " + backend_ +
+                               " backend does not support"));
+  if (b.data == nullptr && b.count > 0)
+    throw InvalidArgument(context(std::string(toString(op)) + ": " + which +
+                                  " is a null pointer with " + std::to_string(b.count) +
+                                  " elements"));
+}
+
+void ProcessGroup::checkReduction(OpType op, const ReduceOp& r, DataType t) const {
+  if (static_cast<int>(r.kind) >= kNumReduceKinds)
+    throw InvalidArgument(context(std::string(toString(op)) + ": invalid reduce op code " +
+                                  std::to_string(static_cast<int>(r.kind))));
+  if (!isValidReduction(r.kind, t)) {
+    std::string accepted = isFloatingPoint(t) ? "sum, prod, min, max, avg, premul_sum"
+                                              : "sum, prod, min, max, band, bor, bxor";
+    throw InvalidArgument(context(std::string(toString(op)) + ": reduce op " + toString(r.kind) +
+                                  " is not defined for dtype " + toString(t) +
+                                  "; accepted for " + toString(t) + ": " + accepted));
+  }
+}
+
+void ProcessGroup::checkRoot(OpType op, int root) const {
+  if (root < 0 || root >= size_)
+    throw InvalidArgument(context(std::string(toString(op)) + ": invalid root " +
+                                  std::to_string(root) + "; accepted: 0.." +
+                                  std::to_string(size_ - 1)));
+}
+
+void ProcessGroup::checkPeer(OpType op, int peer, bool allowAny) const {
+  if (allowAny && peer == kAnySource) return;
+  if (peer < 0 || peer >= size_)
+    throw InvalidArgument(context(std::string(toString(op)) + ": invalid peer rank " +
+                                  std::to_string(peer) + "; accepted: 0.." +
+                                  std::to_string(size_ - 1) +
+                                  (allowAny ? " or kAnySource (-1)" : "")));
+  if (peer == rank_)
+    throw InvalidArgument(context(std::string(toString(op)) + ": peer rank " +
+                                  std::to_string(peer) +
+                                  " is this rank; point-to-point needs another rank"));
+}
+
+void ProcessGroup::checkCount(OpType op, const char* which, size_t got, size_t want,
+                              const char* rule) const {
+  if (got != want)
+    throw InvalidArgument(context(std::string(toString(op)) + ": " + which + " has " +
+                                  std::to_string(got) + " elements, expected " +
+                                  std::to_string(want) + " (" + rule + ")"));
+}
+
+void ProcessGroup::checkCounts(OpType op, const char* which,
+                               const std::vector<size_t>& counts) const {
+  if (counts.size() != static_cast<size_t>(size_))
+    throw InvalidArgument(context(std::string(toString(op)) + ": " + which + " has " +
+                                  std::to_string(counts.size()) +
+                                  " entries, expected one per rank (" + std::to_string(size_) +
+                                  ")"));
+}
+
+void ProcessGroup::checkSameDtype(OpType op, const Buffer& a, const Buffer& b) const {
+  if (a.dtype != b.dtype)
+    throw InvalidArgument(context(std::string(toString(op)) + ": input dtype " +
+                                  toString(a.dtype) + " differs from output dtype " +
+                                  toString(b.dtype)));
+  if (!(a.device == b.device))
+    throw InvalidArgument(context(std::string(toString(op)) + ": input on " +
+                                  toString(a.device) + " but output on " + toString(b.device)));
+}
+
+static size_t sum(const std::vector<size_t>& v) {
+  return std::accumulate(v.begin(), v.end(), size_t{0});
+}
+
+std::shared_ptr<Work> ProcessGroup::allreduce(Buffer in, Buffer out, const AllreduceOptions& o) {
+  checkBuffer(OpType::Allreduce, "input", in);
+  checkBuffer(OpType::Allreduce, "output", out);
+  checkSameDtype(OpType::Allreduce, in, out);
+  checkCount(OpType::Allreduce, "output", out.count, in.count, "same as input");
+  checkReduction(OpType::Allreduce, o.op, in.dtype);
+  return doAllreduce(in, out, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(Buffer buf, const BroadcastOptions& o) {
+  checkBuffer(OpType::Broadcast, "buffer", buf);
+  checkRoot(OpType::Broadcast, o.root);
+  return doBroadcast(buf, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce(Buffer in, Buffer out, const ReduceOptions& o) {
+  checkRoot(OpType::Reduce, o.root);
+  checkBuffer(OpType::Reduce, "input", in);
+  checkReduction(OpType::Reduce, o.op, in.dtype);
+  if (rank_ == o.root) {
+    checkBuffer(OpType::Reduce, "output", out);
+    checkSameDtype(OpType::Reduce, in, out);
+    checkCount(OpType::Reduce, "output", out.count, in.count, "same as input on the root");
+  }
+  return doReduce(in, out, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::allgather(Buffer in, Buffer out, const AllgatherOptions& o) {
+  checkBuffer(OpType::Allgather, "input", in);
+  checkBuffer(OpType::Allgather, "output", out);
+  checkSameDtype(OpType::Allgather, in, out);
+  checkCount(OpType::Allgather, "output", out.count, in.count * size_,
+             "group size x input count");
+  return doAllgather(in, out, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::allgatherv(Buffer in, Buffer out,
+                                               const std::vector<size_t>& counts,
+                                               const AllgatherOptions& o) {
+  checkBuffer(OpType::Allgatherv, "input", in);
+  checkBuffer(OpType::Allgatherv, "output", out);
+  checkSameDtype(OpType::Allgatherv, in, out);
+  checkCounts(OpType::Allgatherv, "counts", counts);
+  checkCount(OpType::Allgatherv, "input", in.count, counts[rank_], "counts[rank]");
+  checkCount(OpType::Allgatherv, "output", out.count, sum(counts), "sum of counts");
+  return doAllgatherv(in, out, counts, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduceScatter(Buffer in, Buffer out,
+                                                  const ReduceScatterOptions& o) {
+  checkBuffer(OpType::ReduceScatter, "input", in);
+  checkBuffer(OpType::ReduceScatter, "output", out);
+  checkSameDtype(OpType::ReduceScatter, in, out);
+  checkCount(OpType::ReduceScatter, "input", in.count, out.count * size_,
+             "group size x output count");
+  checkReduction(OpType::ReduceScatter, o.op, in.dtype);
+  return doReduceScatter(in, out, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduceScatterv(Buffer in, Buffer out,
+                                                   const std::vector<size_t>& counts,
+                                                   const ReduceScatterOptions& o) {
+  checkBuffer(OpType::ReduceScatterv, "input", in);
+  checkBuffer(OpType::ReduceScatterv, "output", out);
+  checkSameDtype(OpType::ReduceScatterv, in, out);
+  checkCounts(OpType::ReduceScatterv, "counts", counts);
+  checkCount(OpType::ReduceScatterv, "input", in.count, sum(counts), "sum of counts");
+  checkCount(OpType::ReduceScatterv, "output", out.count, counts[rank_], "counts[rank]");
+  checkReduction(OpType::ReduceScatterv, o.op, in.dtype);
+  return doReduceScatterv(in, out, counts, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::alltoall(Buffer in, Buffer out, const AlltoallOptions& o) {
+  checkBuffer(OpType::Alltoall, "input", in);
+  checkBuffer(OpType::Alltoall, "output", out);
+  checkSameDtype(OpType::Alltoall, in, out);
+  checkCount(OpType::Alltoall, "output", out.count, in.count, "same as input");
+  if (in.count % size_ != 0)
+    throw InvalidArgument(context("alltoall: input has " + std::to_string(in.count) +
+                                  " elements, which is not a multiple of the group size " +
+                                  std::to_string(size_)));
+  return doAlltoall(in, out, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::alltoallv(Buffer in, const std::vector<size_t>& sendCounts,
+                                              Buffer out, const std::vector<size_t>& recvCounts,
+                                              const AlltoallOptions& o) {
+  checkBuffer(OpType::Alltoallv, "input", in);
+  checkBuffer(OpType::Alltoallv, "output", out);
+  checkSameDtype(OpType::Alltoallv, in, out);
+  checkCounts(OpType::Alltoallv, "sendCounts", sendCounts);
+  checkCounts(OpType::Alltoallv, "recvCounts", recvCounts);
+  checkCount(OpType::Alltoallv, "input", in.count, sum(sendCounts), "sum of sendCounts");
+  checkCount(OpType::Alltoallv, "output", out.count, sum(recvCounts), "sum of recvCounts");
+  return doAlltoallv(in, sendCounts, out, recvCounts, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::gather(Buffer in, Buffer out, const GatherOptions& o) {
+  checkRoot(OpType::Gather, o.root);
+  checkBuffer(OpType::Gather, "input", in);
+  if (rank_ == o.root) {
+    checkBuffer(OpType::Gather, "output", out);
+    checkSameDtype(OpType::Gather, in, out);
+    checkCount(OpType::Gather, "output", out.count, in.count * size_,
+               "group size x input count on the root");
+  }
+  return doGather(in, out, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::scatter(Buffer in, Buffer out, const ScatterOptions& o) {
+  checkRoot(OpType::Scatter, o.root);
+  checkBuffer(OpType::Scatter, "output", out);
+  if (rank_ == o.root) {
+    checkBuffer(OpType::Scatter, "input", in);
+    checkSameDtype(OpType::Scatter, in, out);
+    checkCount(OpType::Scatter, "input", in.count, out.count * size_,
+               "group size x output count on the root");
+  }
+  return doScatter(in, out, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier(const BarrierOptions& o) { return doBarrier(o); }
+
+std::shared_ptr<Work> ProcessGroup::send(Buffer buf, int dst, const SendOptions& o) {
+  checkBuffer(OpType::Send, "buffer", buf);
+  checkPeer(OpType::Send, dst, false);
+  if (o.tag < 0) throw InvalidArgument(context("send: negative tag " + std::to_string(o.tag)));
+  return doSend(buf, dst, o);
+}
+
+std::shared_ptr<Work> ProcessGroup::recv(Buffer buf, int src, const RecvOptions& o) {
+  checkBuffer(OpType::Recv, "buffer", buf);
+  checkPeer(OpType::Recv, src, true);
+  if (o.tag < 0) throw InvalidArgument(context("recv: negative tag " + std::to_string(o.tag)));
+  return doRecv(buf, src, o);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<int>& ranks,
+                                                  const ProcessGroupOptions& opts) {
+  if (ranks.empty()) throw InvalidArgument(context("split: the rank list is empty"));
+  std::set<int> seen;
+  for (int r : ranks) {
+    if (r < 0 || r >= size_)
+      throw InvalidArgument(context("split: rank " + std::to_string(r) +
+                                    " is out of range; accepted: 0.." +
+                                    std::to_string(size_ - 1)));
+    if (!seen.insert(r).second)
+      throw InvalidArgument(context("split: rank " + std::to_string(r) + " is listed twice"));
+  }
+  return doSplit(ranks, opts);
+}
+
+std::shared_ptr<Work> ProcessGroup::doAllreduce(Buffer, Buffer, const AllreduceOptions&) {
+  notSupported(OpType::Allreduce);
+}
+std::shared_ptr<Work> ProcessGroup::doBroadcast(Buffer, const BroadcastOptions&) {
+  notSupported(OpType::Broadcast);
+}
+std::shared_ptr<Work> ProcessGroup::doReduce(Buffer, Buffer, const ReduceOptions&) {
+  notSupported(OpType::Reduce);
+}
+std::shared_ptr<Work> ProcessGroup::doAllgather(Buffer, Buffer, const AllgatherOptions&) {
+  notSupported(OpType::Allgather);
+}
+std::shared_ptr<Work> ProcessGroup::doAllgatherv(Buffer, Buffer, const std::vector<size_t>&,
+                                                 const AllgatherOptions&) {
+  notSupported(OpType::Allgatherv);
+}
+std::shared_ptr<Work> ProcessGroup::doReduceScatter(Buffer, Buffer, const ReduceScatterOptions&) {
+  notSupported(OpType::ReduceScatter);
+}
+std::shared_ptr<Work> ProcessGroup::doReduceScatterv(Buffer, Buffer, const std::vector<size_t>&,
+                                                     const ReduceScatterOptions&) {
+  notSupported(OpType::ReduceScatterv);
+}
+std::shared_ptr<Work> ProcessGroup::doAlltoall(Buffer, Buffer, const AlltoallOptions&) {
+  notSupported(OpType::Alltoall);
+}
+std::shared_ptr<Work> ProcessGroup::doAlltoallv(Buffer, const std::vector<size_t>&, Buffer,
+                                                const std::vector<size_t>&,
+                                                const AlltoallOptions&) {
+  notSupported(OpType::Alltoallv);
+}
+std::shared_ptr<Work> ProcessGroup::doGather(Buffer, Buffer, const GatherOptions&) {
+  notSupported(OpType::Gather);
+}
+std::shared_ptr<Work> ProcessGroup::doScatter(Buffer, Buffer, const ScatterOptions&) {
+  notSupported(OpType::Scatter);
+}
+std::shared_ptr<Work> ProcessGroup::doBarrier(const BarrierOptions&) {
+  notSupported(OpType::Barrier);
+}
+std::shared_ptr<Work> ProcessGroup::doSend(Buffer, int, const SendOptions&) {
+  notSupported(OpType::Send);
+}
+std::shared_ptr<Work> ProcessGroup::doRecv(Buffer, int, const RecvOptions&) {
+  notSupported(OpType::Recv);
+}
+std::shared_ptr<ProcessGroup> ProcessGroup::doSplit(const std::vector<int>&,
+                                                    const ProcessGroupOptions&) {
+  notSupported(OpType::Split);
+}
+
+}  // namespace accl

@@ -1,0 +1,166 @@
+#include "accl/registry.h"
+
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "accl/config.h"
+#include "accl/errors.h"
+#include "accl/logging.h"
+
+#ifndef ACCL_BUILT_BACKENDS
+#define ACCL_BUILT_BACKENDS ""
+#endif
+#ifndef ACCL_VERSION
+#define ACCL_VERSION "0.0.0"
+#endif
+
+namespace accl {
+
+namespace {
+
+struct Registry {
+  std::recursive_mutex mu;
+  std::map<std::string, BackendInfo> backends;
+  std::map<std::string, std::string> loadErrors;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: modules register from static init
+  return *r;
+}
+
+std::string libDir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&versionString), &info) && info.dli_fname) {
+    std::string p = info.dli_fname;
+    auto slash = p.rfind('/');
+    if (slash != std::string::npos) return p.substr(0, slash);
+  }
+  return ".";
+}
+
+std::vector<std::string> searchDirs() {
+  std::vector<std::string> dirs{libDir()};
+  std::string path;
+  try {
+    path = Config::get().pluginPath;
+  } catch (...) {
+  }
+  std::stringstream ss(path);
+  std::string d;
+  while (std::getline(ss, d, ':'))
+    if (!d.empty()) dirs.push_back(d);
+  return dirs;
+}
+
+// Tries to load libaccl-backend-<name>.so; the module registers itself.
+bool loadModule(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::recursive_mutex> lk(r.mu);
+  if (r.backends.count(name)) return true;
+  std::string errors;
+  for (auto& dir : searchDirs()) {
+    std::string file = dir + "/libaccl-backend-" + name + ".so";
+    // RTLD_GLOBAL: MPI libraries load their own components and need global symbols.
+    void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (h) {
+      if (r.backends.count(name)) {
+        ACCL_INFO("INIT", "loaded backend module " << file);
+        return true;
+      }
+      errors += file + " loaded but did not register backend '" + name + "'; ";
+    } else {
+      const char* e = dlerror();
+      std::string msg = e ? e : "unknown error";
+      if (msg.find("No such file") == std::string::npos || errors.empty()) errors += msg + "; ";
+    }
+  }
+  r.loadErrors[name] = errors;
+  return false;
+}
+
+std::vector<std::string> splitNames(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string n;
+  while (std::getline(ss, n, ','))
+    if (!n.empty()) out.push_back(n);
+  return out;
+}
+
+}  // namespace
+
+const char* versionString() { return ACCL_VERSION; }
+
+std::vector<std::string> builtBackends() { return splitNames(ACCL_BUILT_BACKENDS); }
+
+void registerBackend(BackendInfo info) {
+  Registry& r = registry();
+  std::lock_guard<std::recursive_mutex> lk(r.mu);
+  r.backends.emplace(info.name, std::move(info));
+}
+
+std::shared_ptr<ProcessGroup> createProcessGroup(const std::string& backend,
+                                                 std::shared_ptr<Store> store, int rank, int size,
+                                                 const ProcessGroupOptions& opts) {
+  Config::get();  // reports invalid ACCL_* values before anything else
+  BackendInfo info;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::recursive_mutex> lk(r.mu);
+    if (!loadModule(backend)) {
+      auto built = builtBackends();
+      bool known = false;
+      std::string names;
+      for (auto& b : built) {
+        names += (names.empty() ? "" : ", ") + b;
+        known |= b == backend;
+      }
+      for (auto& [n, i] : r.backends)
+        if (names.find(n) == std::string::npos) names += (names.empty() ? "" : ", ") + n;
+      if (!known)
+        throw InvalidArgument("accl: unknown backend '" + backend +
+                              "'; available in this build: " + (names.empty() ? "none" : names));
+      throw NotSupported("accl: backend '" + backend + "' is built but its module could not be loaded: " +
+                         r.loadErrors[backend]);
+    }
+    info = r.backends.at(backend);
+  }
+  std::string why;
+  if (info.usable && !info.usable(&why))
+    throw NotSupported("accl: backend '" + backend + "' cannot run on this host: " + why);
+  if (size < 1 || rank < 0 || rank >= size)
+    throw InvalidArgument("accl: invalid rank " + std::to_string(rank) + " for world size " +
+                          std::to_string(size) + "; accepted: size >= 1 and 0 <= rank < size");
+  if (!store && backend != "mpi")
+    throw InvalidArgument("accl: backend '" + backend + "' needs a rendezvous store (got null)");
+  auto pg = info.factory(std::move(store), rank, size, opts);
+  ACCL_INFO("INIT", "created " << backend << " process group rank " << rank << "/" << size
+                               << (opts.name.empty() ? "" : " '" + opts.name + "'"));
+  return pg;
+}
+
+std::vector<BackendStatus> listBackends() {
+  std::vector<BackendStatus> out;
+  for (auto& name : builtBackends()) {
+    BackendStatus s;
+    s.name = name;
+    s.loaded = loadModule(name);
+    Registry& r = registry();
+    std::lock_guard<std::recursive_mutex> lk(r.mu);
+    if (!s.loaded) {
+      s.reason = "module not loadable: " + r.loadErrors[name];
+    } else {
+      auto& info = r.backends.at(name);
+      s.description = info.description;
+      s.usable = !info.usable || info.usable(&s.reason);
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace accl

@@ -1,0 +1,463 @@
+#include "gloo_process_group.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/config.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "accl/config.h"
+#include "accl/internal/net.h"
+#include "accl/internal/reduce_kernels.h"
+#include "accl/logging.h"
+#include "accl/registry.h"
+
+namespace accl {
+
+namespace {
+
+// gloo's store interface over an accl::Store.
+class StoreAdapter : public gloo::rendezvous::Store {
+ public:
+  explicit StoreAdapter(std::shared_ptr<accl::Store> s) : s_(std::move(s)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    s_->set(key, Bytes(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto b = s_->get(key);
+    return std::vector<char>(b.begin(), b.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { s_->wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    s_->wait(keys, t);
+  }
+
+ private:
+  std::shared_ptr<accl::Store> s_;
+};
+
+template <size_t N>
+struct Elem {
+  uint8_t b[N];
+};
+
+// Calls f(Elem<size>{}) so that gloo's typed setters get the element size.
+template <typename F>
+void withElem(DataType t, F&& f) {
+  switch (dataTypeSize(t)) {
+    case 1: return f(Elem<1>{});
+    case 2: return f(Elem<2>{});
+    case 4: return f(Elem<4>{});
+    case 8: return f(Elem<8>{});
+  }
+  throw Internal("unexpected element size");
+}
+
+template <typename E>
+E* ptr(const Buffer& b) {
+  return static_cast<E*>(b.data);
+}
+
+constexpr uint8_t kP2PSlotPrefix = 0x50;
+char gZero[8];  // stands in for null pointers of empty buffers
+
+void* dataOrDummy(const Buffer& b) { return b.data ? b.data : gZero; }
+
+std::shared_ptr<gloo::transport::Device> makeDevice() {
+  const std::string& spec = Config::get().socketIfname;
+  auto ifs = internal::selectInterfaces(spec);
+  if (ifs.empty())
+    throw InvalidArgument("accl gloo: no network interface matches ACCL_SOCKET_IFNAME='" + spec +
+                          "'; accepted: prefixes of up interfaces with an address, ^ to exclude, = for exact names");
+  gloo::transport::tcp::attr attr;
+  attr.hostname = ifs[0].address;
+  attr.ai_family = ifs[0].family;
+  ACCL_INFO("NET", "gloo: using interface " << ifs[0].name << " (" << ifs[0].address << ")");
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
+}  // namespace
+
+GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
+                                   const ProcessGroupOptions& opts)
+    : ProcessGroup(rank, size, "gloo", opts), store_(std::move(store)) {
+  try {
+    device_ = makeDevice();
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(timeout());
+    StoreAdapter adapter(store_);
+    ctx->connectFullMesh(adapter, device_);
+    context_ = ctx;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw RemoteError(context(std::string("connecting the group failed: ") + e.what()));
+  }
+  queue_.reset(new internal::OpQueue("accl-gloo"));
+  p2pWaits_.reset(new internal::OpQueue("accl-gloo-p2p"));
+}
+
+GlooProcessGroup::~GlooProcessGroup() {
+  queue_.reset();
+  p2pWaits_.reset();
+}
+
+std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::function<int()> fn) {
+  uint64_t seq = seq_++;
+  std::string desc = std::string(toString(op)) + " #" + std::to_string(seq) + " (" +
+                     std::to_string(count) + " elements)";
+  ACCL_TRACE("COLL", "enqueue " << desc);
+  std::string where = context(desc);
+  return queue_->enqueue(desc, [fn = std::move(fn), where]() -> int {
+    try {
+      return fn();
+    } catch (const Error&) {
+      throw;
+    } catch (const gloo::IoException& e) {
+      std::string m = e.what();
+      if (m.find("imed out") != std::string::npos) throw Timeout(where + ": " + m);
+      throw RemoteError(where + ": " + m);
+    } catch (const std::exception& e) {
+      throw RemoteError(where + ": " + e.what());
+    }
+  });
+}
+
+void GlooProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, std::chrono::milliseconds timeout) {
+  if (buf.count == 0) return;
+  if (op.kind == ReduceKind::PremulSum) internal::scale(buf.data, buf.count, buf.dtype, op.scalar);
+  if (size() > 1) {
+    gloo::AllreduceOptions opts(context_);
+    opts.setTimeout(timeout);
+    DataType t = buf.dtype;
+    ReduceKind k = internal::elementwiseKind(op.kind);
+    opts.setReduceFunction([t, k](void* c, const void* a, const void* b, size_t n) {
+      internal::reduce(c, a, b, n, t, k);
+    });
+    withElem(buf.dtype, [&](auto e) {
+      using E = decltype(e);
+      opts.setOutput(ptr<E>(buf), buf.count);
+    });
+    gloo::allreduce(opts);
+  }
+  if (op.kind == ReduceKind::Avg) internal::scale(buf.data, buf.count, buf.dtype, 1.0 / size());
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Allreduce, in.count, [=] {
+    if (in.data != out.data && in.count) std::memcpy(out.data, in.data, in.bytes());
+    allreduceInPlace(out, o.op, timeout);
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doBroadcast(Buffer buf, const BroadcastOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Broadcast, buf.count, [=] {
+    if (buf.count == 0 || size() == 1) return -1;
+    gloo::BroadcastOptions opts(context_);
+    opts.setTimeout(timeout);
+    opts.setRoot(o.root);
+    withElem(buf.dtype, [&](auto e) {
+      using E = decltype(e);
+      opts.setOutput(ptr<E>(buf), buf.count);
+    });
+    gloo::broadcast(opts);
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doReduce(Buffer in, Buffer out, const ReduceOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Reduce, in.count, [=] {
+    if (in.count == 0) return -1;
+    // gloo reduces in place and uses the buffer as scratch on every rank.
+    std::vector<char> scratch(in.bytes());
+    std::memcpy(scratch.data(), in.data, in.bytes());
+    Buffer work(scratch.data(), in.count, in.dtype);
+    if (o.op.kind == ReduceKind::PremulSum) internal::scale(work.data, work.count, work.dtype, o.op.scalar);
+    if (size() > 1) {
+      gloo::ReduceOptions opts(context_);
+      opts.setTimeout(timeout);
+      opts.setRoot(o.root);
+      DataType t = in.dtype;
+      ReduceKind k = internal::elementwiseKind(o.op.kind);
+      opts.setReduceFunction([t, k](void* c, const void* a, const void* b, size_t n) {
+        internal::reduce(c, a, b, n, t, k);
+      });
+      withElem(in.dtype, [&](auto e) {
+        using E = decltype(e);
+        opts.setOutput(ptr<E>(work), work.count);
+      });
+      gloo::reduce(opts);
+    }
+    if (rank() == o.root) {
+      if (o.op.kind == ReduceKind::Avg) internal::scale(work.data, work.count, work.dtype, 1.0 / size());
+      std::memcpy(out.data, work.data, work.bytes());
+    }
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Allgather, in.count, [=] {
+    if (in.count == 0) return -1;
+    Buffer mine = out.slice(static_cast<size_t>(rank()) * in.count, in.count);
+    if (mine.data != in.data) std::memcpy(mine.data, in.data, in.bytes());
+    if (size() == 1) return -1;
+    gloo::AllgatherOptions opts(context_);
+    opts.setTimeout(timeout);
+    withElem(in.dtype, [&](auto e) {
+      using E = decltype(e);
+      opts.setOutput(ptr<E>(out), out.count);  // in place: own chunk already there
+    });
+    gloo::allgather(opts);
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
+                                                     const AllgatherOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Allgatherv, out.count, [=] {
+    if (out.count == 0) return -1;
+    if (size() == 1) {
+      if (in.count && in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
+      return -1;
+    }
+    gloo::AllgathervOptions opts(context_);
+    opts.setTimeout(timeout);
+    withElem(in.dtype, [&](auto e) {
+      using E = decltype(e);
+      opts.setInput(static_cast<E*>(dataOrDummy(in)), in.count);
+      opts.setOutput(static_cast<E*>(out.data), counts);
+    });
+    gloo::allgatherv(opts);
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) {
+  std::vector<size_t> counts(static_cast<size_t>(size()), out.count);
+  return doReduceScatterv(in, out, counts, o);
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doReduceScatterv(Buffer in, Buffer out,
+                                                         const std::vector<size_t>& counts,
+                                                         const ReduceScatterOptions& o) {
+  // gloo has no reduce-scatter for arbitrary types: allreduce a copy, keep our chunk.
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::ReduceScatterv, in.count, [=] {
+    if (in.count == 0) return -1;
+    std::vector<char> tmp(in.bytes());
+    std::memcpy(tmp.data(), in.data, in.bytes());
+    Buffer all(tmp.data(), in.count, in.dtype);
+    allreduceInPlace(all, o.op, timeout);
+    size_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), size_t{0});
+    if (out.count) std::memcpy(out.data, all.slice(offset, out.count).data, out.bytes());
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Alltoall, in.count, [=] {
+    if (in.count == 0) return -1;
+    std::vector<char> copy;
+    Buffer src = in;
+    if (in.data == out.data) {  // in place: gloo needs distinct buffers
+      copy.assign(static_cast<char*>(in.data), static_cast<char*>(in.data) + in.bytes());
+      src.data = copy.data();
+    }
+    if (size() == 1) {
+      std::memcpy(out.data, src.data, in.bytes());
+      return -1;
+    }
+    gloo::AlltoallOptions opts(context_);
+    opts.setTimeout(timeout);
+    withElem(in.dtype, [&](auto e) {
+      using E = decltype(e);
+      opts.setInput(ptr<E>(src), src.count);
+      opts.setOutput(ptr<E>(out), out.count);
+    });
+    gloo::alltoall(opts);
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doAlltoallv(Buffer in, const std::vector<size_t>& sendCounts,
+                                                    Buffer out, const std::vector<size_t>& recvCounts,
+                                                    const AlltoallOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Alltoallv, in.count, [=] {
+    if (size() == 1) {
+      if (in.count) std::memcpy(out.data, in.data, in.bytes());
+      return -1;
+    }
+    gloo::AlltoallvOptions opts(context_);
+    opts.setTimeout(timeout);
+    withElem(in.dtype, [&](auto e) {
+      using E = decltype(e);
+      opts.setInput(static_cast<E*>(dataOrDummy(in)), std::vector<int64_t>(sendCounts.begin(), sendCounts.end()));
+      opts.setOutput(static_cast<E*>(dataOrDummy(out)), std::vector<int64_t>(recvCounts.begin(), recvCounts.end()));
+    });
+    gloo::alltoallv(opts);
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doGather(Buffer in, Buffer out, const GatherOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Gather, in.count, [=] {
+    if (in.count == 0) return -1;
+    if (size() == 1) {
+      std::memcpy(out.data, in.data, in.bytes());
+      return -1;
+    }
+    gloo::GatherOptions opts(context_);
+    opts.setTimeout(timeout);
+    opts.setRoot(o.root);
+    withElem(in.dtype, [&](auto e) {
+      using E = decltype(e);
+      opts.setInput(ptr<E>(in), in.count);
+      if (rank() == o.root) opts.setOutput(ptr<E>(out), out.count);
+    });
+    gloo::gather(opts);
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doScatter(Buffer in, Buffer out, const ScatterOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Scatter, out.count, [=] {
+    if (out.count == 0) return -1;
+    if (size() == 1) {
+      std::memcpy(out.data, in.data, out.bytes());
+      return -1;
+    }
+    gloo::ScatterOptions opts(context_);
+    opts.setTimeout(timeout);
+    opts.setRoot(o.root);
+    withElem(out.dtype, [&](auto e) {
+      using E = decltype(e);
+      if (rank() == o.root) {
+        std::vector<E*> ptrs;
+        for (int r = 0; r < size(); ++r)
+          ptrs.push_back(static_cast<E*>(in.slice(static_cast<size_t>(r) * out.count, out.count).data));
+        opts.setInputs(ptrs, out.count);
+      }
+      opts.setOutput(ptr<E>(out), out.count);
+    });
+    gloo::scatter(opts);
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doBarrier(const BarrierOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  return enqueue(OpType::Barrier, 0, [=] {
+    if (size() == 1) return -1;
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(timeout);
+    gloo::barrier(opts);
+    return -1;
+  });
+}
+
+// Point-to-point ops are posted at once (a send must not wait for earlier
+// collectives, or send/recv pairs issued on both sides would deadlock); their
+// completion is awaited, in order, on a separate thread.
+std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  std::shared_ptr<gloo::transport::UnboundBuffer> ub(
+      context_->createUnboundBuffer(dataOrDummy(buf), buf.bytes()).release());
+  ub->send(dst, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(o.tag)));
+  std::string where = context("send to rank " + std::to_string(dst) + " tag " + std::to_string(o.tag) +
+                              " (" + std::to_string(buf.count) + " elements)");
+  return p2pWaits_->enqueue(where, [ub, timeout, where]() -> int {
+    try {
+      ub->waitSend(timeout);
+    } catch (const std::exception& e) {
+      std::string m = e.what();
+      if (m.find("imed out") != std::string::npos) throw Timeout(where + ": " + m);
+      throw RemoteError(where + ": " + m);
+    }
+    return -1;
+  });
+}
+
+std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  std::shared_ptr<gloo::transport::UnboundBuffer> ub(
+      context_->createUnboundBuffer(dataOrDummy(buf), buf.bytes()).release());
+  auto slot = gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(o.tag));
+  if (src == kAnySource) {
+    std::vector<int> srcs;
+    for (int r = 0; r < size(); ++r)
+      if (r != rank()) srcs.push_back(r);
+    ub->recv(srcs, slot);
+  } else {
+    ub->recv(src, slot);
+  }
+  std::string where = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
+                              " tag " + std::to_string(o.tag) + " (" + std::to_string(buf.count) + " elements)");
+  return p2pWaits_->enqueue(where, [ub, timeout, where]() -> int {
+    int from = -1;
+    try {
+      ub->waitRecv(&from, timeout);
+    } catch (const std::exception& e) {
+      std::string m = e.what();
+      if (m.find("imed out") != std::string::npos) throw Timeout(where + ": " + m);
+      throw RemoteError(where + ": " + m);
+    }
+    return from;
+  });
+}
+
+std::shared_ptr<ProcessGroup> GlooProcessGroup::doSplit(const std::vector<int>& ranks,
+                                                        const ProcessGroupOptions& opts) {
+  uint64_t id = splits_++;
+  auto it = std::find(ranks.begin(), ranks.end(), rank());
+  if (it == ranks.end()) return nullptr;
+  int newRank = static_cast<int>(it - ranks.begin());
+  std::string prefix = "split" + std::to_string(id);
+  for (int r : ranks) prefix += "_" + std::to_string(r);
+  ProcessGroupOptions o = opts;
+  if (o.timeout.count() == 0) o.timeout = timeout();
+  auto sub = std::make_shared<PrefixStore>(prefix, store_);
+  return std::make_shared<GlooProcessGroup>(sub, newRank, static_cast<int>(ranks.size()), o);
+}
+
+namespace {
+struct Registrar {
+  Registrar() {
+    BackendInfo info;
+    info.name = "gloo";
+    info.description = "gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
+                       std::to_string(GLOO_VERSION_MINOR) + " over TCP (CPU buffers)";
+    info.factory = [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& opts) {
+      return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, opts);
+    };
+    registerBackend(std::move(info));
+  }
+} registrar;
+}  // namespace
+
+}  // namespace accl

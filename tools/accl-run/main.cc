@@ -1,0 +1,279 @@
+// accl-run: starts N local ranks with the torchrun environment, prefixes
+// their output with the rank, forwards signals, and stops every rank as soon
+// as one fails, saying which rank failed and how.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "accl/internal/net.h"
+
+namespace {
+
+int gSigPipe[2];
+
+void onSignal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t ignored = write(gSigPipe[1], &b, 1);
+  (void)ignored;
+  errno = saved;
+}
+
+struct Stream {
+  int fd = -1;
+  std::string partial;
+  FILE* out = stdout;
+};
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Stream streams[2];
+};
+
+void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: accl-run -n N [options] PROGRAM [ARGS...]\n"
+               "Starts N ranks of PROGRAM on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
+               "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (as torchrun does).\n"
+               "  -n, --nproc N       number of ranks (1..1024)\n"
+               "  --master-addr ADDR  address of rank 0's store (default 127.0.0.1)\n"
+               "  --master-port PORT  port of rank 0's store (default: a free port)\n"
+               "  --grace SECONDS     after a failure, wait this long after SIGTERM before SIGKILL (default 5)\n"
+               "  --no-prefix         do not prefix output lines with [rank]\n"
+               "Exit status: 0 if every rank exits 0; otherwise that of the first rank that\n"
+               "failed (128+signal if it was killed by a signal).\n");
+}
+
+int freePort() {
+  int port = 0;
+  int fd = accl::internal::listenOn("127.0.0.1", 0, &port);
+  close(fd);
+  return port;
+}
+
+void emit(Stream& s, int rank, bool prefix, const char* data, size_t n) {
+  s.partial.append(data, n);
+  size_t pos;
+  while ((pos = s.partial.find('\n')) != std::string::npos) {
+    std::string line = s.partial.substr(0, pos + 1);
+    if (prefix) std::fprintf(s.out, "[%d] %s", rank, line.c_str());
+    else std::fputs(line.c_str(), s.out);
+    s.partial.erase(0, pos + 1);
+  }
+  std::fflush(s.out);
+}
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")" +
+           (WCOREDUMP(status) ? ", core dumped" : "");
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+int exitCodeOf(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n = -1, port = 0;
+  double grace = 5;
+  bool prefix = true;
+  std::string addr = "127.0.0.1";
+  int i = 1;
+  auto need = [&](const char* opt) -> const char* {
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "accl-run: %s needs a value\n", opt);
+      std::exit(2);
+    }
+    return argv[++i];
+  };
+  auto toInt = [](const char* opt, const char* v, int lo, int hi) {
+    char* end = nullptr;
+    long x = std::strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) {
+      std::fprintf(stderr, "accl-run: invalid value '%s' for %s; accepted: an integer %d..%d\n", v, opt, lo, hi);
+      std::exit(2);
+    }
+    return static_cast<int>(x);
+  };
+  for (; i < argc && argv[i][0] == '-'; ++i) {
+    std::string a = argv[i];
+    if (a == "-n" || a == "--nproc" || a == "--nproc-per-node") n = toInt("-n", need("-n"), 1, 1024);
+    else if (a == "--master-addr") addr = need("--master-addr");
+    else if (a == "--master-port") port = toInt("--master-port", need("--master-port"), 1, 65535);
+    else if (a == "--grace") grace = std::atof(need("--grace"));
+    else if (a == "--no-prefix") prefix = false;
+    else if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "--") {
+      ++i;
+      break;
+    } else {
+      std::fprintf(stderr, "accl-run: unknown option '%s'\n", a.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (n < 0 || i >= argc) {
+    std::fprintf(stderr, "accl-run: %s\n", n < 0 ? "-n N is required" : "no program given");
+    usage(stderr);
+    return 2;
+  }
+  if (port == 0) port = freePort();
+
+  if (pipe2(gSigPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    std::perror("accl-run: pipe");
+    return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(sig, &sa, nullptr);
+
+  std::vector<Rank> ranks(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    int pipes[2][2];
+    if (pipe2(pipes[0], O_CLOEXEC) != 0 || pipe2(pipes[1], O_CLOEXEC) != 0) {
+      std::perror("accl-run: pipe");
+      return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("accl-run: fork");
+      return 1;
+    }
+    if (pid == 0) {
+      for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_DFL);
+      dup2(pipes[0][1], STDOUT_FILENO);
+      dup2(pipes[1][1], STDERR_FILENO);
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("GROUP_RANK", "0", 1);
+      setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("MASTER_ADDR", addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      execvp(argv[i], argv + i);
+      std::fprintf(stderr, "accl-run: cannot execute '%s': %s\n", argv[i], std::strerror(errno));
+      _exit(127);
+    }
+    close(pipes[0][1]);
+    close(pipes[1][1]);
+    Rank& rk = ranks[static_cast<size_t>(r)];
+    rk.pid = pid;
+    rk.running = true;
+    rk.streams[0].fd = pipes[0][0];
+    rk.streams[0].out = stdout;
+    rk.streams[1].fd = pipes[1][0];
+    rk.streams[1].out = stderr;
+  }
+
+  int exitCode = 0;
+  bool stopping = false;
+  std::chrono::steady_clock::time_point killAt{};
+  auto signalAll = [&](int sig) {
+    for (auto& rk : ranks)
+      if (rk.running) kill(rk.pid, sig);
+  };
+  auto startStop = [&](int code) {
+    if (stopping) return;
+    stopping = true;
+    if (exitCode == 0) exitCode = code;
+    signalAll(SIGTERM);
+    killAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(grace * 1000));
+  };
+
+  char buf[65536];
+  for (;;) {
+    std::vector<pollfd> fds{{gSigPipe[0], POLLIN, 0}};
+    std::vector<std::pair<int, int>> owners{{-1, -1}};
+    for (int r = 0; r < n; ++r)
+      for (int s = 0; s < 2; ++s)
+        if (ranks[static_cast<size_t>(r)].streams[s].fd >= 0) {
+          fds.push_back({ranks[static_cast<size_t>(r)].streams[s].fd, POLLIN, 0});
+          owners.push_back({r, s});
+        }
+    bool anyRunning = false;
+    for (auto& rk : ranks) anyRunning |= rk.running;
+    if (!anyRunning && fds.size() == 1) break;
+    int timeoutMs = stopping ? 100 : -1;
+    int pr = poll(fds.data(), fds.size(), timeoutMs);
+    if (pr < 0 && errno != EINTR) {
+      std::perror("accl-run: poll");
+      signalAll(SIGKILL);
+      return 1;
+    }
+    if (fds[0].revents & POLLIN) {
+      unsigned char sig;
+      while (read(gSigPipe[0], &sig, 1) == 1) {
+        if (sig == SIGCHLD) continue;
+        std::fprintf(stderr, "accl-run: received signal %d (%s); forwarding to all ranks\n", sig, strsignal(sig));
+        signalAll(sig);
+        if (!stopping) {
+          stopping = true;
+          exitCode = 128 + sig;
+          killAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(grace * 1000));
+        }
+      }
+    }
+    for (size_t k = 1; k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      auto [r, s] = owners[k];
+      Stream& st = ranks[static_cast<size_t>(r)].streams[s];
+      ssize_t got = read(st.fd, buf, sizeof(buf));
+      if (got > 0) {
+        emit(st, r, prefix, buf, static_cast<size_t>(got));
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        if (!st.partial.empty()) emit(st, r, prefix, "\n", 1);
+        close(st.fd);
+        st.fd = -1;
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      Rank& rk = ranks[static_cast<size_t>(r)];
+      if (!rk.running) continue;
+      int status;
+      if (waitpid(rk.pid, &status, WNOHANG) == rk.pid) {
+        rk.running = false;
+        rk.status = status;
+        bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && !stopping) {
+          std::fprintf(stderr, "accl-run: rank %d (pid %d) %s; stopping the other ranks\n", r, rk.pid,
+                       describeStatus(status).c_str());
+          startStop(exitCodeOf(status));
+        }
+      }
+    }
+    if (stopping && std::chrono::steady_clock::now() >= killAt) {
+      bool any = false;
+      for (auto& rk : ranks) any |= rk.running;
+      if (any) {
+        std::fprintf(stderr, "accl-run: ranks still running %.1f s after SIGTERM; sending SIGKILL\n", grace);
+        signalAll(SIGKILL);
+      }
+      killAt = std::chrono::steady_clock::time_point::max();
+    }
+  }
+  return exitCode;
+}
