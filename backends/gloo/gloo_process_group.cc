@@ -386,9 +386,10 @@ std::shared_ptr<Work> GlooProcessGroup::doBarrier(const BarrierOptions& o) {
 // completion is awaited, in order, on a separate thread.
 std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
   auto timeout = effectiveTimeout(o);
+  // gloo refuses empty unbound buffers: back them with one byte, move none.
   std::shared_ptr<gloo::transport::UnboundBuffer> ub(
-      context_->createUnboundBuffer(dataOrDummy(buf), buf.bytes()).release());
-  ub->send(dst, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(o.tag)));
+      context_->createUnboundBuffer(dataOrDummy(buf), std::max<size_t>(buf.bytes(), 1)).release());
+  ub->send(dst, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(o.tag)), 0, buf.bytes());
   std::string where = context("send to rank " + std::to_string(dst) + " tag " + std::to_string(o.tag) +
                               " (" + std::to_string(buf.count) + " elements)");
   return p2pWaits_->enqueue(where, [ub, timeout, where]() -> int {
@@ -406,15 +407,15 @@ std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOp
 std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOptions& o) {
   auto timeout = effectiveTimeout(o);
   std::shared_ptr<gloo::transport::UnboundBuffer> ub(
-      context_->createUnboundBuffer(dataOrDummy(buf), buf.bytes()).release());
+      context_->createUnboundBuffer(dataOrDummy(buf), std::max<size_t>(buf.bytes(), 1)).release());
   auto slot = gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(o.tag));
   if (src == kAnySource) {
     std::vector<int> srcs;
     for (int r = 0; r < size(); ++r)
       if (r != rank()) srcs.push_back(r);
-    ub->recv(srcs, slot);
+    ub->recv(srcs, slot, 0, buf.bytes());
   } else {
-    ub->recv(src, slot);
+    ub->recv(src, slot, 0, buf.bytes());
   }
   std::string where = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
                               " tag " + std::to_string(o.tag) + " (" + std::to_string(buf.count) + " elements)");

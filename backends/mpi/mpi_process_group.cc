@@ -86,8 +86,11 @@ void userOp(void* in, void* inout, int* len, MPI_Datatype*) {
   internal::reduce(inout, in, inout, static_cast<size_t>(*len), T, K);
 }
 
+// Our own MPI ops for (dtype, op) pairs MPI lacks (16-bit floats) or gets
+// wrong: Open MPI 4.1's AVX op component saturates 8-bit integer sums and
+// products on long vectors instead of wrapping around.
 template <DataType T>
-MPI_Op halfOp(ReduceKind k) {
+MPI_Op ownOp(ReduceKind k) {
   static MPI_Op ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   static std::once_flag once;
   std::call_once(once, [] {
@@ -102,8 +105,10 @@ MPI_Op halfOp(ReduceKind k) {
 // The MPI op for the element-wise part of `kind` on `t`.
 MPI_Op mpiOp(ReduceKind kind, DataType t) {
   ReduceKind k = internal::elementwiseKind(kind);
-  if (t == DataType::Float16) return halfOp<DataType::Float16>(k);
-  if (t == DataType::BFloat16) return halfOp<DataType::BFloat16>(k);
+  if (t == DataType::Float16) return ownOp<DataType::Float16>(k);
+  if (t == DataType::BFloat16) return ownOp<DataType::BFloat16>(k);
+  if (t == DataType::Int8 && (k == ReduceKind::Sum || k == ReduceKind::Prod)) return ownOp<DataType::Int8>(k);
+  if (t == DataType::Uint8 && (k == ReduceKind::Sum || k == ReduceKind::Prod)) return ownOp<DataType::Uint8>(k);
   if (t == DataType::Bool) {
     switch (k) {
       case ReduceKind::Sum:

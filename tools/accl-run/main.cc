@@ -158,13 +158,22 @@ int main(int argc, char** argv) {
       std::perror("accl-run: pipe");
       return 1;
     }
+    // Signals stay blocked across fork until the child has reset its handlers,
+    // so a signal meant for the child never runs the parent's handler there.
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     pid_t pid = fork();
+    if (pid != 0) sigprocmask(SIG_SETMASK, &old, nullptr);
     if (pid < 0) {
       std::perror("accl-run: fork");
       return 1;
     }
     if (pid == 0) {
       for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_DFL);
+      close(gSigPipe[0]);
+      close(gSigPipe[1]);
+      sigprocmask(SIG_SETMASK, &old, nullptr);
       dup2(pipes[0][1], STDOUT_FILENO);
       dup2(pipes[1][1], STDERR_FILENO);
       setenv("RANK", std::to_string(r).c_str(), 1);

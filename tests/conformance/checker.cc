@@ -1,0 +1,550 @@
+#include "checker.h"
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+namespace accl {
+namespace conformance {
+
+namespace {
+
+// ---- element access, written independently of the library's kernels:
+// float16 through the compiler's _Float16, bfloat16 by bit rounding here.
+
+uint16_t toBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t rounding = 0x7fff + ((u >> 16) & 1);
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+float fromBf16(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void putFloat(void* p, size_t i, DataType t, long double v) {
+  switch (t) {
+    case DataType::Float16: {
+      _Float16 h = static_cast<_Float16>(static_cast<float>(v));
+      std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2);
+      return;
+    }
+    case DataType::BFloat16: {
+      uint16_t b = toBf16(static_cast<float>(v));
+      std::memcpy(static_cast<char*>(p) + 2 * i, &b, 2);
+      return;
+    }
+    case DataType::Float32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
+    case DataType::Float64: static_cast<double*>(p)[i] = static_cast<double>(v); return;
+    default: break;
+  }
+}
+
+long double getFloat(const void* p, size_t i, DataType t) {
+  switch (t) {
+    case DataType::Float16: {
+      _Float16 h;
+      std::memcpy(&h, static_cast<const char*>(p) + 2 * i, 2);
+      return static_cast<long double>(static_cast<float>(h));
+    }
+    case DataType::BFloat16: {
+      uint16_t b;
+      std::memcpy(&b, static_cast<const char*>(p) + 2 * i, 2);
+      return fromBf16(b);
+    }
+    case DataType::Float32: return static_cast<const float*>(p)[i];
+    case DataType::Float64: return static_cast<const double*>(p)[i];
+    default: return 0;
+  }
+}
+
+// Integers and bool as raw 64-bit patterns (sign-extended for signed types).
+uint64_t getInt(const void* p, size_t i, DataType t) {
+  switch (t) {
+    case DataType::Int8: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const int8_t*>(p)[i]));
+    case DataType::Uint8:
+    case DataType::Bool: return static_cast<const uint8_t*>(p)[i];
+    case DataType::Int32: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const int32_t*>(p)[i]));
+    case DataType::Uint32: return static_cast<const uint32_t*>(p)[i];
+    case DataType::Int64: return static_cast<uint64_t>(static_cast<const int64_t*>(p)[i]);
+    case DataType::Uint64: return static_cast<const uint64_t*>(p)[i];
+    default: return 0;
+  }
+}
+
+void putInt(void* p, size_t i, DataType t, uint64_t v) {
+  size_t s = dataTypeSize(t);
+  std::memcpy(static_cast<char*>(p) + s * i, &v, s);  // little-endian truncation
+}
+
+uint64_t truncBits(uint64_t v, DataType t) {
+  uint64_t x = 0;
+  putInt(&x, 0, t, v);
+  return getInt(&x, 0, t);
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The input element `i` of rank `r` for this case, as stored in the dtype.
+struct Gen {
+  DataType t;
+  ReduceKind kind;
+  uint64_t seed;
+
+  uint64_t h(int r, size_t i) const { return mix(seed * 0x100000001b3ull ^ (static_cast<uint64_t>(r) << 40) ^ i); }
+
+  void put(void* p, size_t at, int r, size_t i) const {
+    uint64_t x = h(r, i);
+    if (isFloatingPoint(t)) {
+      long double v;
+      if (kind == ReduceKind::Prod) {
+        v = 0.75L + static_cast<long double>(x % 501) / 1000.0L;  // [0.75, 1.25]
+        if ((x >> 20) & 1) v = -v;
+      } else {
+        v = (static_cast<long double>(x % 20001) - 10000.0L) / 10000.0L;  // [-1, 1]
+      }
+      putFloat(p, at, t, v);
+    } else if (t == DataType::Bool) {
+      // Mostly true for and-like ops, mostly false for or-like ops, so results vary.
+      bool andLike = kind == ReduceKind::Prod || kind == ReduceKind::Min || kind == ReduceKind::BAnd;
+      putInt(p, at, t, andLike ? (x % 8 != 0) : (x % 8 == 0));
+    } else if (kind == ReduceKind::Prod) {
+      putInt(p, at, t, static_cast<uint64_t>(static_cast<int64_t>(x % 7) - (isSigned() ? 3 : 0)));
+    } else if (kind == ReduceKind::Sum) {
+      putInt(p, at, t, static_cast<uint64_t>(static_cast<int64_t>(x % 255) - (isSigned() ? 127 : 0)));
+    } else {
+      putInt(p, at, t, x);  // full range: min/max/bitwise, and wraparound
+    }
+  }
+  bool isSigned() const { return t == DataType::Int8 || t == DataType::Int32 || t == DataType::Int64; }
+  // Stored value as long double / int bits (reads back through the dtype).
+  long double valueF(int r, size_t i) const {
+    char tmp[8];
+    put(tmp, 0, r, i);
+    return getFloat(tmp, 0, t);
+  }
+  uint64_t valueI(int r, size_t i) const {
+    char tmp[8] = {0};
+    put(tmp, 0, r, i);
+    return getInt(tmp, 0, t);
+  }
+};
+
+struct Expect {
+  long double value = 0;  // floating point
+  long double tol = 0;
+  uint64_t bits = 0;      // integers / bool
+};
+
+// The reduction of element i over `ranks` (all n ranks), with its error bound.
+Expect reduceRef(const Gen& g, const ReduceOp& op, int n, size_t i) {
+  Expect e;
+  if (isFloatingPoint(g.t)) {
+    long double u = unitRoundoff(g.t);
+    long double acc = 0, absSum = 0;
+    long double s = op.kind == ReduceKind::PremulSum ? static_cast<long double>(op.scalar) : 1.0L;
+    for (int r = 0; r < n; ++r) {
+      long double x = g.valueF(r, i);
+      switch (op.kind) {
+        case ReduceKind::Sum:
+        case ReduceKind::Avg: acc += x; absSum += std::fabs(x); break;
+        case ReduceKind::PremulSum: acc += s * x; absSum += std::fabs(s * x); break;
+        case ReduceKind::Prod: acc = (r == 0 ? x : acc * x); break;
+        case ReduceKind::Min: acc = (r == 0 || x < acc) ? x : acc; break;
+        case ReduceKind::Max: acc = (r == 0 || x > acc) ? x : acc; break;
+        default: break;
+      }
+    }
+    // First-order bounds of recursive floating-point evaluation in any order:
+    // a sum of n terms errs by at most (n-1)u * sum|x|; a product by (n-1)u |p|;
+    // premul adds one rounding per term, avg one division; the result is
+    // rounded once more into the dtype (u |ref|). Min/max are exact.
+    switch (op.kind) {
+      case ReduceKind::Sum: e.tol = (n - 1) * u * absSum + u * std::fabs(acc); break;
+      case ReduceKind::PremulSum: e.tol = n * u * absSum + u * std::fabs(acc); break;
+      case ReduceKind::Avg:
+        acc /= n;
+        e.tol = ((n - 1) * u * absSum) / n + 2 * u * std::fabs(acc);
+        break;
+      case ReduceKind::Prod: e.tol = n * u * std::fabs(acc); break;
+      default: e.tol = 0;
+    }
+    // Results below the smallest normal lose relative precision; allow the
+    // subnormal spacing per operation.
+    long double subnormal = g.t == DataType::Float16 ? std::ldexp(1.0L, -24)
+                            : g.t == DataType::BFloat16 ? std::ldexp(1.0L, -133)
+                            : g.t == DataType::Float32 ? std::ldexp(1.0L, -149) : 0;
+    e.tol += n * subnormal;
+    e.value = acc;
+    return e;
+  }
+  uint64_t acc = 0;
+  for (int r = 0; r < n; ++r) {
+    uint64_t x = g.valueI(r, i);
+    if (r == 0) {
+      acc = x;
+      continue;
+    }
+    bool sgn = g.isSigned();
+    switch (op.kind) {
+      case ReduceKind::Sum: acc = g.t == DataType::Bool ? (acc | x) : acc + x; break;
+      case ReduceKind::Prod: acc = g.t == DataType::Bool ? (acc & x) : acc * x; break;
+      case ReduceKind::Min: acc = sgn ? static_cast<uint64_t>(std::min<int64_t>(static_cast<int64_t>(acc), static_cast<int64_t>(x))) : std::min(acc, x); break;
+      case ReduceKind::Max: acc = sgn ? static_cast<uint64_t>(std::max<int64_t>(static_cast<int64_t>(acc), static_cast<int64_t>(x))) : std::max(acc, x); break;
+      case ReduceKind::BAnd: acc &= x; break;
+      case ReduceKind::BOr: acc |= x; break;
+      case ReduceKind::BXor: acc ^= x; break;
+      default: break;
+    }
+    acc = truncBits(acc, g.t);
+  }
+  e.bits = acc;
+  return e;
+}
+
+Expect plainRef(const Gen& g, int r, size_t i) {
+  Expect e;
+  if (isFloatingPoint(g.t)) e.value = g.valueF(r, i);
+  else e.bits = g.valueI(r, i);
+  return e;
+}
+
+class Errors {
+ public:
+  explicit Errors(const Case& c, int rank) : prefix_("rank " + std::to_string(rank) + " " + c.describe() + ": ") {}
+  void add(const std::string& s) {
+    if (list_.size() < 5) list_.push_back(prefix_ + s);
+    else if (list_.size() == 5) list_.push_back(prefix_ + "... (more mismatches)");
+  }
+  // Compares element `i` of `buf` (named `what`) with `e`.
+  void check(const Buffer& buf, size_t i, const Expect& e, const char* what, size_t logical) {
+    if (list_.size() > 5) return;
+    if (isFloatingPoint(buf.dtype)) {
+      long double got = getFloat(buf.data, i, buf.dtype);
+      if (std::isnan(static_cast<double>(got)) || std::fabs(got - e.value) > e.tol) {
+        std::ostringstream os;
+        os.precision(10);
+        os << what << "[" << logical << "] = " << static_cast<double>(got) << ", expected "
+           << static_cast<double>(e.value) << " +- " << static_cast<double>(e.tol);
+        add(os.str());
+      }
+    } else {
+      uint64_t got = getInt(buf.data, i, buf.dtype);
+      if (got != e.bits) {
+        std::ostringstream os;
+        os << what << "[" << logical << "] = " << static_cast<int64_t>(got) << ", expected " << static_cast<int64_t>(e.bits);
+        add(os.str());
+      }
+    }
+  }
+  std::vector<std::string> take() { return std::move(list_); }
+
+ private:
+  std::string prefix_;
+  std::vector<std::string> list_;
+};
+
+// Per-rank counts for the v-variants; the same on every rank.
+std::vector<size_t> vCounts(size_t count, int n) {
+  std::vector<size_t> c(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    long v = static_cast<long>(count) + (r % 3) - 1;
+    c[static_cast<size_t>(r)] = static_cast<size_t>(v < 0 ? (r % 2) : v);
+  }
+  return c;
+}
+
+// Elements rank `src` sends to rank `dst` in alltoallv.
+size_t a2avCount(size_t count, int src, int dst) {
+  return count ? count + static_cast<size_t>((src + 2 * dst) % 3) : static_cast<size_t>((src + dst) % 2);
+}
+
+struct Storage {
+  std::vector<char> bytes;
+  Buffer buf;
+  Storage(size_t n, DataType t) : bytes(n * dataTypeSize(t) + 1, static_cast<char>(0x5a)) {
+    buf = Buffer(n ? bytes.data() : nullptr, n, t);
+  }
+};
+
+}  // namespace
+
+long double unitRoundoff(DataType t) {
+  switch (t) {
+    case DataType::Float16: return std::ldexp(1.0L, -11);
+    case DataType::BFloat16: return std::ldexp(1.0L, -8);
+    case DataType::Float32: return std::ldexp(1.0L, -24);
+    case DataType::Float64: return std::ldexp(1.0L, -53);
+    default: return 0;
+  }
+}
+
+std::vector<DataType> allDataTypes() {
+  std::vector<DataType> v;
+  for (int i = 0; i < kNumDataTypes; ++i) v.push_back(static_cast<DataType>(i));
+  return v;
+}
+
+std::vector<ReduceKind> validReductions(DataType t) {
+  std::vector<ReduceKind> v;
+  for (int i = 0; i < kNumReduceKinds; ++i)
+    if (isValidReduction(static_cast<ReduceKind>(i), t)) v.push_back(static_cast<ReduceKind>(i));
+  return v;
+}
+
+std::vector<size_t> standardCounts(DataType t) {
+  return {0, 1, 7, (size_t{1} << 20) / dataTypeSize(t) + 3};
+}
+
+std::string Case::describe() const {
+  std::ostringstream os;
+  os << toString(op) << " " << toString(dtype);
+  if (op == OpType::Allreduce || op == OpType::Reduce || op == OpType::ReduceScatter ||
+      op == OpType::ReduceScatterv)
+    os << " " << toString(reduce.kind);
+  os << " count " << count;
+  if (op == OpType::Broadcast || op == OpType::Reduce || op == OpType::Gather || op == OpType::Scatter)
+    os << " root " << root;
+  if (inPlace) os << " in-place";
+  return os.str();
+}
+
+std::vector<std::string> runCase(ProcessGroup& pg, const Case& c) {
+  const int n = pg.size(), me = pg.rank();
+  const DataType t = c.dtype;
+  Gen g{t, c.reduce.kind, c.seed};
+  Errors err(c, me);
+  const size_t cnt = c.count;
+  auto fillRank = [&](const Buffer& b, size_t at, int r, size_t len) {
+    for (size_t i = 0; i < len; ++i) g.put(b.data, at + i, r, i);
+  };
+  // Out-of-place ops must leave their input untouched.
+  auto checkInputIntact = [&](const Buffer& in, int r) {
+    for (size_t i = 0; i < in.count; ++i) err.check(in, i, plainRef(g, r, i), "input (must be unchanged)", i);
+  };
+  try {
+    switch (c.op) {
+      case OpType::Allreduce: {
+        Storage in(cnt, t), out(cnt, t);
+        fillRank(in.buf, 0, me, cnt);
+        Buffer dst = c.inPlace ? in.buf : out.buf;
+        AllreduceOptions o;
+        o.op = c.reduce;
+        pg.allreduce(in.buf, dst, o)->wait();
+        for (size_t i = 0; i < cnt; ++i) err.check(dst, i, reduceRef(g, c.reduce, n, i), "output", i);
+        if (!c.inPlace) checkInputIntact(in.buf, me);
+        break;
+      }
+      case OpType::Reduce: {
+        Storage in(cnt, t), out(cnt, t);
+        fillRank(in.buf, 0, me, cnt);
+        Buffer dst = c.inPlace ? in.buf : out.buf;
+        ReduceOptions o;
+        o.op = c.reduce;
+        o.root = c.root;
+        pg.reduce(in.buf, dst, o)->wait();
+        if (me == c.root)
+          for (size_t i = 0; i < cnt; ++i) err.check(dst, i, reduceRef(g, c.reduce, n, i), "output", i);
+        if (!c.inPlace) checkInputIntact(in.buf, me);
+        break;
+      }
+      case OpType::Broadcast: {
+        Storage b(cnt, t);
+        if (me == c.root) fillRank(b.buf, 0, c.root, cnt);
+        BroadcastOptions o;
+        o.root = c.root;
+        pg.broadcast(b.buf, o)->wait();
+        for (size_t i = 0; i < cnt; ++i) err.check(b.buf, i, plainRef(g, c.root, i), "buffer", i);
+        break;
+      }
+      case OpType::Allgather: {
+        Storage in(cnt, t), out(cnt * n, t);
+        Buffer src = c.inPlace ? out.buf.slice(static_cast<size_t>(me) * cnt, cnt) : in.buf;
+        fillRank(src, 0, me, cnt);
+        pg.allgather(src, out.buf)->wait();
+        for (int r = 0; r < n; ++r)
+          for (size_t i = 0; i < cnt; ++i) err.check(out.buf, r * cnt + i, plainRef(g, r, i), "output", r * cnt + i);
+        if (!c.inPlace) checkInputIntact(in.buf, me);
+        break;
+      }
+      case OpType::Allgatherv: {
+        auto counts = vCounts(cnt, n);
+        size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+        size_t off = std::accumulate(counts.begin(), counts.begin() + me, size_t{0});
+        Storage in(counts[static_cast<size_t>(me)], t), out(total, t);
+        fillRank(in.buf, 0, me, in.buf.count);
+        pg.allgatherv(in.buf, out.buf, counts)->wait();
+        size_t at = 0;
+        for (int r = 0; r < n; ++r)
+          for (size_t i = 0; i < counts[static_cast<size_t>(r)]; ++i, ++at) err.check(out.buf, at, plainRef(g, r, i), "output", at);
+        (void)off;
+        checkInputIntact(in.buf, me);
+        break;
+      }
+      case OpType::ReduceScatter:
+      case OpType::ReduceScatterv: {
+        bool v = c.op == OpType::ReduceScatterv;
+        auto counts = v ? vCounts(cnt, n) : std::vector<size_t>(static_cast<size_t>(n), cnt);
+        size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+        size_t off = std::accumulate(counts.begin(), counts.begin() + me, size_t{0});
+        size_t mine = counts[static_cast<size_t>(me)];
+        Storage in(total, t), out(mine, t);
+        fillRank(in.buf, 0, me, total);
+        Buffer dst = c.inPlace ? in.buf.slice(off, mine) : out.buf;
+        ReduceScatterOptions o;
+        o.op = c.reduce;
+        if (v) pg.reduceScatterv(in.buf, dst, counts, o)->wait();
+        else pg.reduceScatter(in.buf, dst, o)->wait();
+        for (size_t i = 0; i < mine; ++i) err.check(dst, i, reduceRef(g, c.reduce, n, off + i), "output", i);
+        if (!c.inPlace) checkInputIntact(in.buf, me);
+        break;
+      }
+      case OpType::Alltoall: {
+        // Chunk j of rank r holds elements [j*cnt, (j+1)*cnt) of r's pattern.
+        Storage in(cnt * n, t), out(cnt * n, t);
+        fillRank(in.buf, 0, me, cnt * n);
+        Buffer dst = c.inPlace ? in.buf : out.buf;
+        pg.alltoall(in.buf, dst)->wait();
+        for (int r = 0; r < n; ++r)
+          for (size_t i = 0; i < cnt; ++i)
+            err.check(dst, r * cnt + i, plainRef(g, r, static_cast<size_t>(me) * cnt + i), "output", r * cnt + i);
+        if (!c.inPlace) checkInputIntact(in.buf, me);
+        break;
+      }
+      case OpType::Alltoallv: {
+        std::vector<size_t> sc(static_cast<size_t>(n)), rc(static_cast<size_t>(n));
+        for (int j = 0; j < n; ++j) {
+          sc[static_cast<size_t>(j)] = a2avCount(cnt, me, j);
+          rc[static_cast<size_t>(j)] = a2avCount(cnt, j, me);
+        }
+        size_t st = std::accumulate(sc.begin(), sc.end(), size_t{0});
+        size_t rt = std::accumulate(rc.begin(), rc.end(), size_t{0});
+        Storage in(st, t), out(rt, t);
+        fillRank(in.buf, 0, me, st);
+        pg.alltoallv(in.buf, sc, out.buf, rc)->wait();
+        size_t at = 0;
+        for (int r = 0; r < n; ++r) {
+          // Offset of my chunk in rank r's send buffer.
+          size_t srcOff = 0;
+          for (int j = 0; j < me; ++j) srcOff += a2avCount(cnt, r, j);
+          for (size_t i = 0; i < rc[static_cast<size_t>(r)]; ++i, ++at)
+            err.check(out.buf, at, plainRef(g, r, srcOff + i), "output", at);
+        }
+        checkInputIntact(in.buf, me);
+        break;
+      }
+      case OpType::Gather: {
+        Storage in(cnt, t), out(me == c.root ? cnt * n : 0, t);
+        fillRank(in.buf, 0, me, cnt);
+        GatherOptions o;
+        o.root = c.root;
+        pg.gather(in.buf, out.buf, o)->wait();
+        if (me == c.root)
+          for (int r = 0; r < n; ++r)
+            for (size_t i = 0; i < cnt; ++i) err.check(out.buf, r * cnt + i, plainRef(g, r, i), "output", r * cnt + i);
+        checkInputIntact(in.buf, me);
+        break;
+      }
+      case OpType::Scatter: {
+        Storage in(me == c.root ? cnt * n : 0, t), out(cnt, t);
+        if (me == c.root)
+          for (int r = 0; r < n; ++r) fillRank(in.buf, r * cnt, r, cnt);
+        ScatterOptions o;
+        o.root = c.root;
+        pg.scatter(in.buf, out.buf, o)->wait();
+        for (size_t i = 0; i < cnt; ++i) err.check(out.buf, i, plainRef(g, me, i), "output", i);
+        break;
+      }
+      case OpType::Barrier:
+        pg.barrier()->wait();
+        break;
+      default:
+        err.add("op not covered by runCase");
+    }
+  } catch (const std::exception& e) {
+    err.add(std::string("threw: ") + e.what());
+  }
+  return err.take();
+}
+
+std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uint64_t seed) {
+  const int n = pg.size(), me = pg.rank();
+  Case c;
+  c.op = OpType::Send;
+  c.dtype = t;
+  c.count = count;
+  Errors err(c, me);
+  if (n < 2) return {};
+  Gen g{t, ReduceKind::Sum, seed};
+  Storage s(count, t), r(count, t);
+  for (size_t i = 0; i < count; ++i) g.put(s.buf.data, i, me, i);
+  try {
+    SendOptions so;
+    so.tag = 7;
+    RecvOptions ro;
+    ro.tag = 7;
+    auto ws = pg.send(s.buf, (me + 1) % n, so);
+    auto wr = pg.recv(r.buf, (me + n - 1) % n, ro);
+    wr->wait();
+    ws->wait();
+    int from = (me + n - 1) % n;
+    for (size_t i = 0; i < count; ++i) err.check(r.buf, i, plainRef(g, from, i), "received", i);
+  } catch (const std::exception& e) {
+    err.add(std::string("threw: ") + e.what());
+  }
+  return err.take();
+}
+
+std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count, uint64_t seed) {
+  const int n = pg.size(), me = pg.rank();
+  Case c;
+  c.op = OpType::Recv;
+  c.dtype = t;
+  c.count = count;
+  Errors err(c, me);
+  if (n < 2) return {};
+  Gen g{t, ReduceKind::Sum, seed};
+  try {
+    if (me == 0) {
+      // Each message carries its sender's pattern; sourceRank() must name it.
+      std::vector<int> seen(static_cast<size_t>(n), 0);
+      for (int k = 1; k < n; ++k) {
+        Storage r(count, t);
+        RecvOptions ro;
+        ro.tag = static_cast<int>(seed % 1000);  // rounds must not match each other's messages
+        auto w = pg.recv(r.buf, kAnySource, ro);
+        w->wait();
+        int from = w->sourceRank();
+        if (from < 1 || from >= n) {
+          err.add("sourceRank() = " + std::to_string(from));
+          continue;
+        }
+        seen[static_cast<size_t>(from)]++;
+        for (size_t i = 0; i < count; ++i) err.check(r.buf, i, plainRef(g, from, i), "received", i);
+      }
+      for (int k = 1; k < n; ++k)
+        if (seen[static_cast<size_t>(k)] != 1) err.add("got " + std::to_string(seen[static_cast<size_t>(k)]) + " messages from rank " + std::to_string(k));
+    } else {
+      Storage s(count, t);
+      for (size_t i = 0; i < count; ++i) g.put(s.buf.data, i, me, i);
+      SendOptions so;
+      so.tag = static_cast<int>(seed % 1000);
+      pg.send(s.buf, 0, so)->wait();
+    }
+  } catch (const std::exception& e) {
+    err.add(std::string("threw: ") + e.what());
+  }
+  return err.take();
+}
+
+}  // namespace conformance
+}  // namespace accl

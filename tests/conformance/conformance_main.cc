@@ -1,0 +1,200 @@
+// The conformance suite. Every rank of a job runs this program (started by
+// accl-run, mpirun, torchrun or srun); each test runs one collective over all
+// dtypes, counts, reduce ops, roots and in-place forms, and checks each rank's
+// result against the reference it computes itself.
+//
+//   accl_conformance --backend NAME [--split] [gtest flags]
+//
+// --split runs the whole suite on sub-groups made by ProcessGroup::split:
+// the even ranks in reverse order, and the odd ranks, concurrently.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "accl/registry.h"
+#include "checker.h"
+
+using namespace accl;
+using namespace accl::conformance;
+
+namespace {
+
+std::shared_ptr<ProcessGroup> gWorld;
+std::shared_ptr<ProcessGroup> gPg;  // the group under test
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += x + "\n";
+  return s;
+}
+
+std::vector<int> roots(int n) {
+  std::set<int> s{0, n - 1};
+  if (n > 2) s.insert(n / 2);
+  return std::vector<int>(s.begin(), s.end());
+}
+
+bool isReduction(OpType op) {
+  return op == OpType::Allreduce || op == OpType::Reduce || op == OpType::ReduceScatter ||
+         op == OpType::ReduceScatterv;
+}
+bool hasRoot(OpType op) {
+  return op == OpType::Broadcast || op == OpType::Reduce || op == OpType::Gather || op == OpType::Scatter;
+}
+bool hasInPlace(OpType op) {
+  return op == OpType::Allreduce || op == OpType::Reduce || op == OpType::Allgather ||
+         op == OpType::ReduceScatter || op == OpType::ReduceScatterv || op == OpType::Alltoall;
+}
+
+class Collective : public ::testing::TestWithParam<std::tuple<OpType, DataType>> {};
+
+TEST_P(Collective, MatchesReference) {
+  auto [op, dtype] = GetParam();
+  ProcessGroup& pg = *gPg;
+  uint64_t seed = 1;
+  std::vector<ReduceOp> reductions;
+  if (isReduction(op)) {
+    for (auto k : validReductions(dtype))
+      reductions.push_back(k == ReduceKind::PremulSum ? ReduceOp::premulSum(1.375) : ReduceOp(k));
+  } else {
+    reductions.push_back(ReduceOp());
+  }
+  std::vector<int> rootList = hasRoot(op) ? roots(pg.size()) : std::vector<int>{0};
+  for (size_t count : standardCounts(dtype))
+    for (auto& red : reductions)
+      for (int root : rootList)
+        for (int inPlace = 0; inPlace <= (hasInPlace(op) ? 1 : 0); ++inPlace) {
+          Case c;
+          c.op = op;
+          c.dtype = dtype;
+          c.reduce = red;
+          c.count = count;
+          c.root = root;
+          c.inPlace = inPlace != 0;
+          c.seed = seed++;
+          auto errors = runCase(pg, c);
+          EXPECT_TRUE(errors.empty()) << join(errors);
+        }
+}
+
+std::string paramName(const ::testing::TestParamInfo<std::tuple<OpType, DataType>>& info) {
+  return std::string(toString(std::get<0>(info.param))) + "_" + toString(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllOps, Collective,
+    ::testing::Combine(::testing::Values(OpType::Allreduce, OpType::Reduce, OpType::Broadcast,
+                                         OpType::Allgather, OpType::Allgatherv, OpType::ReduceScatter,
+                                         OpType::ReduceScatterv, OpType::Alltoall, OpType::Alltoallv,
+                                         OpType::Gather, OpType::Scatter),
+                       ::testing::ValuesIn(allDataTypes())),
+    paramName);
+
+class PointToPoint : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(PointToPoint, RingSendRecv) {
+  uint64_t seed = 1000;
+  for (size_t count : standardCounts(GetParam())) {
+    auto errors = runRing(*gPg, GetParam(), count, seed++);
+    EXPECT_TRUE(errors.empty()) << join(errors);
+  }
+}
+
+TEST_P(PointToPoint, RecvFromAnySource) {
+  uint64_t seed = 2000;
+  for (size_t count : standardCounts(GetParam())) {
+    auto errors = runAnySource(*gPg, GetParam(), count, seed++);
+    EXPECT_TRUE(errors.empty()) << join(errors);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, PointToPoint, ::testing::ValuesIn(allDataTypes()),
+                         [](const ::testing::TestParamInfo<DataType>& i) { return std::string(toString(i.param)); });
+
+TEST(Barrier, CompletesOnEveryRank) {
+  for (int i = 0; i < 5; ++i) {
+    auto errors = runCase(*gPg, Case{OpType::Barrier});
+    EXPECT_TRUE(errors.empty()) << join(errors);
+  }
+}
+
+TEST(Async, ManyOutstandingOpsCompleteInOrder) {
+  // Issue 32 allreduces before waiting on any; each must hold its own result.
+  ProcessGroup& pg = *gPg;
+  const int k = 32, count = 1000;
+  std::vector<std::vector<int32_t>> bufs(k, std::vector<int32_t>(count));
+  std::vector<std::shared_ptr<Work>> works;
+  for (int j = 0; j < k; ++j) {
+    for (int i = 0; i < count; ++i) bufs[j][i] = (pg.rank() + 1) * (j + 1) + i;
+    works.push_back(pg.allreduce(Buffer(bufs[j].data(), count, DataType::Int32)));
+  }
+  int n = pg.size();
+  for (int j = 0; j < k; ++j) {
+    works[j]->wait();
+    for (int i = 0; i < count; ++i)
+      ASSERT_EQ(bufs[j][i], (j + 1) * n * (n + 1) / 2 + n * i) << "op " << j << " element " << i;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::string backend = std::getenv("ACCL_TEST_BACKEND") ? std::getenv("ACCL_TEST_BACKEND") : "";
+  bool split = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+    else if (!std::strncmp(argv[i], "--backend=", 10)) backend = argv[i] + 10;
+    else if (!std::strcmp(argv[i], "--split")) split = true;
+    else {
+      std::fprintf(stderr, "accl_conformance: unknown argument '%s'\nusage: accl_conformance --backend NAME [--split] [gtest flags]\n", argv[i]);
+      return 2;
+    }
+  }
+  if (backend.empty()) {
+    std::fprintf(stderr, "accl_conformance: --backend NAME (or ACCL_TEST_BACKEND) is required\n");
+    return 2;
+  }
+  try {
+    std::shared_ptr<Store> store;
+    int rank, size;
+    if (backend == "mpi") {  // ranks come from mpirun; no store needed
+      const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+      const char* s = std::getenv("OMPI_COMM_WORLD_SIZE");
+      rank = r ? std::atoi(r) : 0;
+      size = s ? std::atoi(s) : 1;
+    } else {
+      Rendezvous rv = rendezvousFromEnv();
+      store = std::make_shared<PrefixStore>("conformance", rv.store);
+      rank = rv.rank;
+      size = rv.size;
+    }
+    gWorld = createProcessGroup(backend, store, rank, size);
+    gPg = gWorld;
+    if (split) {
+      std::vector<int> even, odd;
+      for (int r = size - 1; r >= 0; --r)
+        if (r % 2 == 0) even.push_back(r);
+      for (int r = 1; r < size; r += 2) odd.push_back(r);
+      auto a = gWorld->split(even);
+      auto b = odd.empty() ? nullptr : gWorld->split(odd);
+      gPg = a ? a : b;
+      std::printf("rank %d/%d runs the suite as rank %d/%d of a split group\n", rank, size, gPg->rank(), gPg->size());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accl_conformance: setup failed: %s\n", e.what());
+    return 1;
+  }
+  int rc = RUN_ALL_TESTS();
+  try {
+    gWorld->barrier()->wait();  // nobody leaves while others still communicate
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accl_conformance: final barrier failed: %s\n", e.what());
+    rc = 1;
+  }
+  gPg.reset();
+  gWorld.reset();
+  return rc;
+}
