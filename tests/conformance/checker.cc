@@ -520,7 +520,7 @@ std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count
       for (int k = 1; k < n; ++k) {
         Storage r(count, t);
         RecvOptions ro;
-        ro.tag = static_cast<int>(seed % 1000);  // rounds must not match each other's messages
+        ro.tag = static_cast<int>(seed % 30000);  // rounds must not match each other's messages
         auto w = pg.recv(r.buf, kAnySource, ro);
         w->wait();
         int from = w->sourceRank();
@@ -537,7 +537,7 @@ std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count
       Storage s(count, t);
       for (size_t i = 0; i < count; ++i) g.put(s.buf.data, i, me, i);
       SendOptions so;
-      so.tag = static_cast<int>(seed % 1000);
+      so.tag = static_cast<int>(seed % 30000);
       pg.send(s.buf, 0, so)->wait();
     }
   } catch (const std::exception& e) {
