@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "accl/errors.h"
 #include "accl/internal/net.h"
@@ -33,6 +34,11 @@ constexpr uint16_t kVersion = 1;
 constexpr size_t kHeader = 12;
 constexpr size_t kKeyOverhead = 1u << 20;  // room for keys on top of the value limit
 constexpr uint32_t kMaxKeys = 1u << 16;
+
+// Response status: 0 ok; kStatusRefused closes the connection (RemoteError);
+// kStatusInvalid is a caller error (InvalidArgument).
+constexpr uint8_t kStatusRefused = 1;
+constexpr uint8_t kStatusInvalid = 2;
 
 enum Cmd : uint8_t { kSet = 1, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys };
 
@@ -156,7 +162,7 @@ struct TcpStoreServer::Impl {
 
   void refuse(Client& c, const std::string& why) {
     ACCL_WARN("STORE", "store server: dropping client fd " << c.fd << ": " << why);
-    reply(c, 1, why);
+    reply(c, kStatusRefused, why);
     c.closing = true;
     c.in.clear();
   }
@@ -212,7 +218,7 @@ struct TcpStoreServer::Impl {
         try {
           v = (it == data.end() ? 0 : detail::parseCounter(key, it->second)) + delta;
         } catch (const Error& e) {
-          reply(c, 1, e.what());
+          reply(c, kStatusInvalid, e.what());  // the connection stays usable
           return;
         }
         data[key] = toBytes(std::to_string(v));
@@ -381,23 +387,41 @@ struct TcpStore::Impl {
   int port = 0;
   size_t maxValue = 0;
   std::unique_ptr<TcpStoreServer> server;
+  // Idle connections. A request takes one (or opens one) and holds it only for
+  // its own duration, so a blocking wait() on one thread never delays set() on another.
   std::mutex mu;
-  int fd = -1;
+  std::vector<int> idle;
 
   std::string where() const { return "store server " + host + ":" + std::to_string(port); }
 
-  void disconnect() {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
+  ~Impl() {
+    for (int fd : idle) ::close(fd);
+  }
+
+  int take(internal::Clock::time_point deadline) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!idle.empty()) {
+        int fd = idle.back();
+        idle.pop_back();
+        return fd;
+      }
+    }
+    return internal::connectTo(host, port, deadline);
+  }
+
+  void giveBack(int fd) {
+    std::lock_guard<std::mutex> lk(mu);
+    idle.push_back(fd);
   }
 
   // Sends one request and returns the response body; bounded by `timeout`.
   std::string request(uint8_t cmd, const std::string& body, std::chrono::milliseconds timeout,
                       const std::string& what) {
-    std::lock_guard<std::mutex> lk(mu);
     auto deadline = internal::Clock::now() + timeout;
+    int fd = -1;
     try {
-      if (fd < 0) fd = internal::connectTo(host, port, deadline);
+      fd = take(deadline);
       std::string f = frame(cmd, body);
       internal::sendAll(fd, f.data(), f.size(), deadline, where());
       char hdr[kHeader];
@@ -409,17 +433,21 @@ struct TcpStore::Impl {
         throw RemoteError("accl: " + where() + " sent a malformed response");
       std::string resp(len, '\0');
       internal::recvAll(fd, resp.data(), len, deadline, where());
-      if (hdr[6] != 0) {
-        disconnect();
-        throw RemoteError("accl: " + where() + " refused " + what + ": " + resp);
+      if (hdr[6] == kStatusInvalid) {
+        giveBack(fd);
+        throw InvalidArgument(resp);
       }
+      if (hdr[6] != 0) throw RemoteError("accl: " + where() + " refused " + what + ": " + resp);
+      giveBack(fd);
       return resp;
+    } catch (const InvalidArgument&) {
+      throw;
     } catch (const Timeout&) {
-      disconnect();  // the reply may still come; never reuse this stream
+      if (fd >= 0) ::close(fd);  // the reply may still come; never reuse this stream
       throw Timeout("accl TcpStore: timed out after " + std::to_string(timeout.count()) +
                     " ms on " + what + " at " + where());
     } catch (...) {
-      disconnect();
+      if (fd >= 0) ::close(fd);
       throw;
     }
   }
@@ -438,13 +466,10 @@ TcpStore::TcpStore(const std::string& host, const TcpStoreOptions& opts) : impl_
                           "; accepted: 1..65535 (0 only with isServer)");
   }
   // Connect now so that an unreachable server is reported at construction.
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  impl_->fd = internal::connectTo(host, impl_->port, internal::Clock::now() + timeout_);
+  impl_->giveBack(internal::connectTo(host, impl_->port, internal::Clock::now() + timeout_));
 }
 
-TcpStore::~TcpStore() {
-  impl_->disconnect();
-}
+TcpStore::~TcpStore() = default;
 
 int TcpStore::port() const { return impl_->port; }
 

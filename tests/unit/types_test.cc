@@ -1,0 +1,122 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "accl/errors.h"
+#include "accl/internal/half.h"
+#include "accl/internal/reduce_kernels.h"
+#include "accl/types.h"
+
+using namespace accl;
+
+TEST(Types, SizesAndNamesRoundTrip) {
+  const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 1};
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    auto t = static_cast<DataType>(i);
+    EXPECT_EQ(dataTypeSize(t), sizes[i]) << toString(t);
+    EXPECT_EQ(parseDataType(toString(t)), t);
+  }
+  for (int i = 0; i < kNumReduceKinds; ++i)
+    EXPECT_EQ(parseReduceKind(toString(static_cast<ReduceKind>(i))), static_cast<ReduceKind>(i));
+}
+
+TEST(Types, UnknownNamesListWhatIsAccepted) {
+  try {
+    parseDataType("float8");
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("float8"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("bfloat16"), std::string::npos);
+  }
+  EXPECT_THROW(parseReduceKind("mean"), InvalidArgument);
+}
+
+TEST(Types, ReductionValidity) {
+  EXPECT_TRUE(isValidReduction(ReduceKind::BXor, DataType::Int32));
+  EXPECT_TRUE(isValidReduction(ReduceKind::BAnd, DataType::Bool));
+  EXPECT_FALSE(isValidReduction(ReduceKind::BOr, DataType::Float32));
+  EXPECT_FALSE(isValidReduction(ReduceKind::BAnd, DataType::BFloat16));
+  EXPECT_TRUE(isValidReduction(ReduceKind::Avg, DataType::Float16));
+  EXPECT_FALSE(isValidReduction(ReduceKind::Avg, DataType::Int64));
+  EXPECT_FALSE(isValidReduction(ReduceKind::PremulSum, DataType::Uint8));
+  for (int i = 0; i < kNumDataTypes; ++i)
+    for (auto k : {ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Min, ReduceKind::Max})
+      EXPECT_TRUE(isValidReduction(k, static_cast<DataType>(i)));
+}
+
+// The library's conversions against the compiler's _Float16, exhaustively.
+TEST(Half, HalfToFloatMatchesCompilerForAllBitPatterns) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    uint16_t h = static_cast<uint16_t>(b);
+    _Float16 ref;
+    std::memcpy(&ref, &h, 2);
+    float want = static_cast<float>(ref), got = internal::halfToFloat(h);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << b;
+    } else {
+      ASSERT_EQ(std::memcmp(&want, &got, 4), 0) << "bits " << b;
+    }
+  }
+}
+
+TEST(Half, FloatToHalfRoundsLikeCompiler) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t u = bits(rng);
+    // Bias half the samples towards the half-precision range, subnormals included.
+    if (i % 2) u = (u & 0x807fffffu) | ((100u + (u >> 23) % 45u) << 23);
+    float f;
+    std::memcpy(&f, &u, 4);
+    if (std::isnan(f)) continue;
+    _Float16 ref = static_cast<_Float16>(f);
+    uint16_t want;
+    std::memcpy(&want, &ref, 2);
+    ASSERT_EQ(internal::floatToHalf(f), want) << "float bits " << u;
+  }
+}
+
+TEST(Half, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(internal::floatToBf16(1.0f), 0x3f80);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
+  EXPECT_EQ(internal::floatToBf16(1.00390625f), 0x3f80);
+  // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: ties to even (1 + 2^-6).
+  EXPECT_EQ(internal::floatToBf16(1.01171875f), 0x3f82);
+  EXPECT_EQ(internal::bf16ToFloat(0xc000), -2.0f);
+  EXPECT_TRUE(std::isnan(internal::bf16ToFloat(internal::floatToBf16(std::nanf("")))));
+}
+
+TEST(ReduceKernels, IntegersWrapAroundAndBitwise) {
+  int8_t a[3] = {100, -128, 7}, b[3] = {100, -1, 3}, out[3];
+  internal::reduce(out, a, b, 3, DataType::Int8, ReduceKind::Sum);
+  EXPECT_EQ(out[0], static_cast<int8_t>(-56));
+  EXPECT_EQ(out[1], static_cast<int8_t>(127));
+  internal::reduce(out, a, b, 3, DataType::Int8, ReduceKind::BXor);
+  EXPECT_EQ(out[2], 4);
+  internal::reduce(out, a, b, 3, DataType::Int8, ReduceKind::Min);
+  EXPECT_EQ(out[1], -128);
+  uint64_t x[1] = {~0ull}, y[1] = {2};
+  internal::reduce(x, x, y, 1, DataType::Uint64, ReduceKind::Prod);
+  EXPECT_EQ(x[0], ~0ull - 1);
+}
+
+TEST(ReduceKernels, FloatsAndBool) {
+  float a[2] = {1.5f, std::nanf("")}, b[2] = {-2.0f, 1.0f}, out[2];
+  internal::reduce(out, a, b, 2, DataType::Float32, ReduceKind::Max);
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_TRUE(std::isnan(out[1])) << "NaN propagates";
+  uint8_t p[3] = {1, 0, 1}, q[3] = {1, 1, 0}, r[3];
+  internal::reduce(r, p, q, 3, DataType::Bool, ReduceKind::Sum);
+  EXPECT_EQ(r[0] + r[1] + r[2], 3);
+  internal::reduce(r, p, q, 3, DataType::Bool, ReduceKind::Prod);
+  EXPECT_EQ(r[0] + r[1] + r[2], 1);
+  uint16_t h[1] = {internal::floatToHalf(0.1f)}, k[1] = {internal::floatToHalf(0.2f)};
+  internal::reduce(h, h, k, 1, DataType::Float16, ReduceKind::Sum);
+  _Float16 ref = static_cast<_Float16>(static_cast<float>(static_cast<_Float16>(0.1f)) +
+                                       static_cast<float>(static_cast<_Float16>(0.2f)));
+  uint16_t want;
+  std::memcpy(&want, &ref, 2);
+  EXPECT_EQ(h[0], want);
+  EXPECT_THROW(internal::reduce(out, a, b, 2, DataType::Float32, ReduceKind::BAnd), InvalidArgument);
+}
