@@ -95,15 +95,35 @@ uint64_t mix(uint64_t x) {  // splitmix64
 }
 
 // The input element `i` of rank `r` for this case, as stored in the dtype.
+// Values come from a per-case table of kTable random entries, indexed by
+// (i + r * kStride) mod kTable: every rank sees a different sequence, and the
+// reference costs a table lookup per (rank, element).
+constexpr size_t kTable = 4099;  // prime
+constexpr size_t kStride = 1031;
+
 struct Gen {
   DataType t;
   ReduceKind kind;
   uint64_t seed;
+  std::vector<long double> f;  // stored values, floating-point dtypes
+  std::vector<uint64_t> bits;  // stored values, integers and bool
+  std::vector<char> raw;       // stored values as bytes of the dtype
 
-  uint64_t h(int r, size_t i) const { return mix(seed * 0x100000001b3ull ^ (static_cast<uint64_t>(r) << 40) ^ i); }
+  Gen(DataType dt, ReduceKind k, uint64_t s) : t(dt), kind(k), seed(s) {
+    size_t es = dataTypeSize(t);
+    raw.assign(kTable * es, 0);
+    f.resize(kTable);
+    bits.resize(kTable);
+    for (size_t j = 0; j < kTable; ++j) {
+      make(raw.data(), j, mix(seed * 0x100000001b3ull + j));
+      if (isFloatingPoint(t)) f[j] = getFloat(raw.data(), j, t);
+      else bits[j] = getInt(raw.data(), j, t);
+    }
+  }
 
-  void put(void* p, size_t at, int r, size_t i) const {
-    uint64_t x = h(r, i);
+  static size_t index(int r, size_t i) { return (i + static_cast<size_t>(r) * kStride) % kTable; }
+
+  void make(void* p, size_t at, uint64_t x) const {
     if (isFloatingPoint(t)) {
       long double v;
       if (kind == ReduceKind::Prod) {
@@ -125,18 +145,13 @@ struct Gen {
       putInt(p, at, t, x);  // full range: min/max/bitwise, and wraparound
     }
   }
+  void put(void* p, size_t at, int r, size_t i) const {
+    size_t es = dataTypeSize(t);
+    std::memcpy(static_cast<char*>(p) + at * es, raw.data() + index(r, i) * es, es);
+  }
   bool isSigned() const { return t == DataType::Int8 || t == DataType::Int32 || t == DataType::Int64; }
-  // Stored value as long double / int bits (reads back through the dtype).
-  long double valueF(int r, size_t i) const {
-    char tmp[8];
-    put(tmp, 0, r, i);
-    return getFloat(tmp, 0, t);
-  }
-  uint64_t valueI(int r, size_t i) const {
-    char tmp[8] = {0};
-    put(tmp, 0, r, i);
-    return getInt(tmp, 0, t);
-  }
+  long double valueF(int r, size_t i) const { return f[index(r, i)]; }
+  uint64_t valueI(int r, size_t i) const { return bits[index(r, i)]; }
 };
 
 struct Expect {
@@ -321,7 +336,7 @@ std::string Case::describe() const {
 std::vector<std::string> runCase(ProcessGroup& pg, const Case& c) {
   const int n = pg.size(), me = pg.rank();
   const DataType t = c.dtype;
-  Gen g{t, c.reduce.kind, c.seed};
+  Gen g(t, c.reduce.kind, c.seed);
   Errors err(c, me);
   const size_t cnt = c.count;
   auto fillRank = [&](const Buffer& b, size_t at, int r, size_t len) {
@@ -484,7 +499,7 @@ std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uin
   c.count = count;
   Errors err(c, me);
   if (n < 2) return {};
-  Gen g{t, ReduceKind::Sum, seed};
+  Gen g(t, ReduceKind::Sum, seed);
   Storage s(count, t), r(count, t);
   for (size_t i = 0; i < count; ++i) g.put(s.buf.data, i, me, i);
   try {
@@ -512,7 +527,7 @@ std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count
   c.count = count;
   Errors err(c, me);
   if (n < 2) return {};
-  Gen g{t, ReduceKind::Sum, seed};
+  Gen g(t, ReduceKind::Sum, seed);
   try {
     if (me == 0) {
       // Each message carries its sender's pattern; sourceRank() must name it.
