@@ -26,8 +26,8 @@ bool Work::test() {
 void Work::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
   if (timeout.count() < 0) {
-    cv_.wait(lk, [&] { return completed_; });
-  } else if (!cv_.wait_for(lk, timeout, [&] { return completed_; })) {
+    cv_.wait(lk, [&] { return callbacksDone_; });
+  } else if (!cv_.wait_for(lk, timeout, [&] { return callbacksDone_; })) {
     throw Timeout("accl: " + (description_.empty() ? std::string("operation") : description_) +
                   " did not complete within " + std::to_string(timeout.count()) +
                   " ms of Work::wait()");
@@ -66,8 +66,13 @@ void Work::markCompleted(std::exception_ptr error, int sourceRank) {
     sourceRank_ = sourceRank;
     cbs.swap(callbacks_);
   }
-  cv_.notify_all();
+  // Callbacks run before waiters wake: after wait() returns, they have run.
   for (auto& cb : cbs) cb(*this);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    callbacksDone_ = true;
+  }
+  cv_.notify_all();
 }
 
 }  // namespace accl

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -173,6 +174,8 @@ int main(int argc, char** argv) {
       for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_DFL);
       close(gSigPipe[0]);
       close(gSigPipe[1]);
+      setpgid(0, 0);  // a group per rank: signals reach everything the rank started
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphaned ranks if accl-run itself is killed
       sigprocmask(SIG_SETMASK, &old, nullptr);
       dup2(pipes[0][1], STDOUT_FILENO);
       dup2(pipes[1][1], STDERR_FILENO);
@@ -187,6 +190,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "accl-run: cannot execute '%s': %s\n", argv[i], std::strerror(errno));
       _exit(127);
     }
+    setpgid(pid, pid);  // also here, so that no signal can race the child's own call
     close(pipes[0][1]);
     close(pipes[1][1]);
     Rank& rk = ranks[static_cast<size_t>(r)];
@@ -203,7 +207,7 @@ int main(int argc, char** argv) {
   std::chrono::steady_clock::time_point killAt{};
   auto signalAll = [&](int sig) {
     for (auto& rk : ranks)
-      if (rk.running) kill(rk.pid, sig);
+      if (rk.running) kill(-rk.pid, sig);
   };
   auto startStop = [&](int code) {
     if (stopping) return;
@@ -214,6 +218,7 @@ int main(int argc, char** argv) {
   };
 
   char buf[65536];
+  std::chrono::steady_clock::time_point drainUntil{};
   for (;;) {
     std::vector<pollfd> fds{{gSigPipe[0], POLLIN, 0}};
     std::vector<std::pair<int, int>> owners{{-1, -1}};
@@ -226,7 +231,14 @@ int main(int argc, char** argv) {
     bool anyRunning = false;
     for (auto& rk : ranks) anyRunning |= rk.running;
     if (!anyRunning && fds.size() == 1) break;
-    int timeoutMs = stopping ? 100 : -1;
+    if (!anyRunning) {
+      // Every rank has exited; leftover descendants may hold the pipes open.
+      if (drainUntil == std::chrono::steady_clock::time_point{})
+        drainUntil = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      else if (std::chrono::steady_clock::now() > drainUntil)
+        break;
+    }
+    int timeoutMs = (stopping || !anyRunning) ? 100 : -1;
     int pr = poll(fds.data(), fds.size(), timeoutMs);
     if (pr < 0 && errno != EINTR) {
       std::perror("accl-run: poll");

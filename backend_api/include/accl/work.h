@@ -28,7 +28,8 @@ class Work {
   bool isSuccess() const;
   // Non-blocking: like isCompleted(), but rethrows the op's exception if it failed.
   bool test();
-  // Blocks until the op finishes, then rethrows its exception if it failed.
+  // Blocks until the op finishes and its completion callbacks have run, then
+  // rethrows its exception if it failed.
   // With a timeout >= 0, throws accl::Timeout if the op is still running when
   // it expires; the op itself keeps running and stays bound by its own deadline.
   void wait(std::chrono::milliseconds timeout = kNoTimeout);
@@ -50,6 +51,7 @@ class Work {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool completed_ = false;
+  bool callbacksDone_ = false;  // wait() returns only after the callbacks ran
   int sourceRank_ = -1;
   std::exception_ptr error_;
   std::vector<std::function<void(Work&)>> callbacks_;

@@ -1,0 +1,178 @@
+// Ranks as threads of one process (gloo allows it): the conformance checks,
+// argument errors, timeouts, ordering and concurrency of several groups.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "accl/registry.h"
+#include "checker.h"
+
+using namespace accl;
+using namespace accl::conformance;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs fn(pg) on `n` threads, each a rank of one gloo group over a HashStore.
+void runRanks(int n, const std::function<void(ProcessGroup&)>& fn, ProcessGroupOptions opts = {}) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto pg = createProcessGroup("gloo", store, r, n, opts);
+        fn(*pg);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += x + "\n";
+  return s;
+}
+
+template <typename E>
+void expectError(const std::function<void()>& f, const std::vector<std::string>& mentions) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    for (auto& m : mentions) EXPECT_NE(std::string(e.what()).find(m), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+}  // namespace
+
+class ThreadRanks : public ::testing::TestWithParam<OpType> {};
+
+TEST_P(ThreadRanks, EveryDtypeAndCountMatchesReference) {
+  OpType op = GetParam();
+  runRanks(3, [&](ProcessGroup& pg) {
+    uint64_t seed = 1;
+    for (auto t : allDataTypes())
+      for (size_t count : standardCounts(t)) {
+        std::vector<ReduceKind> reds{ReduceKind::Sum};
+        if (op == OpType::Allreduce || op == OpType::ReduceScatter) reds = validReductions(t);
+        for (auto k : reds) {
+          Case c;
+          c.op = op;
+          c.dtype = t;
+          c.reduce = k == ReduceKind::PremulSum ? ReduceOp::premulSum(0.625) : ReduceOp(k);
+          c.count = count;
+          c.root = 2;
+          c.seed = seed++;
+          auto errs = runCase(pg, c);
+          EXPECT_TRUE(errs.empty()) << join(errs);
+        }
+      }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, ThreadRanks,
+                         ::testing::Values(OpType::Allreduce, OpType::Broadcast, OpType::Reduce, OpType::Allgather,
+                                           OpType::Allgatherv, OpType::ReduceScatter, OpType::Alltoallv,
+                                           OpType::Gather, OpType::Scatter),
+                         [](const ::testing::TestParamInfo<OpType>& i) { return std::string(toString(i.param)); });
+
+TEST(Errors, InvalidArgumentsAreRefusedBeforeAnythingStarts) {
+  runRanks(2, [](ProcessGroup& pg) {
+    std::vector<float> a(8), b(8);
+    std::vector<int32_t> ia(8);
+    Buffer fa(a.data(), 8, DataType::Float32), fb(b.data(), 8, DataType::Float32);
+    BroadcastOptions bo;
+    bo.root = 2;
+    expectError<InvalidArgument>([&] { pg.broadcast(fa, bo); }, {"broadcast", "invalid root 2", "0..1"});
+    ReduceOptions ro;
+    ro.root = -1;
+    expectError<InvalidArgument>([&] { pg.reduce(fa, fb, ro); }, {"invalid root -1"});
+    expectError<InvalidArgument>([&] { pg.send(fa, 5); }, {"send", "invalid peer rank 5"});
+    expectError<InvalidArgument>([&] { pg.recv(fa, -7); }, {"recv", "kAnySource"});
+    expectError<InvalidArgument>([&] { pg.send(fa, pg.rank()); }, {"is this rank"});
+    expectError<InvalidArgument>([&] { pg.allgather(fa, Buffer(b.data(), 15, DataType::Float32)); },
+                                 {"allgather", "output has 15 elements, expected 16"});
+    expectError<InvalidArgument>([&] { pg.allreduce(fa, Buffer(ia.data(), 8, DataType::Int32)); },
+                                 {"input dtype float32 differs from output dtype int32"});
+    expectError<InvalidArgument>([&] { pg.alltoall(Buffer(a.data(), 7, DataType::Float32), Buffer(b.data(), 7, DataType::Float32)); },
+                                 {"not a multiple of the group size 2"});
+    expectError<InvalidArgument>([&] { pg.allgatherv(fa, fb, {8}); }, {"one per rank"});
+    AllreduceOptions band;
+    band.op = ReduceKind::BAnd;
+    expectError<InvalidArgument>([&] { pg.allreduce(fa, band); }, {"band is not defined for dtype float32", "accepted"});
+    AllreduceOptions avg;
+    avg.op = ReduceKind::Avg;
+    expectError<InvalidArgument>([&] { pg.allreduce(Buffer(ia.data(), 8, DataType::Int32), avg); },
+                                 {"avg is not defined for dtype int32"});
+    expectError<InvalidArgument>([&] { pg.allreduce(Buffer(nullptr, 4, DataType::Float32)); }, {"null pointer"});
+    expectError<NotSupported>([&] { pg.allreduce(Buffer(a.data(), 8, DataType::Float32, Device::cuda(0))); },
+                              {"cuda:0", "gloo"});
+    expectError<InvalidArgument>([&] { pg.split({0, 0}); }, {"listed twice"});
+    expectError<InvalidArgument>([&] { pg.split({3}); }, {"out of range"});
+    // The group still works after refused calls.
+    a.assign(8, 1.0f);
+    pg.allreduce(fa)->wait();
+    EXPECT_EQ(a[0], 2.0f);
+  });
+}
+
+TEST(Errors, UnknownBackendListsTheAvailableOnes) {
+  expectError<InvalidArgument>([] { createProcessGroup("nccl2", std::make_shared<HashStore>(), 0, 1); },
+                               {"unknown backend 'nccl2'", "gloo"});
+  expectError<InvalidArgument>([] { createProcessGroup("gloo", std::make_shared<HashStore>(), 2, 2); },
+                               {"invalid rank 2"});
+  expectError<InvalidArgument>([] { createProcessGroup("gloo", nullptr, 0, 1); }, {"store"});
+}
+
+TEST(Timeouts, CollectiveThatOneRankNeverEntersFailsWithinTheDeadline) {
+  std::atomic<bool> done{false};
+  runRanks(2, [&](ProcessGroup& pg) {
+    std::vector<float> a(4, 1.0f);
+    if (pg.rank() == 1) {  // alive and connected, but never enters the collective
+      while (!done) std::this_thread::sleep_for(10ms);
+    } else {
+      AllreduceOptions o;
+      o.timeout = 500ms;
+      auto start = std::chrono::steady_clock::now();
+      auto w = pg.allreduce(Buffer(a.data(), 4, DataType::Float32), o);
+      expectError<Timeout>([&] { w->wait(); }, {"allreduce #0", "rank 0/2"});
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+      done = true;
+    }
+  });
+}
+
+TEST(Async, WorkCallbacksAndManyGroupsConcurrently) {
+  // Two disjoint sub-groups run at the same time; callbacks fire exactly once.
+  runRanks(4, [](ProcessGroup& pg) {
+    auto lo = pg.split({0, 1});
+    auto hi = pg.split({3, 2});
+    auto& sub = lo ? lo : hi;
+    ASSERT_TRUE(sub);
+    EXPECT_EQ(sub->size(), 2);
+    EXPECT_EQ(sub->rank(), pg.rank() == 3 ? 0 : pg.rank() == 2 ? 1 : pg.rank());
+    std::atomic<int> fired{0};
+    std::vector<std::vector<int64_t>> bufs(20, std::vector<int64_t>(100, pg.rank()));
+    std::vector<std::shared_ptr<Work>> works;
+    for (auto& b : bufs) {
+      works.push_back(sub->allreduce(Buffer(b.data(), 100, DataType::Int64)));
+      works.back()->onComplete([&](Work&) { fired++; });
+    }
+    for (auto& w : works) w->wait();
+    EXPECT_EQ(fired.load(), 20);
+    int64_t want = pg.rank() < 2 ? 0 + 1 : 2 + 3;
+    for (auto& b : bufs) EXPECT_EQ(b[99], want);
+    // The parent group is still usable.
+    int64_t x = 1;
+    pg.allreduce(Buffer(&x, 1, DataType::Int64))->wait();
+    EXPECT_EQ(x, 4);
+  });
+}
