@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The main job on one machine, no configuration: installs what is missing,
+# builds, shows what this build can do, benchmarks the backends side by side
+# and runs a small program on each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh >/dev/null
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+BIN=${BUILD_DIR:-build}/bin
+NP=${DEMO_RANKS:-2}
+
+echo
+echo "== accl-info: version, backends, configuration"
+"$BIN/accl-info" --backends
+
+echo
+echo "== Topology probe: not part of this version yet (accl-topo is planned)."
+
+mapfile -t backends < <("$BIN/accl-info" --backends | awk '$2 == "usable" {print $1}')
+echo
+echo "== Side-by-side float32 sum allreduce, $NP ranks on this host (accl-perf)"
+summary=()
+for b in "${backends[@]}"; do
+  if [ "$b" = mpi ]; then launch=(mpirun --oversubscribe -n "$NP"); else launch=("$BIN/accl-run" -n "$NP"); fi
+  echo "-- backend $b"
+  out=$("${launch[@]}" "$BIN/accl-perf" --backend "$b" -b 8 -e 16M -f 8 -n 10 -w 3 -c 1 2>&1)
+  echo "$out" | sed 's/^\[0\] //' | grep -v '^\[[1-9]'
+  summary+=("$b: $(echo "$out" | grep -o 'Avg bus bandwidth *: [0-9.e+-]*')")
+done
+echo
+echo "== Summary (average busbw over sizes, GB/s)"
+printf '  %s\n' "${summary[@]}"
+
+echo
+echo "== A program using the SDK (examples/cpp/allreduce) on every backend"
+for b in "${backends[@]}"; do
+  if [ "$b" = mpi ]; then launch=(mpirun --oversubscribe -n "$NP"); else launch=("$BIN/accl-run" -n "$NP"); fi
+  "${launch[@]}" "$BIN/allreduce_example" "$b"
+done
+
+echo
+echo "== BERT training with backend='accl' needs the accl backend and the PyTorch plugin,"
+echo "   which are not part of this version yet."

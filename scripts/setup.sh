@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what ACCL needs to build and test on Debian 12 (idempotent: only
+# missing packages are installed). Run as root, or with sudo available.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  googletest libgtest-dev           # unit and conformance tests
+  libgloo-dev                       # gloo backend
+  libopenmpi-dev openmpi-bin        # mpi backend and mpirun
+  iproute2 procps                   # multi-host tests (network namespaces), process tools
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite.
+#   scripts/test.sh                 everything
+#   scripts/test.sh -L unit         only tests with a CTest label (unit, threads,
+#                                   multiproc, conformance, launcher, install)
+#   scripts/test.sh -R gloo.np2     only tests matching a name
+# Extra arguments go to ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cd "${BUILD_DIR:-build}"
+start=$(date +%s)
+# Multi-process tests oversubscribe the cores already: run one test at a time.
+ctest --output-on-failure --timeout 2400 "$@"
+echo "test.sh: finished in $(( $(date +%s) - start )) s"
