@@ -45,7 +45,8 @@ rc=$?
 
 # 5. ranks that ignore SIGTERM are killed after the grace period
 start=$(date +%s)
-"$RUN" -n 2 --grace 1 sh -c 'trap "" TERM; if [ "$RANK" = 0 ]; then exit 5; fi; while true; do sleep 0.1; done' >"$tmp/out" 2>&1
+# (rank 0 fails only once rank 1 has installed its trap)
+"$RUN" -n 2 --grace 1 sh -c 'trap "" TERM; if [ "$RANK" = 0 ]; then while [ ! -e "$0/trapped" ]; do sleep 0.05; done; exit 5; fi; touch "$0/trapped"; while true; do sleep 0.1; done' "$tmp" >"$tmp/out" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
 [ $rc -eq 5 ]; check "first failure's code kept (got $rc)" $?
@@ -63,6 +64,14 @@ grep -q "sending SIGKILL" "$tmp/out"; check "escalates to SIGKILL" $?
 # 7. partial last lines are not lost
 "$RUN" -n 1 printf 'no newline' >"$tmp/out" 2>&1
 grep -qx "\[0\] no newline" "$tmp/out"; check "unterminated output line is flushed" $?
+
+# 8. standalone store server
+"$RUN" --store-server 0 >"$tmp/srv" 2>&1 &
+spid=$!
+for _ in $(seq 50); do grep -q "listening on port" "$tmp/srv" && break; sleep 0.1; done
+grep -q "listening on port [0-9]" "$tmp/srv"; check "store server prints its port" $?
+kill -TERM $spid; wait $spid; rc=$?
+[ $rc -eq 0 ] && grep -q "store server stopping" "$tmp/srv"; check "store server stops cleanly on SIGTERM" $?
 
 [ $fails -eq 0 ] && echo "all accl-run checks passed" || echo "$fails accl-run checks failed"
 exit $fails

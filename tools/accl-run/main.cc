@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "accl/internal/net.h"
+#include "accl/store.h"
 
 namespace {
 
@@ -53,6 +54,9 @@ void usage(FILE* f) {
                "  --master-port PORT  port of rank 0's store (default: a free port)\n"
                "  --grace SECONDS     after a failure, wait this long after SIGTERM before SIGKILL (default 5)\n"
                "  --no-prefix         do not prefix output lines with [rank]\n"
+               "  --store-server PORT only run a TCP store server on PORT (0 = any; the port is\n"
+               "                      printed) until SIGINT/SIGTERM, for jobs whose ranks all connect\n"
+               "                      as clients (ACCL_STORE_PORT / MASTER_PORT)\n"
                "Exit status: 0 if every rank exits 0; otherwise that of the first rank that\n"
                "failed (128+signal if it was killed by a signal).\n");
 }
@@ -92,6 +96,27 @@ int exitCodeOf(int status) {
   return 1;
 }
 
+// Runs a standalone store server until SIGINT or SIGTERM.
+int serveStore(int port) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  try {
+    accl::TcpStoreServer server("", port);
+    std::printf("accl-run: store server listening on port %d\n", server.port());
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    std::printf("accl-run: store server stopping (signal %d), %zu clients connected\n", sig, server.numClients());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accl-run: %s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,6 +148,7 @@ int main(int argc, char** argv) {
     else if (a == "--master-port") port = toInt("--master-port", need("--master-port"), 1, 65535);
     else if (a == "--grace") grace = std::atof(need("--grace"));
     else if (a == "--no-prefix") prefix = false;
+    else if (a == "--store-server") return serveStore(toInt("--store-server", need("--store-server"), 0, 65535));
     else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
