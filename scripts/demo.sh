@@ -15,7 +15,8 @@ echo "== accl-info: version, backends, configuration"
 "$BIN/accl-info" --backends
 
 echo
-echo "== Topology probe: not part of this version yet (accl-topo is planned)."
+echo "== accl-topo: GPUs, NICs, NUMA nodes of this host and what each local rank should use"
+"$BIN/accl-topo" --ranks "$NP"
 
 mapfile -t backends < <("$BIN/accl-info" --backends | awk '$2 == "usable" {print $1}')
 echo

@@ -8,6 +8,7 @@ PACKAGES=(
   googletest libgtest-dev           # unit and conformance tests
   libgloo-dev                       # gloo backend
   libopenmpi-dev openmpi-bin        # mpi backend and mpirun
+  libhwloc-dev libpugixml-dev       # topology probe, hwloc XML and NCCL topology files
   iproute2 procps                   # multi-host tests (network namespaces), process tools
 )
 

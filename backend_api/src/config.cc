@@ -69,6 +69,11 @@ const std::vector<ConfigEntry>& configTable() {
        "Port of the TCP store that rendezvousFromEnv() hosts on rank 0 at MASTER_ADDR."},
       {"ACCL_STORE_FILE", "path", "(unset: TCP store)", "a path on a file system all ranks share",
        "Makes rendezvousFromEnv() use a FileStore at this path instead of a TCP store."},
+      {"ACCL_TOPO_FILE", "path", "(unset: probe this host)",
+       "an NCCL topology XML file (what NCCL_TOPO_FILE takes) or an hwloc XML export",
+       "Topology to use instead of probing the host, e.g. the file a cloud vendor ships for its VMs."},
+      {"ACCL_TOPO_DUMP_FILE", "path", "(unset)", "a file path; .json writes JSON, anything else NCCL topology XML",
+       "Writes the topology in use (probed or loaded) to this file."},
   };
   return table;
 }
@@ -127,6 +132,8 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
     c.storePort = static_cast<int>(p);
   }
   c.storeFile = val("ACCL_STORE_FILE");
+  c.topoFile = val("ACCL_TOPO_FILE");
+  c.topoDumpFile = val("ACCL_TOPO_DUMP_FILE");
   return c;
 }
 
@@ -163,6 +170,8 @@ std::string Config::valueText(const std::string& name) const {
   if (name == "ACCL_PLUGIN_PATH") return pluginPath.empty() ? "(unset)" : pluginPath;
   if (name == "ACCL_STORE_PORT") return storePort ? std::to_string(storePort) : "(derived)";
   if (name == "ACCL_STORE_FILE") return storeFile.empty() ? "(unset)" : storeFile;
+  if (name == "ACCL_TOPO_FILE") return topoFile.empty() ? "(unset)" : topoFile;
+  if (name == "ACCL_TOPO_DUMP_FILE") return topoDumpFile.empty() ? "(unset)" : topoDumpFile;
   if (!findEntry(name)) throw InvalidArgument("accl: unknown configuration variable " + name);
   return "";
 }

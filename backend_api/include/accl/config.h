@@ -32,6 +32,8 @@ struct Config {
   std::string pluginPath;                     // ACCL_PLUGIN_PATH
   int storePort = 0;                          // ACCL_STORE_PORT (0 = derive)
   std::string storeFile;                      // ACCL_STORE_FILE
+  std::string topoFile;                       // ACCL_TOPO_FILE
+  std::string topoDumpFile;                   // ACCL_TOPO_DUMP_FILE
 
   // The process-wide configuration (parsed once, thread-safe).
   static const Config& get();

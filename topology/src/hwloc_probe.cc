@@ -1,0 +1,249 @@
+// Topology from hwloc: the live host (optionally under another sysfs root) or
+// an hwloc XML export. hwloc keeps every I/O object (KEEP_ALL filter), so the
+// whole PCIe tree is seen: host bridges, bridges, devices and their OS devices.
+#include <hwloc.h>
+#include <pugixml.hpp>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "accl/errors.h"
+#include "accl/topology.h"
+#include "util.h"
+
+namespace accl {
+namespace topo {
+
+void addNvlinksFromNvml(Topology& t);  // nvml.cc
+
+namespace {
+
+std::string busIdOf(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%01x", static_cast<unsigned>(p.domain), p.bus, p.dev, p.func);
+  return buf;
+}
+
+bool isHostBridge(hwloc_obj_t o) {
+  return o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+}
+bool isPciBridge(hwloc_obj_t o) {
+  return o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
+}
+
+// A downstream port of a PCIe switch: a PCI bridge under a PCI bridge whose I/O
+// children are all bridges. Such ports are folded into their switch, so that
+// two devices under one physical switch are PIX, as NCCL and nvidia-smi say.
+bool isDownstreamPort(hwloc_obj_t o) {
+  if (!isPciBridge(o) || !o->parent || !isPciBridge(o->parent)) return false;
+  for (hwloc_obj_t c = o->parent->io_first_child; c; c = c->next_sibling)
+    if (c->type != HWLOC_OBJ_BRIDGE) return false;
+  return true;
+}
+
+std::string readSmall(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+struct Builder {
+  hwloc_topology_t topo;
+  Topology t;
+  std::map<unsigned, int> numaIds;  // os index -> node id
+  std::string fsroot;               // for NIC speeds of a live probe ("" for files)
+
+  int parentFor(hwloc_obj_t io) {
+    hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, io);
+    if (anc && anc->nodeset && hwloc_bitmap_weight(anc->nodeset) == 1) {
+      auto it = numaIds.find(static_cast<unsigned>(hwloc_bitmap_first(anc->nodeset)));
+      if (it != numaIds.end()) return it->second;
+    }
+    return 0;  // the machine: unknown or several NUMA nodes
+  }
+
+  void osdevs(hwloc_obj_t pci, Node& n) {
+    for (hwloc_obj_t c = pci->io_first_child; c; c = c->next_sibling) {
+      if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name) continue;
+      switch (c->attr->osdev.type) {
+        case HWLOC_OBJ_OSDEV_NETWORK: n.netdevs.push_back(c->name); break;
+        case HWLOC_OBJ_OSDEV_OPENFABRICS:
+          n.rdma = true;
+          if (n.name.empty() || n.name == n.busId) n.name = c->name;
+          break;
+        default: break;
+      }
+    }
+  }
+
+  void nicSpeed(Node& n) {
+    if (fsroot.empty()) return;
+    if (n.rdma) {
+      // "100 Gb/sec (4X EDR)"
+      std::string rate = readSmall(fsroot + "/sys/class/infiniband/" + n.name + "/ports/1/rate");
+      if (!rate.empty()) n.speedGbps = std::atof(rate.c_str());
+    }
+    for (auto& d : n.netdevs) {
+      if (n.speedGbps > 0) break;
+      long mbps = std::atol(readSmall(fsroot + "/sys/class/net/" + d + "/speed").c_str());
+      if (mbps > 0) n.speedGbps = mbps / 1000.0;
+    }
+  }
+
+  void walkIo(hwloc_obj_t o, int parent) {
+    int here = parent;
+    if (isHostBridge(o)) {
+      Node n;
+      n.type = NodeType::HostBridge;
+      n.busId = "";
+      here = t.addNode(n, parentFor(o));
+    } else if (isPciBridge(o)) {
+      if (!isDownstreamPort(o)) {
+        Node n;
+        n.type = NodeType::PciSwitch;
+        n.busId = busIdOf(o->attr->bridge.upstream.pci);
+        n.pciClass = static_cast<unsigned>(o->attr->bridge.upstream.pci.class_id) << 8;
+        n.vendor = o->attr->bridge.upstream.pci.vendor_id;
+        n.device = o->attr->bridge.upstream.pci.device_id;
+        n.linkGBs = o->attr->bridge.upstream.pci.linkspeed;
+        here = t.addNode(n, parent);
+      }
+    } else if (o->type == HWLOC_OBJ_PCI_DEVICE) {
+      const auto& p = o->attr->pcidev;
+      Node n;
+      n.busId = busIdOf(p);
+      n.pciClass = static_cast<unsigned>(p.class_id) << 8;
+      n.vendor = p.vendor_id;
+      n.device = p.device_id;
+      n.linkGBs = p.linkspeed;
+      unsigned base = p.class_id;
+      if ((base == 0x0302 || base == 0x0300) && p.vendor_id == 0x10de) n.type = NodeType::Gpu;
+      else if (base == 0x0200 || base == 0x0207) n.type = NodeType::Nic;
+      else n.type = NodeType::PciDevice;
+      if (const char* model = hwloc_obj_get_info_by_name(o, "PCIDevice")) n.model = model;
+      if (n.type == NodeType::Nic) {
+        osdevs(o, n);
+        if (base == 0x0207) n.rdma = true;
+        if (n.name.empty()) n.name = n.netdevs.empty() ? n.busId : n.netdevs[0];
+        nicSpeed(n);
+      }
+      here = t.addNode(n, parent);
+    } else {
+      return;  // OS devices are read with their PCI device
+    }
+    for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) walkIo(c, here);
+  }
+
+  void walk(hwloc_obj_t o) {
+    for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) walkIo(c, parentFor(c));
+    for (hwloc_obj_t c = o->first_child; c; c = c->next_sibling) walk(c);
+  }
+
+  Topology build(const std::string& source) {
+    t.source = source;
+    Node m;
+    m.type = NodeType::Machine;
+    t.addNode(m, -1);
+    if (const char* host = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo), "HostName")) t.hostname = host;
+    for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n));) {
+      Node numa;
+      numa.type = NodeType::Numa;
+      numa.numa = static_cast<int>(n->os_index);
+      char* list = nullptr;
+      hwloc_bitmap_list_asprintf(&list, n->cpuset);
+      numa.cpus = list ? list : "";
+      std::free(list);
+      numaIds[n->os_index] = t.addNode(numa, 0);
+    }
+    walk(hwloc_get_root_obj(topo));
+    t.finalize();
+    return t;
+  }
+};
+
+struct Hwloc {
+  hwloc_topology_t topo = nullptr;
+  Hwloc() {
+    hwloc_topology_init(&topo);
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+  }
+  ~Hwloc() { hwloc_topology_destroy(topo); }
+};
+
+}  // namespace
+
+Topology loadHwlocXml(const std::string& path) {
+  std::string text = detail::readFile(path);
+  pugi::xml_document doc;
+  pugi::xml_parse_result r = doc.load_buffer(text.data(), text.size());
+  if (!r)
+    throw InvalidArgument("accl topology: " + path + ":" + std::to_string(detail::lineOf(text, static_cast<size_t>(r.offset))) +
+                          ": not well-formed XML: " + r.description());
+  if (!doc.child("topology"))
+    throw InvalidArgument("accl topology: " + path + ": the root element is <" + std::string(doc.document_element().name()) +
+                          ">; expected <topology> (an hwloc XML export, lstopo --of xml)");
+  Hwloc h;
+  if (hwloc_topology_set_xml(h.topo, path.c_str()) != 0 || hwloc_topology_load(h.topo) != 0)
+    throw InvalidArgument("accl topology: hwloc could not load " + path + " (an hwloc 2.x XML export was expected)");
+  Builder b{h.topo, {}, {}, ""};
+  return b.build("hwloc:" + path);
+}
+
+Topology probe(const std::string& fsroot) {
+  Hwloc h;
+  std::string root = fsroot.empty() ? "/" : fsroot;
+  const char* old = std::getenv("HWLOC_FSROOT");
+  std::string saved = old ? old : "";
+  if (root != "/") setenv("HWLOC_FSROOT", root.c_str(), 1);
+  int rc = hwloc_topology_load(h.topo);
+  if (root != "/") {
+    if (old) setenv("HWLOC_FSROOT", saved.c_str(), 1);
+    else unsetenv("HWLOC_FSROOT");
+  }
+  if (rc != 0) throw SystemError("accl topology: hwloc could not probe this host (fsroot " + root + ")");
+  Builder b{h.topo, {}, {}, root == "/" ? "" : root};
+  Topology t = b.build(root == "/" ? "live" : "live:" + root);
+  // Network interfaces that are not PCI functions (virtual NICs, veth, bridges
+  // of containers) still carry TCP traffic: list the ones that are up.
+  std::set<std::string> seen;
+  for (auto& n : t.nodes)
+    for (auto& d : n.netdevs) seen.insert(d);
+  std::string netDir = (root == "/" ? "" : root) + "/sys/class/net";
+  if (auto* dir = opendir(netDir.c_str())) {
+    std::vector<std::string> names;
+    while (auto* e = readdir(dir)) {
+      std::string name = e->d_name;
+      if (name == "." || name == ".." || name == "lo" || seen.count(name)) continue;
+      if (readSmall(netDir + "/" + name + "/operstate") != "up") continue;
+      names.push_back(name);
+    }
+    closedir(dir);
+    std::sort(names.begin(), names.end());
+    for (auto& name : names) {
+      Node n;
+      n.type = NodeType::Nic;
+      n.name = name;
+      n.netdevs = {name};
+      long mbps = std::atol(readSmall(netDir + "/" + name + "/speed").c_str());
+      if (mbps > 0) n.speedGbps = mbps / 1000.0;
+      t.addNode(n, 0);
+    }
+  }
+  t.finalize();
+  addNvlinksFromNvml(t);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  t.hostname = host;
+  return t;
+}
+
+}  // namespace topo
+}  // namespace accl

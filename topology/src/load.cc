@@ -1,0 +1,42 @@
+#include <pugixml.hpp>
+
+#include <fstream>
+
+#include "accl/config.h"
+#include "accl/errors.h"
+#include "accl/logging.h"
+#include "accl/topology.h"
+#include "util.h"
+
+namespace accl {
+namespace topo {
+
+Topology loadFile(const std::string& path) {
+  std::string text = detail::readFile(path);
+  pugi::xml_document doc;
+  pugi::xml_parse_result r = doc.load_buffer(text.data(), text.size());
+  if (!r)
+    throw InvalidArgument("accl topology: " + path + ":" + std::to_string(detail::lineOf(text, static_cast<size_t>(r.offset))) +
+                          ": not well-formed XML: " + r.description());
+  std::string root = doc.document_element().name();
+  if (root == "topology") return loadHwlocXml(path);
+  if (root == "system") return loadNcclXml(path);
+  throw InvalidArgument("accl topology: " + path + ": the root element is <" + root +
+                        ">; accepted: <system> (NCCL topology file) or <topology> (hwloc XML)");
+}
+
+Topology loadFromConfig() {
+  const Config& cfg = Config::get();
+  Topology t = cfg.topoFile.empty() ? probe() : loadFile(cfg.topoFile);
+  if (!cfg.topoDumpFile.empty()) {
+    bool json = cfg.topoDumpFile.size() > 5 && cfg.topoDumpFile.compare(cfg.topoDumpFile.size() - 5, 5, ".json") == 0;
+    std::ofstream f(cfg.topoDumpFile);
+    if (!f) throw SystemError("accl topology: cannot write ACCL_TOPO_DUMP_FILE=" + cfg.topoDumpFile);
+    f << (json ? toJson(t) : toNcclXml(t));
+    ACCL_INFO("INIT", "topology written to " << cfg.topoDumpFile);
+  }
+  return t;
+}
+
+}  // namespace topo
+}  // namespace accl
