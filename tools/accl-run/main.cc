@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +55,9 @@ void usage(FILE* f) {
                "  --master-port PORT  port of rank 0's store (default: a free port)\n"
                "  --grace SECONDS     after a failure, wait this long after SIGTERM before SIGKILL (default 5)\n"
                "  --no-prefix         do not prefix output lines with [rank]\n"
+               "  --netns NS0,NS1,... simulate hosts: ranks are split in equal blocks over these network\n"
+               "                      namespaces (ip netns), LOCAL_RANK/LOCAL_WORLD_SIZE count within a\n"
+               "                      namespace; --master-addr must be reachable from all (needs root)\n"
                "  --store-server PORT only run a TCP store server on PORT (0 = any; the port is\n"
                "                      printed) until SIGINT/SIGTERM, for jobs whose ranks all connect\n"
                "                      as clients (ACCL_STORE_PORT / MASTER_PORT)\n"
@@ -124,6 +128,7 @@ int main(int argc, char** argv) {
   double grace = 5;
   bool prefix = true;
   std::string addr = "127.0.0.1";
+  std::vector<std::string> netns;
   int i = 1;
   auto need = [&](const char* opt) -> const char* {
     if (i + 1 >= argc) {
@@ -148,6 +153,16 @@ int main(int argc, char** argv) {
     else if (a == "--master-port") port = toInt("--master-port", need("--master-port"), 1, 65535);
     else if (a == "--grace") grace = std::atof(need("--grace"));
     else if (a == "--no-prefix") prefix = false;
+    else if (a == "--netns") {
+      std::string list = need("--netns");
+      size_t start = 0;
+      while (start <= list.size()) {
+        size_t end = list.find(',', start);
+        if (end == std::string::npos) end = list.size();
+        if (end > start) netns.push_back(list.substr(start, end - start));
+        start = end + 1;
+      }
+    }
     else if (a == "--store-server") return serveStore(toInt("--store-server", need("--store-server"), 0, 65535));
     else if (a == "-h" || a == "--help") {
       usage(stdout);
@@ -165,6 +180,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "accl-run: %s\n", n < 0 ? "-n N is required" : "no program given");
     usage(stderr);
     return 2;
+  }
+  if (!netns.empty() && n % static_cast<int>(netns.size()) != 0) {
+    std::fprintf(stderr, "accl-run: %d ranks cannot be split evenly over %zu namespaces\n", n, netns.size());
+    return 2;
+  }
+  const int perHost = netns.empty() ? n : n / static_cast<int>(netns.size());
+  std::vector<int> nsFds;
+  for (auto& ns : netns) {
+    int fd = open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      std::fprintf(stderr, "accl-run: cannot open network namespace '%s' (/var/run/netns/%s): %s\n", ns.c_str(),
+                   ns.c_str(), std::strerror(errno));
+      return 2;
+    }
+    nsFds.push_back(fd);
   }
   if (port == 0) port = freePort();
 
@@ -205,11 +235,16 @@ int main(int argc, char** argv) {
       sigprocmask(SIG_SETMASK, &old, nullptr);
       dup2(pipes[0][1], STDOUT_FILENO);
       dup2(pipes[1][1], STDERR_FILENO);
+      if (!nsFds.empty() && setns(nsFds[static_cast<size_t>(r / perHost)], CLONE_NEWNET) != 0) {
+        std::fprintf(stderr, "accl-run: cannot enter network namespace %s: %s\n",
+                     netns[static_cast<size_t>(r / perHost)].c_str(), std::strerror(errno));
+        _exit(126);
+      }
       setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("GROUP_RANK", "0", 1);
+      setenv("LOCAL_RANK", std::to_string(r % perHost).c_str(), 1);
+      setenv("GROUP_RANK", std::to_string(r / perHost).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(perHost).c_str(), 1);
       setenv("MASTER_ADDR", addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       execvp(argv[i], argv + i);

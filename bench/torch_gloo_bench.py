@@ -1,0 +1,42 @@
+"""Anchor: torch.distributed's built-in gloo all_reduce (float32 sum), timed like accl-perf.
+Run one process per rank with the torchrun environment (accl-run sets it):
+    accl-run -n 2 /usr/bin/python3 torch_gloo_bench.py MINBYTES MAXBYTES FACTOR ITERS WARMUP
+Prints on rank 0: bytes time_us algbw_GBs busbw_GBs."""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    minb, maxb = int(sys.argv[1]), int(sys.argv[2])
+    factor, iters, warmup = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    # accl-run's MASTER_PORT is free: torch's own TCPStore takes it.
+    dist.init_process_group("gloo", init_method="env://")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    b = minb
+    while b <= maxb:
+        t = torch.ones(max(b // 4, 1), dtype=torch.float32)
+        for _ in range(warmup):
+            dist.all_reduce(t)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        el = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        dist.all_reduce(el)
+        avg = el.item() / size
+        if rank == 0:
+            alg = t.numel() * 4 / avg / 1e9
+            print(f"{t.numel() * 4} {avg * 1e6:.3f} {alg:.4f} {alg * 2 * (size - 1) / size:.4f}", flush=True)
+        nb = int(b * factor)
+        if nb <= b:
+            break
+        b = nb
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Several hosts on one machine: 2 network namespaces x 2 ranks, TCP between
+# them. Runs part of the conformance suite across the hosts with the gloo
+# backend (accl-run --netns) and the mpi backend (mpirun through namespaces,
+# btl self,tcp). Creates and removes its own namespaces. Exit 77 = skipped.
+#   netns_test.sh BUILD_DIR SOURCE_DIR
+set -u
+build=${1:?build dir}
+src=${2:?source dir}
+if [ "$(id -u)" -ne 0 ] || ! ip netns add accl-probe-$$ 2>/dev/null; then
+  echo "SKIP: network namespaces need root (CAP_SYS_ADMIN)"
+  exit 77
+fi
+ip netns del accl-probe-$$
+export ACCL_NETNS_PREFIX=acclt ACCL_NETNS_SUBNET=10.78.0
+trap '"$src/bench/netns.sh" down 2' EXIT
+"$src/bench/netns.sh" up 2 || exit 1
+filter='*allreduce_float32*:*allreduce_int64*:*alltoallv_*:*allgatherv_bfloat16*:*reduce_scatter_float16*:*PointToPoint*:*Barrier*:*Async*'
+fails=0
+echo "== gloo, 2 hosts x 2 ranks"
+ACCL_TIMEOUT=300 "$build/bin/accl-run" -n 4 --netns acclt0,acclt1 --master-addr 10.78.0.1 \
+  "$build/bin/accl_conformance" --backend gloo --gtest_filter="$filter" --gtest_brief=1 || fails=$((fails + 1))
+if [ -x "$build/lib/libaccl-backend-mpi.so" ] || [ -e "$build/lib/libaccl-backend-mpi.so" ]; then
+  echo "== mpi, 2 hosts x 2 ranks (btl self,tcp)"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ACCL_TIMEOUT=300 \
+    mpirun -n 4 -H acclt0:2,acclt1:2 --mca plm_rsh_agent "$src/bench/netns-rsh" --mca routed direct --mca btl self,tcp \
+    --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 -x ACCL_TIMEOUT \
+    "$build/bin/accl_conformance" --backend mpi --gtest_filter="$filter" --gtest_brief=1 || fails=$((fails + 1))
+fi
+exit $fails
