@@ -78,6 +78,19 @@ char gZero[8];  // stands in for null pointers of empty buffers
 
 void* dataOrDummy(const Buffer& b) { return b.data ? b.data : gZero; }
 
+// gloo reports timeouts and I/O failures as IoException / Exception with text.
+[[noreturn]] void rethrowAsAccl(const std::string& where) {
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string m = e.what();
+    if (m.find("imed out") != std::string::npos) throw Timeout(where + ": " + m);
+    throw RemoteError(where + ": " + m);
+  }
+}
+
 std::shared_ptr<gloo::transport::Device> makeDevice() {
   const std::string& spec = Config::get().socketIfname;
   auto ifs = internal::selectInterfaces(spec);
@@ -126,14 +139,8 @@ std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::fu
   return queue_->enqueue(desc, [fn = std::move(fn), where]() -> int {
     try {
       return fn();
-    } catch (const Error&) {
-      throw;
-    } catch (const gloo::IoException& e) {
-      std::string m = e.what();
-      if (m.find("imed out") != std::string::npos) throw Timeout(where + ": " + m);
-      throw RemoteError(where + ": " + m);
-    } catch (const std::exception& e) {
-      throw RemoteError(where + ": " + e.what());
+    } catch (...) {
+      rethrowAsAccl(where);
     }
   });
 }
@@ -395,10 +402,8 @@ std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOp
   return p2pWaits_->enqueue(where, [ub, timeout, where]() -> int {
     try {
       ub->waitSend(timeout);
-    } catch (const std::exception& e) {
-      std::string m = e.what();
-      if (m.find("imed out") != std::string::npos) throw Timeout(where + ": " + m);
-      throw RemoteError(where + ": " + m);
+    } catch (...) {
+      rethrowAsAccl(where);
     }
     return -1;
   });
@@ -423,10 +428,8 @@ std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOp
     int from = -1;
     try {
       ub->waitRecv(&from, timeout);
-    } catch (const std::exception& e) {
-      std::string m = e.what();
-      if (m.find("imed out") != std::string::npos) throw Timeout(where + ": " + m);
-      throw RemoteError(where + ": " + m);
+    } catch (...) {
+      rethrowAsAccl(where);
     }
     return from;
   });

@@ -181,12 +181,9 @@ struct Hwloc {
 }  // namespace
 
 Topology loadHwlocXml(const std::string& path) {
-  std::string text = detail::readFile(path);
+  std::string text;
   pugi::xml_document doc;
-  pugi::xml_parse_result r = doc.load_buffer(text.data(), text.size());
-  if (!r)
-    throw InvalidArgument("accl topology: " + path + ":" + std::to_string(detail::lineOf(text, static_cast<size_t>(r.offset))) +
-                          ": not well-formed XML: " + r.description());
+  detail::parseXml(path, text, doc);
   if (!doc.child("topology"))
     throw InvalidArgument("accl topology: " + path + ": the root element is <" + std::string(doc.document_element().name()) +
                           ">; expected <topology> (an hwloc XML export, lstopo --of xml)");

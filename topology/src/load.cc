@@ -12,12 +12,9 @@ namespace accl {
 namespace topo {
 
 Topology loadFile(const std::string& path) {
-  std::string text = detail::readFile(path);
+  std::string text;
   pugi::xml_document doc;
-  pugi::xml_parse_result r = doc.load_buffer(text.data(), text.size());
-  if (!r)
-    throw InvalidArgument("accl topology: " + path + ":" + std::to_string(detail::lineOf(text, static_cast<size_t>(r.offset))) +
-                          ": not well-formed XML: " + r.description());
+  detail::parseXml(path, text, doc);
   std::string root = doc.document_element().name();
   if (root == "topology") return loadHwlocXml(path);
   if (root == "system") return loadNcclXml(path);

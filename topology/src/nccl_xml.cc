@@ -101,12 +101,8 @@ struct Reader {
   }
 
   Topology run() {
-    text = detail::readFile(path);
     pugi::xml_document doc;
-    pugi::xml_parse_result r = doc.load_buffer(text.data(), text.size(), pugi::parse_default | pugi::parse_comments);
-    if (!r)
-      throw InvalidArgument("accl topology: " + path + ":" + std::to_string(detail::lineOf(text, static_cast<size_t>(r.offset))) +
-                            ": not well-formed XML: " + r.description());
+    detail::parseXml(path, text, doc);
     pugi::xml_node sys = doc.child("system");
     if (!sys)
       throw InvalidArgument("accl topology: " + path + ": the root element is <" + std::string(doc.document_element().name()) +

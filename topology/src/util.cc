@@ -106,6 +106,14 @@ std::string readFile(const std::string& path) {
   return ss.str();
 }
 
+void parseXml(const std::string& path, std::string& text, pugi::xml_document& doc) {
+  text = readFile(path);
+  pugi::xml_parse_result r = doc.load_buffer(text.data(), text.size());
+  if (!r)
+    throw InvalidArgument("accl topology: " + path + ":" + std::to_string(lineOf(text, static_cast<size_t>(r.offset))) +
+                          ": not well-formed XML: " + r.description());
+}
+
 }  // namespace detail
 }  // namespace topo
 }  // namespace accl

@@ -1,6 +1,8 @@
 // Helpers shared by the topology readers and writers.
 #pragma once
 
+#include <pugixml.hpp>
+
 #include <string>
 #include <vector>
 
@@ -20,6 +22,9 @@ std::string lowerBusId(std::string s);
 // Line number (1-based) of byte `offset` in `text`.
 int lineOf(const std::string& text, size_t offset);
 std::string readFile(const std::string& path);
+// Reads and parses `path` into `doc` (keeping `text` for line numbers); throws
+// InvalidArgument "path:line: not well-formed XML: ..." on malformed input.
+void parseXml(const std::string& path, std::string& text, pugi::xml_document& doc);
 
 }  // namespace detail
 }  // namespace topo
