@@ -141,8 +141,12 @@ struct TcpStoreServer::Impl {
     int fd;
     std::string in;
     std::string out;
-    bool closing = false;  // close once `out` is flushed
+    bool closing = false;  // refused: flush `out`, then half-close and drain
+    bool draining = false;
+    internal::Clock::time_point drainUntil{};
+    size_t drained = 0;
   };
+  static constexpr size_t kMaxDrain = 256u << 20;
   struct Waiter {
     int fd;
     uint8_t cmd;  // kGet or kWait
@@ -311,7 +315,9 @@ struct TcpStoreServer::Impl {
       fds.push_back({wakeFd, POLLIN, 0});
       for (auto& [fd, c] : conns)
         fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-      int n = poll(fds.data(), fds.size(), -1);
+      bool anyDraining = false;
+      for (auto& [fd, c] : conns) anyDraining |= c.draining;
+      int n = poll(fds.data(), fds.size(), anyDraining ? 200 : -1);
       if (n < 0) {
         if (errno == EINTR) continue;
         ACCL_WARN("STORE", errnoMessage("store server: poll failed", errno));
@@ -337,7 +343,11 @@ struct TcpStoreServer::Impl {
           for (;;) {
             ssize_t r = ::recv(fd, buf, sizeof(buf), 0);
             if (r > 0) {
-              if (!c.closing) c.in.append(buf, static_cast<size_t>(r));
+              if (c.closing) {
+                c.drained += static_cast<size_t>(r);  // the rest of a refused request
+                continue;
+              }
+              c.in.append(buf, static_cast<size_t>(r));
               if (c.in.size() >= kHeader) process(c);
               continue;
             }
@@ -350,7 +360,16 @@ struct TcpStoreServer::Impl {
           if (w > 0) c.out.erase(0, static_cast<size_t>(w));
           else if (w < 0 && errno != EAGAIN && errno != EINTR) dead = true;
         }
-        if (dead || (c.closing && c.out.empty())) closeClient(fd);
+        // A refused client gets its error frame, then a half-close; what it still
+        // sends is read and dropped (bounded), so that closing never resets the
+        // connection before it has read why.
+        if (!dead && c.closing && c.out.empty() && !c.draining) {
+          ::shutdown(fd, SHUT_WR);
+          c.draining = true;
+          c.drainUntil = internal::Clock::now() + std::chrono::seconds(5);
+        }
+        if (c.draining && (internal::Clock::now() > c.drainUntil || c.drained > kMaxDrain)) dead = true;
+        if (dead) closeClient(fd);
       }
     }
   }
@@ -415,6 +434,24 @@ struct TcpStore::Impl {
     idle.push_back(fd);
   }
 
+  // After a failed send: the error frame the server sent before closing, if any.
+  std::string readRefusal(int fd) {
+    try {
+      auto deadline = internal::Clock::now() + std::chrono::seconds(1);
+      char hdr[kHeader];
+      internal::recvAll(fd, hdr, kHeader, deadline, where());
+      uint32_t magic, len;
+      std::memcpy(&magic, hdr, 4);
+      std::memcpy(&len, hdr + 8, 4);
+      if (magic != kMagic || hdr[6] == 0 || len > 65536) return "";
+      std::string resp(len, '\0');
+      internal::recvAll(fd, resp.data(), len, deadline, where());
+      return resp;
+    } catch (const Error&) {
+      return "";
+    }
+  }
+
   // Sends one request and returns the response body; bounded by `timeout`.
   std::string request(uint8_t cmd, const std::string& body, std::chrono::milliseconds timeout,
                       const std::string& what) {
@@ -423,7 +460,14 @@ struct TcpStore::Impl {
     try {
       fd = take(deadline);
       std::string f = frame(cmd, body);
-      internal::sendAll(fd, f.data(), f.size(), deadline, where());
+      try {
+        internal::sendAll(fd, f.data(), f.size(), deadline, where());
+      } catch (const RemoteError&) {
+        // The server may have refused the request and said why before closing.
+        std::string reason = readRefusal(fd);
+        if (reason.empty()) throw;
+        throw RemoteError("accl: " + where() + " refused " + what + ": " + reason);
+      }
       char hdr[kHeader];
       internal::recvAll(fd, hdr, kHeader, deadline, where());
       uint32_t magic, len;
