@@ -45,14 +45,12 @@ class Setup:
         return cmd
 
     def mpirun(self, tcp_only=False):
-        cmd = ["mpirun", "-n", str(self.ranks), "--oversubscribe"]
         if self.netns():
             per = self.ranks // self.hosts
-            cmd += ["-H", ",".join(f"{h}:{per}" for h in self.netns()),
-                    "--mca", "plm_rsh_agent", os.path.join(ROOT, "bench", "netns-rsh"), "--mca", "routed", "direct",
-                    "--mca", "btl_tcp_if_include", "10.77.0.0/24", "--mca", "oob_tcp_if_include", "10.77.0.0/24",
-                    "-x", "MASTER_ADDR=10.77.0.1", "-x", "MASTER_PORT=29733"]
-        if tcp_only or self.netns():
+            return [os.path.join(ROOT, "bench", "netns-mpirun"), str(self.ranks),
+                    ",".join(f"{h}:{per}" for h in self.netns()), "10.77.0"]
+        cmd = ["mpirun", "-n", str(self.ranks), "--oversubscribe"]
+        if tcp_only:
             cmd += ["--mca", "btl", "self,tcp"]
         return cmd
 
@@ -192,7 +190,7 @@ def main():
           "`accl-perf` (results checked, `#wrong` 0); anchors with `bench/mpi_allreduce_bench.c`",
           "(Open MPI's own `MPI_Allreduce`) and `bench/torch_gloo_bench.py` (`torch.distributed` gloo).",
           "Namespace hosts: `bench/netns.sh` (veth pairs on a bridge), ranks started with",
-          "`accl-run --netns`, Open MPI with `bench/netns-rsh` and `--mca btl self,tcp`.", "",
+          "`accl-run --netns`, Open MPI with `bench/netns-mpirun` (`--mca btl self,tcp`).", "",
           f"Physical limit: memcpy {memcpy.get(1, 0):.2f} GB/s with one thread, {memcpy.get(2, 0):.2f} GB/s with two "
           "(`accl-memcpy-bench`, 64 MiB, same run).", ""]
     for key, (s, res) in report.items():

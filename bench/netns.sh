@@ -14,6 +14,12 @@ p=${ACCL_NETNS_PREFIX:-accl-h}
 net=${ACCL_NETNS_SUBNET:-10.77.0}
 br=${p}br
 if [ "$cmd" = up ]; then
+  # Another interface with our subnet would steal the routes: refuse, say which.
+  other=$(ip -o -4 addr show | awk -v a="$net.254/24" -v b="$br" '$4 == a && $2 != b {print $2}')
+  if [ -n "$other" ]; then
+    echo "netns: $net.254/24 is already on interface $other; remove it or choose ACCL_NETNS_SUBNET" >&2
+    exit 1
+  fi
   ip link show $br >/dev/null 2>&1 || { ip link add $br type bridge; ip addr add $net.254/24 dev $br; }
   ip link set $br up
   for i in $(seq 0 $((n - 1))); do

@@ -22,9 +22,7 @@ ACCL_TIMEOUT=300 "$build/bin/accl-run" -n 4 --netns acclt0,acclt1 --master-addr 
   "$build/bin/accl_conformance" --backend gloo --gtest_filter="$filter" --gtest_brief=1 || fails=$((fails + 1))
 if [ -x "$build/lib/libaccl-backend-mpi.so" ] || [ -e "$build/lib/libaccl-backend-mpi.so" ]; then
   echo "== mpi, 2 hosts x 2 ranks (btl self,tcp)"
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ACCL_TIMEOUT=300 \
-    mpirun -n 4 -H acclt0:2,acclt1:2 --mca plm_rsh_agent "$src/bench/netns-rsh" --mca routed direct --mca btl self,tcp \
-    --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 -x ACCL_TIMEOUT \
+  ACCL_TIMEOUT=300 "$src/bench/netns-mpirun" 4 acclt0:2,acclt1:2 10.78.0 \
     "$build/bin/accl_conformance" --backend mpi --gtest_filter="$filter" --gtest_brief=1 || fails=$((fails + 1))
 fi
 exit $fails
