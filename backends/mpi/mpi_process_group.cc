@@ -256,8 +256,17 @@ std::shared_ptr<Work> MpiProcessGroup::doAllreduce(Buffer in, Buffer out, const 
   auto timeout = effectiveTimeout(o);
   std::string what = context("allreduce");
   return run(OpType::Allreduce, in.count, timeout, [=] {
-    if (in.data != out.data && in.count) std::memcpy(out.data, in.data, in.bytes());
-    allreduceInPlace(out, o.op, timeout, what);
+    if (in.data == out.data || o.op.kind == ReduceKind::PremulSum) {
+      if (in.data != out.data && in.count) std::memcpy(out.data, in.data, in.bytes());
+      allreduceInPlace(out, o.op, timeout, what);
+      return -1;
+    }
+    // Out of place: MPI reads the input directly, no extra copy.
+    MPI_Request req;
+    ACCL_MPI_CALL(MPI_Iallreduce(in.data, out.data, icount(in.count, what), mpiType(in.dtype),
+                                 mpiOp(o.op.kind, in.dtype), comm_, &req));
+    wait(req, timeout, what);
+    if (o.op.kind == ReduceKind::Avg) internal::scale(out.data, out.count, out.dtype, 1.0 / size());
     return -1;
   });
 }
