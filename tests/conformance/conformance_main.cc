@@ -123,7 +123,7 @@ TEST(Barrier, CompletesOnEveryRank) {
 }
 
 TEST(Async, ManyOutstandingOpsCompleteInOrder) {
-  // Issue 32 allreduces before waiting on any; each must hold its own result.
+  // Start 32 allreduces before waiting on any; each must hold its own result.
   ProcessGroup& pg = *gPg;
   const int k = 32, count = 1000;
   std::vector<std::vector<int32_t>> bufs(k, std::vector<int32_t>(count));
