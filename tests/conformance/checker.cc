@@ -491,13 +491,19 @@ std::vector<std::string> runCase(ProcessGroup& pg, const Case& c) {
   return err.take();
 }
 
-std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uint64_t seed) {
-  const int n = pg.size(), me = pg.rank();
+namespace {
+Case p2pCase(OpType op, DataType t, size_t count) {
   Case c;
-  c.op = OpType::Send;
+  c.op = op;
   c.dtype = t;
   c.count = count;
-  Errors err(c, me);
+  return c;
+}
+}  // namespace
+
+std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uint64_t seed) {
+  const int n = pg.size(), me = pg.rank();
+  Errors err(p2pCase(OpType::Send, t, count), me);
   if (n < 2) return {};
   Gen g(t, ReduceKind::Sum, seed);
   Storage s(count, t), r(count, t);
@@ -521,11 +527,7 @@ std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uin
 
 std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count, uint64_t seed) {
   const int n = pg.size(), me = pg.rank();
-  Case c;
-  c.op = OpType::Recv;
-  c.dtype = t;
-  c.count = count;
-  Errors err(c, me);
+  Errors err(p2pCase(OpType::Recv, t, count), me);
   if (n < 2) return {};
   Gen g(t, ReduceKind::Sum, seed);
   try {
