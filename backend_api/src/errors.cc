@@ -17,18 +17,6 @@ const char* toString(ErrorCode c) {
   return "Unknown";
 }
 
-void throwError(ErrorCode code, const std::string& msg) {
-  switch (code) {
-    case ErrorCode::InvalidArgument: throw InvalidArgument(msg);
-    case ErrorCode::NotSupported: throw NotSupported(msg);
-    case ErrorCode::Timeout: throw Timeout(msg);
-    case ErrorCode::RemoteError: throw RemoteError(msg);
-    case ErrorCode::SystemError: throw SystemError(msg);
-    case ErrorCode::Internal: break;
-  }
-  throw Internal(msg);
-}
-
 std::string errorContext(int rank, int size, const std::string& backend, const std::string& what) {
   std::string s = "accl";
   if (rank >= 0) s += " rank " + std::to_string(rank) + "/" + std::to_string(size);

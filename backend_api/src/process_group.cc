@@ -298,8 +298,8 @@ std::shared_ptr<Work> ProcessGroup::doAllgatherv(Buffer, Buffer, const std::vect
                                                  const AllgatherOptions&) {
   notSupported(OpType::Allgatherv);
 }
-std::shared_ptr<Work> ProcessGroup::doReduceScatter(Buffer, Buffer, const ReduceScatterOptions&) {
-  notSupported(OpType::ReduceScatter);
+std::shared_ptr<Work> ProcessGroup::doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) {
+  return doReduceScatterv(in, out, std::vector<size_t>(static_cast<size_t>(size_), out.count), o);
 }
 std::shared_ptr<Work> ProcessGroup::doReduceScatterv(Buffer, Buffer, const std::vector<size_t>&,
                                                      const ReduceScatterOptions&) {

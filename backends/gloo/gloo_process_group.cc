@@ -261,11 +261,6 @@ std::shared_ptr<Work> GlooProcessGroup::doAllgatherv(Buffer in, Buffer out, cons
   });
 }
 
-std::shared_ptr<Work> GlooProcessGroup::doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) {
-  std::vector<size_t> counts(static_cast<size_t>(size()), out.count);
-  return doReduceScatterv(in, out, counts, o);
-}
-
 std::shared_ptr<Work> GlooProcessGroup::doReduceScatterv(Buffer in, Buffer out,
                                                          const std::vector<size_t>& counts,
                                                          const ReduceScatterOptions& o) {

@@ -334,11 +334,6 @@ std::shared_ptr<Work> MpiProcessGroup::doAllgatherv(Buffer in, Buffer out, const
   });
 }
 
-std::shared_ptr<Work> MpiProcessGroup::doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) {
-  std::vector<size_t> counts(static_cast<size_t>(size()), out.count);
-  return doReduceScatterv(in, out, counts, o);
-}
-
 std::shared_ptr<Work> MpiProcessGroup::doReduceScatterv(Buffer in, Buffer out,
                                                         const std::vector<size_t>& counts,
                                                         const ReduceScatterOptions& o) {

@@ -39,9 +39,6 @@ ACCL_DEFINE_ERROR(SystemError)
 ACCL_DEFINE_ERROR(Internal)
 #undef ACCL_DEFINE_ERROR
 
-// Throws the subclass of Error that matches `code`.
-[[noreturn]] void throwError(ErrorCode code, const std::string& msg);
-
 // Formats "accl rank R/N <backend>: <what>" (rank < 0 leaves the rank out).
 std::string errorContext(int rank, int size, const std::string& backend, const std::string& what);
 

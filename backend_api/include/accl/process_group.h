@@ -146,7 +146,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual bool supportsDevice(const Device& d) const { return d.type == DeviceType::CPU; }
 
  protected:
-  // Implementations receive validated arguments. Defaults throw NotSupported.
+  // Implementations receive validated arguments. Defaults throw NotSupported,
+  // except doReduceScatter, which calls doReduceScatterv with equal counts.
   virtual std::shared_ptr<Work> doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o);
   virtual std::shared_ptr<Work> doBroadcast(Buffer buf, const BroadcastOptions& o);
   virtual std::shared_ptr<Work> doReduce(Buffer in, Buffer out, const ReduceOptions& o);
