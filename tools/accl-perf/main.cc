@@ -416,6 +416,9 @@ int main(int argc, char** argv) {
           std::fclose(f);
         }
       }
+      // With wrong results every rank exits non-zero, and a launcher may stop
+      // rank 0 as soon as another rank exits: the summary must be out first.
+      std::fflush(stdout);
     }
     pg->barrier()->wait();
     return totalWrong ? 1 : 0;
