@@ -58,7 +58,7 @@ if(NOT ACCL_WITH_TORCH STREQUAL "OFF")
 endif()
 _accl_resolve(TORCH "${Torch_FOUND}" "libtorch (no component uses it yet)")
 
-set(ACCL_BUILT_BACKENDS "")
+set(ACCL_BUILT_BACKENDS accl)
 if(ACCL_HAVE_GLOO)
   list(APPEND ACCL_BUILT_BACKENDS gloo)
 endif()

@@ -61,7 +61,26 @@ const std::vector<ConfigEntry>& configTable() {
       {"ACCL_SOCKET_IFNAME", "string", "(auto: first up non-loopback IPv4 interface, else lo)",
        "interface name prefixes separated by commas; ^ excludes, = matches names exactly "
        "(e.g. eth0  ^lo,docker  =eth1)",
-       "Network interface used for TCP traffic between ranks (gloo backend)."},
+       "Network interface used for TCP traffic between ranks (accl and gloo backends)."},
+      {"ACCL_TRANSPORTS", "list", "shm,tcp", "comma-separated subset of shm, tcp",
+       "Transports the accl backend may use. shm: ranks on one host run collectives on a shared "
+       "segment; tcp: everything else. ACCL_TRANSPORTS=tcp treats every rank as its own host."},
+      {"ACCL_ALGO", "string", "(auto: chosen by op, size, ranks and host layout)",
+       "op:algo[,algo...] pairs separated by ';', e.g. allreduce:ring;broadcast:tree. ops: allreduce, "
+       "broadcast, reduce, allgather, reduce_scatter, alltoall, barrier; algorithms: ring, "
+       "recursive_doubling (rd), tree, direct, hierarchical (hier)",
+       "Forces the accl backend's algorithm for the ops named (between hosts; shared memory "
+       "within a host is always used where the layout allows). Unknown names are errors."},
+      {"ACCL_HOSTID", "string", "(hostname + boot id + network namespace)", "any non-empty string",
+       "Host identity of this rank: ranks with equal host ids use shared memory with each other."},
+      {"ACCL_SOCKET_NSTREAMS", "int", "2", "1..16",
+       "TCP connections per pair of ranks on different hosts; large messages are split across them."},
+      {"ACCL_SHM_CMA", "enum", "auto", "auto, on, off",
+       "Single-copy shared-memory transfers with process_vm_readv. auto: used when the kernel "
+       "allows it; off: always copy through the shared segment; on: fail if unavailable."},
+      {"ACCL_INLINE_BYTES", "int", "65536", "0..1073741824",
+       "Ops of at most this many bytes issued while the group is idle run on the calling thread "
+       "(lowest latency; the call returns a completed Work). 0 queues every op."},
       {"ACCL_PLUGIN_PATH", "list", "(directory of libaccl)", "colon-separated directories",
        "Where backend modules libaccl-backend-<name>.so are searched after libaccl's own directory."},
       {"ACCL_STORE_PORT", "int", "(MASTER_PORT; MASTER_PORT+1 under torchrun's agent store)",
@@ -124,6 +143,35 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
   c.socketIfname = val("ACCL_SOCKET_IFNAME");
   if (!c.socketIfname.empty() && splitList(c.socketIfname.substr(c.socketIfname[0] == '^' || c.socketIfname[0] == '=' ? 1 : 0), ',').empty())
     invalid("ACCL_SOCKET_IFNAME", c.socketIfname, "interface names or prefixes, e.g. eth0 or ^lo");
+  if (auto v = val("ACCL_TRANSPORTS"); !v.empty()) {
+    for (auto& t : splitList(v, ',')) {
+      std::string l = t;
+      for (auto& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (l != "shm" && l != "tcp") invalid("ACCL_TRANSPORTS", v, "a comma-separated subset of shm, tcp");
+      if (std::find(c.transports.begin(), c.transports.end(), l) == c.transports.end())
+        c.transports.push_back(l);
+    }
+    if (std::find(c.transports.begin(), c.transports.end(), "tcp") == c.transports.end())
+      invalid("ACCL_TRANSPORTS", v, "a list that includes tcp (ranks on other hosts need it), e.g. shm,tcp or tcp");
+  }
+  c.algo = val("ACCL_ALGO");
+  c.hostId = val("ACCL_HOSTID");
+  auto intVar = [&](const char* name, long lo, long hi, int* out) {
+    auto v = val(name);
+    if (v.empty()) return;
+    char* end = nullptr;
+    long x = std::strtol(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || x < lo || x > hi)
+      invalid(name, v, "an integer " + std::to_string(lo) + ".." + std::to_string(hi));
+    *out = static_cast<int>(x);
+  };
+  intVar("ACCL_SOCKET_NSTREAMS", 1, 16, &c.socketNstreams);
+  intVar("ACCL_INLINE_BYTES", 0, 1L << 30, &c.inlineBytes);
+  if (auto v = val("ACCL_SHM_CMA"); !v.empty()) {
+    auto u = upper(v);
+    if (u != "AUTO" && u != "ON" && u != "OFF") invalid("ACCL_SHM_CMA", v, "auto, on, off");
+    c.shmCma = u == "AUTO" ? 0 : u == "ON" ? 1 : -1;
+  }
   c.pluginPath = val("ACCL_PLUGIN_PATH");
   if (auto v = val("ACCL_STORE_PORT"); !v.empty()) {
     char* end = nullptr;
@@ -167,6 +215,12 @@ std::string Config::valueText(const std::string& name) const {
   if (name == "ACCL_DEBUG_FILE") return debugFile.empty() ? "(stderr)" : debugFile;
   if (name == "ACCL_TIMEOUT") return std::to_string(timeout.count()) + "ms";
   if (name == "ACCL_SOCKET_IFNAME") return socketIfname.empty() ? "(auto)" : socketIfname;
+  if (name == "ACCL_TRANSPORTS") return join(transports);
+  if (name == "ACCL_ALGO") return algo.empty() ? "(auto)" : algo;
+  if (name == "ACCL_HOSTID") return hostId.empty() ? "(derived)" : hostId;
+  if (name == "ACCL_SOCKET_NSTREAMS") return std::to_string(socketNstreams);
+  if (name == "ACCL_SHM_CMA") return shmCma == 0 ? "auto" : shmCma > 0 ? "on" : "off";
+  if (name == "ACCL_INLINE_BYTES") return std::to_string(inlineBytes);
   if (name == "ACCL_PLUGIN_PATH") return pluginPath.empty() ? "(unset)" : pluginPath;
   if (name == "ACCL_STORE_PORT") return storePort ? std::to_string(storePort) : "(derived)";
   if (name == "ACCL_STORE_FILE") return storeFile.empty() ? "(unset)" : storeFile;

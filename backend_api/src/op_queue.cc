@@ -29,21 +29,53 @@ std::shared_ptr<Work> OpQueue::enqueue(std::string description, std::function<in
   return work;
 }
 
+namespace {
+void runInto(Work& w, const std::function<int()>& fn) {
+  try {
+    int src = fn();
+    w.markCompleted(nullptr, src);
+  } catch (...) {
+    w.markCompleted(std::current_exception());
+  }
+}
+}  // namespace
+
+std::shared_ptr<Work> OpQueue::runOrEnqueue(std::string description, std::function<int()> fn) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (busy_ || !queue_.empty()) {
+      auto work = std::make_shared<Work>(std::move(description));
+      queue_.emplace_back(work, std::move(fn));
+      cv_.notify_one();
+      return work;
+    }
+    busy_ = true;
+  }
+  auto work = std::make_shared<Work>(std::move(description));
+  runInto(*work, fn);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    busy_ = false;
+  }
+  cv_.notify_one();  // ops queued meanwhile may start
+  return work;
+}
+
 void OpQueue::loop() {
   for (;;) {
     std::pair<std::shared_ptr<Work>, std::function<int()>> item;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      cv_.wait(lk, [&] { return (stop_ && !busy_) || (!busy_ && !queue_.empty()); });
       if (queue_.empty()) return;
       item = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
-    try {
-      int src = item.second();
-      item.first->markCompleted(nullptr, src);
-    } catch (...) {
-      item.first->markCompleted(std::current_exception());
+    runInto(*item.first, item.second);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      busy_ = false;
     }
   }
 }

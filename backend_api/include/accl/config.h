@@ -29,6 +29,12 @@ struct Config {
   std::string debugFile;                      // ACCL_DEBUG_FILE
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // ACCL_TIMEOUT
   std::string socketIfname;                   // ACCL_SOCKET_IFNAME
+  std::vector<std::string> transports{"shm", "tcp"};  // ACCL_TRANSPORTS
+  std::string algo;                           // ACCL_ALGO (validated by the accl backend)
+  std::string hostId;                         // ACCL_HOSTID
+  int socketNstreams = 2;                     // ACCL_SOCKET_NSTREAMS
+  int shmCma = 0;                             // ACCL_SHM_CMA: 0 auto, 1 on, -1 off
+  int inlineBytes = 65536;                    // ACCL_INLINE_BYTES
   std::string pluginPath;                     // ACCL_PLUGIN_PATH
   int storePort = 0;                          // ACCL_STORE_PORT (0 = derive)
   std::string storeFile;                      // ACCL_STORE_FILE

@@ -25,6 +25,10 @@ class OpQueue {
   // throws, the Work completes with that exception. `fn` may return a source
   // rank (for recv from any source) or -1.
   std::shared_ptr<Work> enqueue(std::string description, std::function<int()> fn);
+  // Like enqueue, but when nothing is queued or running, runs `fn` on the
+  // calling thread and returns a completed Work (ops still run one at a time,
+  // in order). Used for small ops, where a thread hand-off costs more than the op.
+  std::shared_ptr<Work> runOrEnqueue(std::string description, std::function<int()> fn);
 
  private:
   void loop();
@@ -34,6 +38,7 @@ class OpQueue {
   std::condition_variable cv_;
   std::deque<std::pair<std::shared_ptr<Work>, std::function<int()>>> queue_;
   bool stop_ = false;
+  bool busy_ = false;  // an op is running (on the worker or inline)
   std::thread thread_;
 };
 

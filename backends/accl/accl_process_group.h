@@ -1,0 +1,83 @@
+// The accl backend: shared memory within a host, TCP between hosts, every
+// collective, algorithm selection, deadlines on everything.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "accl/internal/op_queue.h"
+#include "accl/process_group.h"
+#include "algorithms/select.h"
+#include "transport/shm.h"
+#include "transport/tcp.h"
+
+namespace accl {
+
+class AcclProcessGroup : public ProcessGroup {
+ public:
+  // Blocks until all `size` ranks have connected through `store`.
+  AcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& opts);
+  ~AcclProcessGroup() override;
+
+  // Layout as discovered at creation (tests, logs).
+  const core::Layout& layout() const { return layout_; }
+  int hostIndex(int rank) const { return hostOf_[rank]; }
+  const core::TcpTransport& tcp() const { return *tcp_; }
+  bool singleCopy() const { return shm_ && shm_->singleCopy(); }
+
+ protected:
+  std::shared_ptr<Work> doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) override;
+  std::shared_ptr<Work> doBroadcast(Buffer buf, const BroadcastOptions& o) override;
+  std::shared_ptr<Work> doReduce(Buffer in, Buffer out, const ReduceOptions& o) override;
+  std::shared_ptr<Work> doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) override;
+  std::shared_ptr<Work> doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
+                                     const AllgatherOptions& o) override;
+  std::shared_ptr<Work> doReduceScatterv(Buffer in, Buffer out, const std::vector<size_t>& counts,
+                                         const ReduceScatterOptions& o) override;
+  std::shared_ptr<Work> doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) override;
+  std::shared_ptr<Work> doAlltoallv(Buffer in, const std::vector<size_t>& sendCounts, Buffer out,
+                                    const std::vector<size_t>& recvCounts,
+                                    const AlltoallOptions& o) override;
+  std::shared_ptr<Work> doGather(Buffer in, Buffer out, const GatherOptions& o) override;
+  std::shared_ptr<Work> doScatter(Buffer in, Buffer out, const ScatterOptions& o) override;
+  std::shared_ptr<Work> doBarrier(const BarrierOptions& o) override;
+  std::shared_ptr<Work> doSend(Buffer buf, int dst, const SendOptions& o) override;
+  std::shared_ptr<Work> doRecv(Buffer buf, int src, const RecvOptions& o) override;
+  std::shared_ptr<ProcessGroup> doSplit(const std::vector<int>& ranks,
+                                        const ProcessGroupOptions& opts) override;
+
+ private:
+  using Body = std::function<void(const core::OpDesc&, core::Clock::time_point)>;
+  // Gives the op its sequence number and runs `body` in order (inline when
+  // small and the group is idle); failures get this group's context and make
+  // the group unusable (its ranks no longer agree on where they are).
+  std::shared_ptr<Work> submit(OpType op, size_t count, DataType t, ReduceKind r, int root,
+                               size_t bytes, std::chrono::milliseconds timeout, Body body);
+  core::Peers flat(uint32_t stepBase = 0);
+  core::Peers members(const std::vector<int>& ranks, uint32_t stepBase);
+  void allreduceBody(const void* in, void* out, size_t count, DataType t, ReduceOp op,
+                     const core::OpDesc& d, core::Clock::time_point deadline);
+  void logSetup();
+
+  std::shared_ptr<Store> store_;
+  uint64_t token_ = 0;
+  std::vector<int> hostOf_;                  // host index of each rank
+  std::vector<std::vector<int>> hostRanks_;  // ranks of each host, ascending
+  int myHost_ = 0;
+  int localRank_ = 0;
+  core::Layout layout_;
+  core::AlgoOverrides algo_;
+  std::unique_ptr<core::TcpTransport> tcp_;
+  std::unique_ptr<core::ShmDomain> shm_;
+  std::unique_ptr<internal::OpQueue> queue_;
+  size_t inlineBytes_ = 0;
+  std::atomic<uint64_t> seq_{0};
+  std::mutex brokenMu_;
+  std::string broken_;
+  uint64_t splits_ = 0;
+};
+
+}  // namespace accl

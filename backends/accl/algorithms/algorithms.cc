@@ -1,0 +1,264 @@
+#include "algorithms/algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "accl/internal/reduce_kernels.h"
+
+namespace accl {
+namespace core {
+namespace algo {
+
+namespace {
+
+std::vector<size_t> displacements(const std::vector<size_t>& sizes) {
+  std::vector<size_t> d(sizes.size() + 1, 0);
+  for (size_t i = 0; i < sizes.size(); ++i) d[i + 1] = d[i] + sizes[i];
+  return d;
+}
+
+std::vector<size_t> equalParts(size_t n, int p) {
+  std::vector<size_t> c(p);
+  for (int i = 0; i < p; ++i) c[i] = n / p + (static_cast<size_t>(i) < n % p ? 1 : 0);
+  return c;
+}
+
+int mod(int a, int p) { return ((a % p) + p) % p; }
+
+}  // namespace
+
+void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& counts, DataType t,
+                        ReduceKind k) {
+  int p = g.size(), me = g.me;
+  if (p == 1) return;
+  size_t es = dataTypeSize(t);
+  auto d = displacements(counts);
+  size_t maxc = *std::max_element(counts.begin(), counts.end());
+  std::vector<char> tmp(maxc * es);
+  char* w = static_cast<char*>(work);
+  int right = mod(me + 1, p), left = mod(me - 1, p);
+  for (int s = 0; s < p - 1; ++s) {
+    int sendBlk = mod(me - s - 1, p), recvBlk = mod(me - s - 2, p);
+    g.send(right, s, w + d[sendBlk] * es, counts[sendBlk] * es);
+    g.recv(left, s, tmp.data(), counts[recvBlk] * es);
+    g.wait();
+    internal::reduce(w + d[recvBlk] * es, w + d[recvBlk] * es, tmp.data(), counts[recvBlk], t, k);
+  }
+}
+
+void allgathervRing(const Peers& g, void* out, const std::vector<size_t>& bytes) {
+  int p = g.size(), me = g.me;
+  if (p == 1) return;
+  auto d = displacements(bytes);
+  char* o = static_cast<char*>(out);
+  int right = mod(me + 1, p), left = mod(me - 1, p);
+  for (int s = 0; s < p - 1; ++s) {
+    int sendBlk = mod(me - s, p), recvBlk = mod(me - s - 1, p);
+    g.send(right, s, o + d[sendBlk], bytes[sendBlk]);
+    g.recv(left, s, o + d[recvBlk], bytes[recvBlk]);
+    g.wait();
+  }
+}
+
+void allgathervDirect(const Peers& g, void* out, const std::vector<size_t>& bytes) {
+  int p = g.size(), me = g.me;
+  auto d = displacements(bytes);
+  char* o = static_cast<char*>(out);
+  for (int q = 1; q < p; ++q) {
+    int to = mod(me + q, p), from = mod(me - q, p);
+    g.send(to, 0, o + d[me], bytes[me]);
+    g.recv(from, 0, o + d[from], bytes[from]);
+  }
+  if (p > 1) g.wait();
+}
+
+void allreduceRing(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k) {
+  int p = g.size();
+  if (p == 1) return;
+  auto counts = equalParts(count, p);
+  reduceScattervRing(g, buf, counts, t, k);
+  size_t es = dataTypeSize(t);
+  std::vector<size_t> bytes(p);
+  for (int i = 0; i < p; ++i) bytes[i] = counts[i] * es;
+  Peers g2 = g;
+  g2.stepBase += p;
+  allgathervRing(g2, buf, bytes);
+}
+
+void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k) {
+  int p = g.size(), me = g.me;
+  if (p == 1) return;
+  size_t es = dataTypeSize(t), bytes = count * es;
+  char* b = static_cast<char*>(buf);
+  std::vector<char> tmp(bytes);
+  int pof2 = 1;
+  while (pof2 * 2 <= p) pof2 *= 2;
+  int rem = p - pof2;
+  uint32_t step = 0;
+  // Fold the ranks beyond the power of two into their neighbours.
+  int newRank;
+  if (me < 2 * rem) {
+    if (me % 2 == 0) {
+      g.send(me + 1, step, b, bytes);
+      g.wait();
+      newRank = -1;
+    } else {
+      g.recv(me - 1, step, tmp.data(), bytes);
+      g.wait();
+      // Lower rank's data first, as the partner would order it.
+      internal::reduce(b, tmp.data(), b, count, t, k);
+      newRank = me / 2;
+    }
+  } else {
+    newRank = me - rem;
+  }
+  ++step;
+  if (newRank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1, ++step) {
+      int pn = newRank ^ mask;
+      int partner = pn < rem ? pn * 2 + 1 : pn + rem;
+      g.send(partner, step, b, bytes);
+      g.recv(partner, step, tmp.data(), bytes);
+      g.wait();
+      // Same operand order on both sides (lower rank first): identical bits.
+      if (partner < me) internal::reduce(b, tmp.data(), b, count, t, k);
+      else internal::reduce(b, b, tmp.data(), count, t, k);
+    }
+  } else {
+    step += 0;
+  }
+  step = 64;
+  if (me < 2 * rem) {
+    if (me % 2 == 1) g.send(me - 1, step, b, bytes);
+    else g.recv(me + 1, step, b, bytes);
+    g.wait();
+  }
+}
+
+void broadcastTree(const Peers& g, void* buf, size_t bytes, int root) {
+  int p = g.size(), me = g.me;
+  if (p == 1) return;
+  int v = mod(me - root, p);
+  int mask = 1;
+  while (mask < p) {
+    if (v & mask) {
+      g.recv(mod(v - mask + root, p), 0, buf, bytes);
+      g.wait();
+      break;
+    }
+    mask <<= 1;
+  }
+  mask >>= 1;
+  while (mask > 0) {
+    if (v + mask < p) g.send(mod(v + mask + root, p), 0, buf, bytes);
+    mask >>= 1;
+  }
+  g.wait();
+}
+
+void broadcastRing(const Peers& g, void* buf, size_t bytes, int root) {
+  int p = g.size(), me = g.me;
+  if (p == 1) return;
+  int v = mod(me - root, p);
+  size_t piece = std::max<size_t>(256u << 10, (bytes + 15) / 16);
+  char* b = static_cast<char*>(buf);
+  int next = mod(me + 1, p), prev = mod(me - 1, p);
+  uint32_t i = 0;
+  for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += piece, ++i) {
+    size_t n = std::min(piece, bytes - off);
+    if (v > 0) {
+      g.recv(prev, i, b + off, n);
+      g.wait();  // also completes the previous piece's forward
+    }
+    if (v < p - 1) g.send(next, i, b + off, n);
+    if (bytes == 0) break;
+  }
+  g.wait();
+}
+
+void reduceTree(const Peers& g, const void* in, void* out, size_t count, DataType t, ReduceKind k,
+                int root) {
+  int p = g.size(), me = g.me;
+  size_t es = dataTypeSize(t), bytes = count * es;
+  std::vector<char> own;
+  char* acc;
+  if (me == root) {
+    acc = static_cast<char*>(out);
+    if (acc != in && bytes) std::memmove(acc, in, bytes);
+  } else {
+    own.assign(static_cast<const char*>(in), static_cast<const char*>(in) + bytes);
+    acc = own.data();
+  }
+  if (p == 1) return;
+  std::vector<char> tmp(bytes);
+  int v = mod(me - root, p);
+  for (int mask = 1; mask < p; mask <<= 1) {
+    if (v & mask) {
+      g.send(mod(v - mask + root, p), mask, acc, bytes);
+      g.wait();
+      return;
+    }
+    if (v + mask < p) {
+      g.recv(mod(v + mask + root, p), mask, tmp.data(), bytes);
+      g.wait();
+      internal::reduce(acc, acc, tmp.data(), count, t, k);
+    }
+  }
+}
+
+void alltoallvPairwise(const Peers& g, const void* in, const std::vector<size_t>& sendBytes, void* out,
+                       const std::vector<size_t>& recvBytes) {
+  int p = g.size(), me = g.me;
+  auto sd = displacements(sendBytes), rd = displacements(recvBytes);
+  const char* i = static_cast<const char*>(in);
+  char* o = static_cast<char*>(out);
+  if (sendBytes[me]) std::memcpy(o + rd[me], i + sd[me], sendBytes[me]);
+  for (int s = 1; s < p; ++s) {
+    int to = mod(me + s, p), from = mod(me - s, p);
+    g.send(to, s, i + sd[to], sendBytes[to]);
+    g.recv(from, s, o + rd[from], recvBytes[from]);
+    g.wait();
+  }
+}
+
+void gathervDirect(const Peers& g, const void* in, void* out, const std::vector<size_t>& bytes, int root) {
+  int p = g.size(), me = g.me;
+  auto d = displacements(bytes);
+  if (me == root) {
+    char* o = static_cast<char*>(out);
+    if (o + d[me] != in && bytes[me]) std::memmove(o + d[me], in, bytes[me]);
+    for (int r = 0; r < p; ++r)
+      if (r != me) g.recv(r, 0, o + d[r], bytes[r]);
+  } else {
+    g.send(root, 0, in, bytes[me]);
+  }
+  if (p > 1) g.wait();
+}
+
+void scattervDirect(const Peers& g, const void* in, void* out, const std::vector<size_t>& bytes, int root) {
+  int p = g.size(), me = g.me;
+  auto d = displacements(bytes);
+  if (me == root) {
+    const char* i = static_cast<const char*>(in);
+    if (i + d[me] != out && bytes[me]) std::memmove(out, i + d[me], bytes[me]);
+    for (int r = 0; r < p; ++r)
+      if (r != me) g.send(r, 0, i + d[r], bytes[r]);
+  } else {
+    g.recv(root, 0, out, bytes[me]);
+  }
+  if (p > 1) g.wait();
+}
+
+void barrierDissemination(const Peers& g) {
+  int p = g.size(), me = g.me;
+  uint32_t step = 0;
+  for (int k = 1; k < p; k <<= 1, ++step) {
+    g.send(mod(me + k, p), step, nullptr, 0);
+    g.recv(mod(me - k, p), step, nullptr, 0);
+    g.wait();
+  }
+}
+
+}  // namespace algo
+}  // namespace core
+}  // namespace accl

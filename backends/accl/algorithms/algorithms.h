@@ -1,0 +1,54 @@
+// Collective algorithms over point-to-point messages (transport-independent).
+// Each works on a Peers view (index space 0..size-1) and on raw bytes; steps
+// are numbered from 0 within the view's stepBase. Reductions take elementwise
+// kinds only; Avg and PremulSum scaling is the caller's.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "accl/types.h"
+#include "transport/transport.h"
+
+namespace accl {
+namespace core {
+namespace algo {
+
+// Number of steps an algorithm may use; callers composing phases space their
+// stepBase by at least this much.
+constexpr uint32_t kMaxSteps = 1u << 20;
+
+// Allreduce in place. Ring: reduce-scatter then allgather, 2(p-1) steps, each
+// moving 1/p of the data (bandwidth-optimal). Recursive doubling: log2(p)
+// steps of the whole vector, plus one step each way for the ranks beyond the
+// largest power of two (latency-optimal). Both give bitwise-identical results
+// on every rank.
+void allreduceRing(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k);
+void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k);
+// Binomial tree (log2 p steps) and pipelined chain (for large messages).
+void broadcastTree(const Peers& g, void* buf, size_t bytes, int root);
+void broadcastRing(const Peers& g, void* buf, size_t bytes, int root);
+// Binomial tree reduction to root; out is written at root only.
+void reduceTree(const Peers& g, const void* in, void* out, size_t count, DataType t, ReduceKind k,
+                int root);
+// out holds every rank's block (bytes[r]) in rank order; this rank's block is
+// already in place. Ring: p-1 steps to the right neighbour; direct: one step,
+// everyone to everyone.
+void allgathervRing(const Peers& g, void* out, const std::vector<size_t>& bytes);
+void allgathervDirect(const Peers& g, void* out, const std::vector<size_t>& bytes);
+// work holds sum(counts) elements (this rank's contribution) and is used as
+// scratch; on return, this rank's block of work holds the reduction.
+void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& counts, DataType t,
+                        ReduceKind k);
+// Pairwise exchange in p-1 steps. in and out must not overlap.
+void alltoallvPairwise(const Peers& g, const void* in, const std::vector<size_t>& sendBytes, void* out,
+                       const std::vector<size_t>& recvBytes);
+void gathervDirect(const Peers& g, const void* in, void* out, const std::vector<size_t>& bytes, int root);
+void scattervDirect(const Peers& g, const void* in, void* out, const std::vector<size_t>& bytes, int root);
+// Dissemination barrier: ceil(log2 p) steps of empty messages.
+void barrierDissemination(const Peers& g);
+
+}  // namespace algo
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,159 @@
+#include "algorithms/select.h"
+
+#include <sstream>
+#include <vector>
+
+#include "accl/errors.h"
+
+namespace accl {
+namespace core {
+
+namespace {
+constexpr size_t kSmallAllreduce = 64u << 10;
+constexpr size_t kSmallBroadcast = 256u << 10;
+constexpr size_t kSmallGather = 64u << 10;
+
+const char* kCollNames[kNumColls] = {"allreduce", "broadcast",      "reduce", "allgather", "reduce_scatter",
+                                     "alltoall",  "gather", "scatter", "barrier"};
+
+// Algorithms each op accepts in ACCL_ALGO.
+std::vector<Algo> accepted(Coll c) {
+  switch (c) {
+    case Coll::Allreduce: return {Algo::Ring, Algo::RecursiveDoubling, Algo::Hierarchical};
+    case Coll::Broadcast: return {Algo::Tree, Algo::Ring, Algo::Hierarchical};
+    case Coll::Reduce: return {Algo::Tree, Algo::Hierarchical};
+    case Coll::Allgather: return {Algo::Ring, Algo::Direct};
+    case Coll::ReduceScatter: return {Algo::Ring, Algo::RecursiveDoubling};
+    case Coll::Alltoall: return {Algo::Direct};
+    case Coll::Gather: return {Algo::Direct};
+    case Coll::Scatter: return {Algo::Direct};
+    case Coll::Barrier: return {Algo::RecursiveDoubling, Algo::Hierarchical};
+  }
+  return {};
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+}  // namespace
+
+const char* toString(Algo a) {
+  switch (a) {
+    case Algo::Auto: return "auto";
+    case Algo::Shm: return "shm";
+    case Algo::Ring: return "ring";
+    case Algo::RecursiveDoubling: return "recursive_doubling";
+    case Algo::Tree: return "tree";
+    case Algo::Direct: return "direct";
+    case Algo::Hierarchical: return "hierarchical";
+  }
+  return "?";
+}
+
+const char* toString(Coll c) { return kCollNames[static_cast<int>(c)]; }
+
+AlgoOverrides parseAlgoSpec(const std::string& spec) {
+  AlgoOverrides o;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find(';', start);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = trim(spec.substr(start, end - start));
+    start = end + 1;
+    if (item.empty()) continue;
+    auto colon = item.find(':');
+    std::string op = trim(item.substr(0, colon));
+    std::string al = colon == std::string::npos ? "" : trim(item.substr(colon + 1));
+    int ci = -1;
+    for (int i = 0; i < kNumColls; ++i)
+      if (op == kCollNames[i]) ci = i;
+    std::string ops;
+    for (int i = 0; i < kNumColls; ++i) ops += std::string(i ? ", " : "") + kCollNames[i];
+    if (ci < 0)
+      throw InvalidArgument("accl: invalid value '" + spec + "' for ACCL_ALGO: unknown op '" + op +
+                            "'; accepted ops: " + ops + " (form: op:algorithm;op:algorithm)");
+    Algo a = Algo::Auto;
+    if (al == "ring") a = Algo::Ring;
+    else if (al == "rd" || al == "recursive_doubling") a = Algo::RecursiveDoubling;
+    else if (al == "tree") a = Algo::Tree;
+    else if (al == "direct") a = Algo::Direct;
+    else if (al == "hier" || al == "hierarchical") a = Algo::Hierarchical;
+    auto ok = accepted(static_cast<Coll>(ci));
+    bool found = false;
+    for (Algo x : ok) found = found || x == a;
+    if (!found) {
+      std::string names;
+      for (size_t i = 0; i < ok.size(); ++i) names += std::string(i ? ", " : "") + toString(ok[i]);
+      throw InvalidArgument("accl: invalid value '" + spec + "' for ACCL_ALGO: '" + al +
+                            "' is not an algorithm of " + op + "; accepted: " + names);
+    }
+    o.algo[ci] = a;
+  }
+  return o;
+}
+
+Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o) {
+  Algo forced = o.algo[static_cast<int>(c)];
+  if (forced != Algo::Auto && forced != Algo::Hierarchical) return forced;
+  switch (c) {
+    case Coll::Allreduce:
+      return (bytes <= kSmallAllreduce || hosts == 2) ? Algo::RecursiveDoubling : Algo::Ring;
+    case Coll::Broadcast: return bytes <= kSmallBroadcast ? Algo::Tree : Algo::Ring;
+    case Coll::Reduce: return Algo::Tree;
+    case Coll::Allgather: return bytes <= kSmallGather ? Algo::Direct : Algo::Ring;
+    case Coll::ReduceScatter: return bytes <= kSmallGather ? Algo::RecursiveDoubling : Algo::Ring;
+    case Coll::Barrier: return Algo::RecursiveDoubling;
+    default: return Algo::Direct;
+  }
+}
+
+Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o) {
+  if (l.singleHost()) return Algo::Shm;
+  Algo forced = o.algo[static_cast<int>(c)];
+  bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier;
+  if (forced == Algo::Hierarchical) return l.hierarchical() ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{});
+  if (forced != Algo::Auto) return forced;
+  if (hierOp && l.hierarchical()) return Algo::Hierarchical;
+  return chooseInterHost(c, bytes, l.size, o);
+}
+
+std::string describeSelection(const Layout& l, const AlgoOverrides& o) {
+  std::ostringstream os;
+  if (l.singleHost()) return "every op on the shared segment (one host)";
+  struct Range {
+    size_t lo;
+    const char* name;
+  };
+  const size_t probes[] = {0, 1, kSmallGather + 1, kSmallBroadcast + 1};
+  for (int ci = 0; ci < kNumColls; ++ci) {
+    Coll c = static_cast<Coll>(ci);
+    os << (ci ? "; " : "") << toString(c) << ":";
+    std::string last;
+    size_t lastLo = 0;
+    std::vector<std::pair<size_t, std::string>> ranges;
+    for (size_t b : probes) {
+      Algo a = choose(c, b, l, o);
+      std::string name = toString(a);
+      if (a == Algo::Hierarchical) {
+        name += "(shm+";
+        name += toString(chooseInterHost(c, b / std::max(1, l.maxLocal), l.hosts, o));
+        name += ")";
+      }
+      if (name != last) {
+        ranges.push_back({b, name});
+        last = name;
+      }
+    }
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      os << " ";
+      if (ranges.size() > 1) os << (i + 1 < ranges.size() ? "<" + std::to_string(ranges[i + 1].first) + "B " : ">=" + std::to_string(ranges[i].first) + "B ");
+      os << ranges[i].second;
+    }
+    (void)lastLo;
+  }
+  return os.str();
+}
+
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,57 @@
+// Algorithm selection: by op, message size, rank count and host layout;
+// ACCL_ALGO overrides it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+namespace accl {
+namespace core {
+
+enum class Algo : uint8_t { Auto, Shm, Ring, RecursiveDoubling, Tree, Direct, Hierarchical };
+enum class Coll : uint8_t {
+  Allreduce,
+  Broadcast,
+  Reduce,
+  Allgather,
+  ReduceScatter,
+  Alltoall,
+  Gather,
+  Scatter,
+  Barrier,
+};
+constexpr int kNumColls = 9;
+
+const char* toString(Algo a);
+const char* toString(Coll c);
+
+struct Layout {
+  int size = 1;
+  int hosts = 1;
+  int maxLocal = 1;      // most ranks on one host
+  bool uniform = true;   // every host has the same number of ranks
+  bool shm = true;       // shared memory enabled (ACCL_TRANSPORTS)
+  bool singleHost() const { return hosts == 1 && shm; }
+  bool hierarchical() const { return shm && hosts > 1 && maxLocal > 1; }
+};
+
+struct AlgoOverrides {
+  std::array<Algo, kNumColls> algo{};
+};
+
+// Parses ACCL_ALGO ("allreduce:ring;broadcast:tree"); throws InvalidArgument
+// naming the variable, the bad part and what is accepted.
+AlgoOverrides parseAlgoSpec(const std::string& spec);
+
+// The algorithm for `c` with `bytes` of payload per rank (total for
+// allgather/reduce_scatter/alltoall). Returns Shm for single-host groups.
+Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o);
+// For hierarchical ops: the algorithm of the exchange between hosts.
+Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o);
+
+// One line per op: which algorithm each size range gets (logged at INFO).
+std::string describeSelection(const Layout& l, const AlgoOverrides& o);
+
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,622 @@
+#include "transport/shm.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "accl/errors.h"
+#include "accl/internal/reduce_kernels.h"
+#include "accl/logging.h"
+
+namespace accl {
+namespace core {
+
+namespace {
+constexpr uint32_t kShmMagic = 0x53434341;  // "ACCS"
+constexpr int kMaxLocal = 64;
+constexpr size_t kCmaMinBytes = 64u << 10;     // below this, copying through slots is faster
+constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
+constexpr size_t kChunk = 256u << 10;          // cache-sized steps of single-copy reductions
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+long futexWait(std::atomic<uint32_t>* addr, uint32_t val, int ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, val, &ts, nullptr, 0);
+}
+void futexWakeAll(std::atomic<uint32_t>* addr) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+size_t align64(size_t x) { return (x + 63) & ~size_t(63); }
+
+// Splits n elements into p near-equal parts; part i is [lo, hi).
+void part(size_t n, int p, int i, size_t* lo, size_t* hi) {
+  size_t base = n / p, extra = n % p;
+  *lo = i * base + std::min<size_t>(i, extra);
+  *hi = *lo + base + (static_cast<size_t>(i) < extra ? 1 : 0);
+}
+}  // namespace
+
+struct alignas(128) ShmDomain::Header {
+  uint32_t magic;
+  uint32_t nlocal;
+  std::atomic<uint32_t> futex;
+  std::atomic<uint32_t> sleepers;
+};
+
+struct alignas(128) ShmDomain::Ctl {
+  std::atomic<uint64_t> arrive;
+  char pad[56];
+  int32_t pid;
+  int32_t cmaOk;
+  OpDesc desc[2];
+  uint64_t ptrIn, ptrOut, aux;
+  uint64_t offs[kMaxLocal];
+};
+
+ShmDomain::Ctl& ShmDomain::ctl(int r) const {
+  return reinterpret_cast<Ctl*>(static_cast<char*>(base_) + sizeof(Header))[r];
+}
+
+char* ShmDomain::slot(uint64_t round, int r) const {
+  size_t dataOff = align64(sizeof(Header) + sizeof(Ctl) * o_.localSize);
+  return static_cast<char*>(base_) + dataOff + ((round & 1) * o_.localSize + r) * slot_;
+}
+
+ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
+  int n = o_.localSize;
+  if (n > kMaxLocal)
+    throw InvalidArgument(o_.where + ": " + std::to_string(n) + " ranks on one host; the shm transport supports up to " +
+                          std::to_string(kMaxLocal) + " (use ACCL_TRANSPORTS=tcp)");
+  slot_ = n <= 4 ? (1u << 20) : n <= 16 ? (512u << 10) : (128u << 10);
+  size_t dataOff = align64(sizeof(Header) + sizeof(Ctl) * n);
+  mapBytes_ = dataOff + 2 * n * slot_;
+  deadline_ = Clock::now() + o_.timeout;
+  const std::string& name = o_.segmentName;
+  int fd = -1;
+  if (o_.localRank == 0) {
+    shm_unlink(name.c_str());
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) throw SystemError(o_.where + ": cannot create shared memory " + name + ": " + std::strerror(errno));
+    if (ftruncate(fd, static_cast<off_t>(mapBytes_)) != 0) {
+      int e = errno;
+      ::close(fd);
+      shm_unlink(name.c_str());
+      throw SystemError(o_.where + ": cannot size shared memory " + name + " to " +
+                        std::to_string(mapBytes_) + " bytes: " + std::strerror(e) + " (is /dev/shm large enough?)");
+    }
+  }
+  if (o_.localRank == 0) {
+    base_ = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base_ == MAP_FAILED) {
+      shm_unlink(name.c_str());
+      throw SystemError(o_.where + ": cannot map shared memory: " + std::strerror(errno));
+    }
+    auto* h = new (base_) Header();
+    h->magic = kShmMagic;
+    h->nlocal = n;
+    for (int r = 0; r < n; ++r) new (&ctl(r)) Ctl();
+    o_.store->set(name + "/created", toBytes("1"));
+  } else {
+    o_.store->wait({name + "/created"}, o_.timeout);
+    fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) throw SystemError(o_.where + ": cannot open shared memory " + name + ": " + std::strerror(errno));
+    base_ = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base_ == MAP_FAILED) throw SystemError(o_.where + ": cannot map shared memory: " + std::strerror(errno));
+    auto* h = static_cast<Header*>(base_);
+    if (h->magic != kShmMagic || static_cast<int>(h->nlocal) != n)
+      throw Internal(o_.where + ": shared memory " + name + " has an unexpected layout");
+  }
+  ctl(o_.localRank).pid = getpid();
+  // The segment lives while mapped; unlink it once everyone has it open so
+  // that nothing is left behind in /dev/shm, even after a crash.
+  o_.store->set(name + "/opened/" + std::to_string(o_.localRank), toBytes("1"));
+  if (o_.localRank == 0) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < n; ++r) keys.push_back(name + "/opened/" + std::to_string(r));
+    try {
+      o_.store->wait(keys, o_.timeout);
+    } catch (...) {
+      shm_unlink(name.c_str());
+      throw;
+    }
+    shm_unlink(name.c_str());
+  }
+  probeCma();
+}
+
+ShmDomain::~ShmDomain() {
+  if (base_ && base_ != MAP_FAILED) munmap(base_, mapBytes_);
+}
+
+void ShmDomain::probeCma() {
+  OpDesc d{};
+  d.op = 0xfff;
+  static volatile uint64_t probe = 0;
+  probe = 0x5ca1ab1e00000000ull | static_cast<uint64_t>(getpid());
+  bool ok = o_.cma >= 0;
+  if (ok && o_.localSize > 1) {
+    // Yama's ptrace_scope=1 only lets ancestors read a process; allow the local peers.
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    ctl(o_.localRank).ptrIn = reinterpret_cast<uint64_t>(&probe);
+    round(d);
+    for (int p = 0; p < o_.localSize && ok; ++p) {
+      if (p == o_.localRank) continue;
+      uint64_t v = 0;
+      iovec l{&v, sizeof(v)}, r{reinterpret_cast<void*>(ctl(p).ptrIn), sizeof(v)};
+      ssize_t got = process_vm_readv(ctl(p).pid, &l, 1, &r, 1, 0);
+      if (got != static_cast<ssize_t>(sizeof(v)) || v != (0x5ca1ab1e00000000ull | static_cast<uint64_t>(ctl(p).pid))) {
+        ok = false;
+        ACCL_INFO("INIT", o_.where << ": process_vm_readv from local rank " << p
+                                   << " failed (" << (got < 0 ? std::strerror(errno) : "wrong data")
+                                   << "); copying through the shared segment");
+      }
+    }
+    ctl(o_.localRank).cmaOk = ok ? 1 : 0;
+    round(d);
+    for (int p = 0; p < o_.localSize; ++p) ok = ok && ctl(p).cmaOk;
+  }
+  if (o_.localSize > 1 && !ok && o_.cma > 0)
+    throw NotSupported(o_.where + ": ACCL_SHM_CMA=on but process_vm_readv between local ranks is not permitted "
+                       "(ptrace restrictions or seccomp); use ACCL_SHM_CMA=auto");
+  cma_ = ok && o_.localSize > 1;
+}
+
+void ShmDomain::waitFor(const std::function<bool(int)>& arrived) {
+  auto allIn = [&] {
+    for (int p = 0; p < o_.localSize; ++p)
+      if (p != o_.localRank && !arrived(p)) return false;
+    return true;
+  };
+  for (int i = 0; i < 2000; ++i) {
+    if (allIn()) return;
+    cpuRelax();
+  }
+  for (int i = 0; i < 20; ++i) {
+    if (allIn()) return;
+    sched_yield();
+  }
+  auto* h = static_cast<Header*>(base_);
+  auto lastCheck = Clock::now();
+  for (;;) {
+    h->sleepers.fetch_add(1);
+    uint32_t v = h->futex.load();
+    if (allIn()) {
+      h->sleepers.fetch_sub(1);
+      return;
+    }
+    futexWait(&h->futex, v, 5);
+    h->sleepers.fetch_sub(1);
+    if (allIn()) return;
+    auto now = Clock::now();
+    if (now - lastCheck > std::chrono::milliseconds(50)) {
+      lastCheck = now;
+      if (o_.checkFailure) o_.checkFailure();
+      for (int p = 0; p < o_.localSize; ++p)
+        if (p != o_.localRank && !arrived(p) && kill(ctl(p).pid, 0) != 0 && errno == ESRCH)
+          throw RemoteError("rank " + std::to_string(o_.ranks[p]) + " (pid " + std::to_string(ctl(p).pid) +
+                            ", same host) exited while this rank waited for it");
+    }
+    if (now >= deadline_) {
+      std::vector<int> missing;
+      for (int p = 0; p < o_.localSize; ++p)
+        if (p != o_.localRank && !arrived(p)) missing.push_back(o_.ranks[p]);
+      if (o_.onTimeout) o_.onTimeout(missing);
+      throw Timeout(o_.where + ": timed out waiting for local ranks");
+    }
+  }
+}
+
+void ShmDomain::round(const OpDesc& d) {
+  uint64_t k = round_ + 1;
+  Ctl& me = ctl(o_.localRank);
+  me.desc[k & 1] = d;
+  me.arrive.store(k, std::memory_order_release);
+  auto* h = static_cast<Header*>(base_);
+  h->futex.fetch_add(1);
+  if (h->sleepers.load() > 0) futexWakeAll(&h->futex);
+  if (o_.localSize > 1) waitFor([&](int p) { return ctl(p).arrive.load(std::memory_order_acquire) >= k; });
+  round_ = k;
+  for (int p = 0; p < o_.localSize; ++p)
+    if (p != o_.localRank && ctl(p).desc[k & 1] != d)
+      throw InvalidArgument("mismatched collectives: this rank called " + describe(d) + " but rank " +
+                            std::to_string(o_.ranks[p]) + " called " + describe(ctl(p).desc[k & 1]));
+}
+
+void ShmDomain::cmaRead(int peer, uint64_t remote, void* local, size_t len) {
+  while (len > 0) {
+    size_t n = std::min(len, size_t(1) << 30);
+    iovec l{local, n}, r{reinterpret_cast<void*>(remote), n};
+    ssize_t got = process_vm_readv(ctl(peer).pid, &l, 1, &r, 1, 0);
+    if (got <= 0)
+      throw SystemError("process_vm_readv from rank " + std::to_string(o_.ranks[peer]) + " failed: " +
+                        std::strerror(errno));
+    len -= got;
+    remote += got;
+    local = static_cast<char*>(local) + got;
+  }
+}
+
+void ShmDomain::cmaWrite(int peer, const void* local, uint64_t remote, size_t len) {
+  while (len > 0) {
+    size_t n = std::min(len, size_t(1) << 30);
+    iovec l{const_cast<void*>(local), n}, r{reinterpret_cast<void*>(remote), n};
+    ssize_t got = process_vm_writev(ctl(peer).pid, &l, 1, &r, 1, 0);
+    if (got <= 0)
+      throw SystemError("process_vm_writev to rank " + std::to_string(o_.ranks[peer]) + " failed: " +
+                        std::strerror(errno));
+    len -= got;
+    remote += got;
+    local = static_cast<const char*>(local) + got;
+  }
+}
+
+// dst[0..n) = reduction over local ranks (in rank order) of element range
+// [off, off + n) of each rank's data: from the slots of `round` at slotOff,
+// or from the ranks' published inputs (single copy).
+void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, ReduceKind k,
+                              uint64_t rnd, bool fromSlots, size_t slotOff) {
+  size_t es = dataTypeSize(t);
+  if (n == 0) return;
+  if (fromSlots) {
+    const char* s0 = slot(rnd, 0) + slotOff + off * es;
+    if (o_.localSize == 1) {
+      std::memmove(dst, s0, n * es);
+      return;
+    }
+    internal::reduce(dst, s0, slot(rnd, 1) + slotOff + off * es, n, t, k);
+    for (int p = 2; p < o_.localSize; ++p) internal::reduce(dst, dst, slot(rnd, p) + slotOff + off * es, n, t, k);
+    return;
+  }
+  // Single copy: own input first, then each peer's, in cache-sized chunks.
+  size_t chunkElems = std::max<size_t>(1, kChunk / es);
+  if (tmp_.size() < chunkElems * es) tmp_.resize(chunkElems * es);
+  const char* own = reinterpret_cast<const char*>(ctl(o_.localRank).ptrIn);
+  for (size_t c = 0; c < n; c += chunkElems) {
+    size_t m = std::min(chunkElems, n - c);
+    char* d = dst + c * es;
+    bool first = true;
+    // Own input first: in place, the destination is this rank's input.
+    for (int q = 0; q < o_.localSize; ++q) {
+      int p = (o_.localRank + q) % o_.localSize;
+      const char* src;
+      if (p == o_.localRank) {
+        src = own + (off + c) * es;
+      } else {
+        cmaRead(p, ctl(p).ptrIn + (off + c) * es, tmp_.data(), m * es);
+        src = tmp_.data();
+      }
+      if (first) {
+        if (d != src) std::memmove(d, src, m * es);
+        first = false;
+      } else {
+        internal::reduce(d, d, src, m, t, k);
+      }
+    }
+  }
+}
+
+void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, ReduceKind k,
+                          const OpDesc& d, Clock::time_point deadline) {
+  deadline_ = deadline;
+  size_t es = dataTypeSize(t), bytes = count * es;
+  int n = o_.localSize, me = o_.localRank;
+  char* o = static_cast<char*>(out);
+  if (n == 1) {
+    if (in != out && bytes) std::memcpy(out, in, bytes);
+    return;
+  }
+  if (cma_ && bytes >= kCmaMinBytes) {
+    ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
+    ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
+    round(d);
+    size_t lo, hi;
+    part(count, n, me, &lo, &hi);
+    reduceFromAll(o + lo * es, lo, hi - lo, t, k, 0, false, 0);
+    round(d);
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      part(count, n, p, &lo, &hi);
+      cmaRead(p, ctl(p).ptrOut + lo * es, o + lo * es, (hi - lo) * es);
+    }
+    round(d);
+    return;
+  }
+  size_t per = slot_ / es;
+  const char* i = static_cast<const char*>(in);
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
+    size_t m = std::min(per, count - off);
+    if (m) std::memcpy(slot(round_ + 1, me), i + off * es, m * es);
+    round(d);
+    uint64_t r = round_;
+    if (m * es <= kSmallReduceBytes) {
+      reduceFromAll(o + off * es, 0, m, t, k, r, true, 0);
+    } else {
+      size_t lo, hi;
+      part(m, n, me, &lo, &hi);
+      // Reduce this rank's slice into its slot of the next round, then gather.
+      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0);
+      round(d);
+      for (int p = 0; p < n; ++p) {
+        part(m, n, p, &lo, &hi);
+        std::memcpy(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es);
+      }
+    }
+    if (count == 0) break;
+  }
+}
+
+void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, ReduceKind k, int root,
+                       const OpDesc& d, Clock::time_point deadline) {
+  deadline_ = deadline;
+  size_t es = dataTypeSize(t), bytes = count * es;
+  int n = o_.localSize, me = o_.localRank;
+  if (n == 1) {
+    if (in != out && bytes) std::memcpy(out, in, bytes);
+    return;
+  }
+  if (cma_ && bytes >= kCmaMinBytes) {
+    ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
+    ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
+    round(d);
+    size_t lo, hi;
+    part(count, n, me, &lo, &hi);
+    if (me == root) {
+      reduceFromAll(static_cast<char*>(out) + lo * es, lo, hi - lo, t, k, 0, false, 0);
+    } else {
+      std::vector<char> acc((hi - lo) * es);
+      reduceFromAll(acc.data(), lo, hi - lo, t, k, 0, false, 0);
+      cmaWrite(root, acc.data(), ctl(root).ptrOut + lo * es, acc.size());
+    }
+    round(d);
+    return;
+  }
+  size_t per = slot_ / es;
+  const char* i = static_cast<const char*>(in);
+  char* o = static_cast<char*>(out);
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
+    size_t m = std::min(per, count - off);
+    if (m) std::memcpy(slot(round_ + 1, me), i + off * es, m * es);
+    round(d);
+    uint64_t r = round_;
+    if (m * es <= kSmallReduceBytes) {
+      if (me == root) reduceFromAll(o + off * es, 0, m, t, k, r, true, 0);
+    } else {
+      size_t lo, hi;
+      part(m, n, me, &lo, &hi);
+      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0);
+      round(d);
+      if (me == root)
+        for (int p = 0; p < n; ++p) {
+          part(m, n, p, &lo, &hi);
+          std::memcpy(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es);
+        }
+    }
+    if (count == 0) break;
+  }
+}
+
+void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Clock::time_point deadline) {
+  deadline_ = deadline;
+  int n = o_.localSize, me = o_.localRank;
+  if (n == 1) return;
+  char* b = static_cast<char*>(buf);
+  if (cma_ && bytes >= kCmaMinBytes) {
+    ctl(me).ptrIn = reinterpret_cast<uint64_t>(buf);
+    round(d);
+    if (me != root) cmaRead(root, ctl(root).ptrIn, b, bytes);
+    round(d);
+    return;
+  }
+  for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += slot_) {
+    size_t m = std::min(slot_, bytes - off);
+    if (me == root && m) std::memcpy(slot(round_ + 1, me), b + off, m);
+    round(d);
+    if (me != root && m) std::memcpy(b + off, slot(round_, root), m);
+    if (bytes == 0) break;
+  }
+}
+
+void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>& bytes,
+                           const OpDesc& d, Clock::time_point deadline) {
+  deadline_ = deadline;
+  int n = o_.localSize, me = o_.localRank;
+  std::vector<size_t> displ(n + 1, 0);
+  for (int p = 0; p < n; ++p) displ[p + 1] = displ[p] + bytes[p];
+  char* o = static_cast<char*>(out);
+  if (o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
+  if (n == 1) return;
+  size_t maxb = *std::max_element(bytes.begin(), bytes.end());
+  if (cma_ && displ[n] >= kCmaMinBytes) {
+    ctl(me).ptrIn = reinterpret_cast<uint64_t>(o + displ[me]);
+    round(d);
+    for (int p = 0; p < n; ++p)
+      if (p != me && bytes[p]) cmaRead(p, ctl(p).ptrIn, o + displ[p], bytes[p]);
+    round(d);
+    return;
+  }
+  for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
+    if (off < bytes[me]) std::memcpy(slot(round_ + 1, me), o + displ[me] + off, std::min(slot_, bytes[me] - off));
+    round(d);
+    for (int p = 0; p < n; ++p)
+      if (p != me && off < bytes[p])
+        std::memcpy(o + displ[p] + off, slot(round_, p), std::min(slot_, bytes[p] - off));
+    if (maxb == 0) break;
+  }
+}
+
+void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size_t>& counts,
+                               DataType t, ReduceKind k, const OpDesc& d, Clock::time_point deadline) {
+  deadline_ = deadline;
+  int n = o_.localSize, me = o_.localRank;
+  size_t es = dataTypeSize(t);
+  std::vector<size_t> displ(n + 1, 0);
+  for (int p = 0; p < n; ++p) displ[p + 1] = displ[p] + counts[p];
+  size_t total = displ[n];
+  char* o = static_cast<char*>(out);
+  if (n == 1) {
+    if (in != out && counts[0]) std::memmove(out, in, counts[0] * es);
+    return;
+  }
+  if (cma_ && total * es >= kCmaMinBytes) {
+    ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
+    round(d);
+    reduceFromAll(o, displ[me], counts[me], t, k, 0, false, 0);
+    round(d);
+    return;
+  }
+  size_t per = slot_ / es;
+  const char* i = static_cast<const char*>(in);
+  for (size_t off = 0; off < total || (total == 0 && off == 0); off += per) {
+    size_t m = std::min(per, total - off);
+    if (m) std::memcpy(slot(round_ + 1, me), i + off * es, m * es);
+    round(d);
+    size_t lo = std::max(off, displ[me]), hi = std::min(off + m, displ[me + 1]);
+    if (lo < hi) reduceFromAll(o + (lo - displ[me]) * es, lo - off, hi - lo, t, k, round_, true, 0);
+    if (total == 0) break;
+  }
+}
+
+void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                          const std::vector<size_t>& recvBytes, const OpDesc& d,
+                          Clock::time_point deadline) {
+  deadline_ = deadline;
+  int n = o_.localSize, me = o_.localRank;
+  std::vector<size_t> sd(n + 1, 0), rd(n + 1, 0);
+  for (int p = 0; p < n; ++p) {
+    sd[p + 1] = sd[p] + sendBytes[p];
+    rd[p + 1] = rd[p] + recvBytes[p];
+  }
+  const char* i = static_cast<const char*>(in);
+  char* o = static_cast<char*>(out);
+  // Everyone publishes its layout first: offsets for single copy, the largest
+  // chunk so that all ranks agree on the number of rounds.
+  Ctl& c = ctl(me);
+  c.ptrIn = reinterpret_cast<uint64_t>(in);
+  for (int p = 0; p < n; ++p) c.offs[p] = sd[p];
+  c.aux = *std::max_element(sendBytes.begin(), sendBytes.end());
+  std::vector<char> own(i + sd[me], i + sd[me] + sendBytes[me]);  // in may alias out
+  if (n == 1) {
+    if (!own.empty()) std::memcpy(o + rd[me], own.data(), own.size());
+    return;
+  }
+  round(d);
+  size_t maxb = 0;
+  bool big = true;
+  for (int p = 0; p < n; ++p) {
+    maxb = std::max<size_t>(maxb, ctl(p).aux);
+    big = big && ctl(p).aux * n >= kCmaMinBytes;
+  }
+  if (cma_ && big && in != out) {
+    for (int p = 0; p < n; ++p)
+      if (p != me && recvBytes[p]) cmaRead(p, ctl(p).ptrIn + ctl(p).offs[me], o + rd[p], recvBytes[p]);
+    if (!own.empty()) std::memcpy(o + rd[me], own.data(), own.size());
+    round(d);
+    return;
+  }
+  // In place needs the whole input before any output lands: stage a copy.
+  std::vector<char> staged;
+  if (in == out) {
+    staged.assign(i, i + sd[n]);
+    i = staged.data();
+  }
+  size_t q = (slot_ / n) & ~size_t(63);
+  if (maxb == 0) round(d);  // peers may still read this rank's published layout
+  for (size_t off = 0; off < maxb; off += q) {
+    char* s = slot(round_ + 1, me);
+    for (int p = 0; p < n; ++p)
+      if (off < sendBytes[p]) std::memcpy(s + p * q, i + sd[p] + off, std::min(q, sendBytes[p] - off));
+    round(d);
+    for (int p = 0; p < n; ++p)
+      if (p != me && off < recvBytes[p])
+        std::memcpy(o + rd[p] + off, slot(round_, p) + me * q, std::min(q, recvBytes[p] - off));
+  }
+  if (!own.empty()) std::memcpy(o + rd[me], own.data(), own.size());
+}
+
+void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
+                        const OpDesc& d, Clock::time_point deadline) {
+  deadline_ = deadline;
+  int n = o_.localSize, me = o_.localRank;
+  std::vector<size_t> displ(n + 1, 0);
+  for (int p = 0; p < n; ++p) displ[p + 1] = displ[p] + bytes[p];
+  char* o = static_cast<char*>(out);
+  if (me == root && o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
+  if (n == 1) return;
+  size_t maxb = *std::max_element(bytes.begin(), bytes.end());
+  if (cma_ && displ[n] >= kCmaMinBytes) {
+    ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
+    round(d);
+    if (me == root)
+      for (int p = 0; p < n; ++p)
+        if (p != me && bytes[p]) cmaRead(p, ctl(p).ptrIn, o + displ[p], bytes[p]);
+    round(d);
+    return;
+  }
+  for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
+    if (me != root && off < bytes[me])
+      std::memcpy(slot(round_ + 1, me), static_cast<const char*>(in) + off, std::min(slot_, bytes[me] - off));
+    round(d);
+    if (me == root)
+      for (int p = 0; p < n; ++p)
+        if (p != me && off < bytes[p]) std::memcpy(o + displ[p] + off, slot(round_, p), std::min(slot_, bytes[p] - off));
+    if (maxb == 0) break;
+  }
+}
+
+void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
+                         const OpDesc& d, Clock::time_point deadline) {
+  deadline_ = deadline;
+  int n = o_.localSize, me = o_.localRank;
+  std::vector<size_t> displ(n + 1, 0);
+  for (int p = 0; p < n; ++p) displ[p + 1] = displ[p] + bytes[p];
+  const char* i = static_cast<const char*>(in);
+  if (me == root && i + displ[me] != out && bytes[me]) std::memmove(out, i + displ[me], bytes[me]);
+  if (n == 1) return;
+  size_t maxb = *std::max_element(bytes.begin(), bytes.end());
+  if (cma_ && displ[n] >= kCmaMinBytes) {
+    ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
+    round(d);
+    if (me != root && bytes[me]) cmaRead(root, ctl(root).ptrIn + displ[me], out, bytes[me]);
+    round(d);
+    return;
+  }
+  size_t q = (slot_ / n) & ~size_t(63);
+  for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += q) {
+    if (me == root)
+      for (int p = 0; p < n; ++p)
+        if (off < bytes[p]) std::memcpy(slot(round_ + 1, me) + p * q, i + displ[p] + off, std::min(q, bytes[p] - off));
+    round(d);
+    if (me != root && off < bytes[me])
+      std::memcpy(static_cast<char*>(out) + off, slot(round_, root) + me * q, std::min(q, bytes[me] - off));
+    if (maxb == 0) break;
+  }
+}
+
+void ShmDomain::barrier(const OpDesc& d, Clock::time_point deadline) {
+  deadline_ = deadline;
+  round(d);
+}
+
+}  // namespace core
+}  // namespace accl

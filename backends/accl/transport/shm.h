@@ -1,0 +1,101 @@
+// Shared-memory collectives among the ranks of one host. All ranks map one
+// segment; an op proceeds in rounds (each rank publishes, then waits until
+// every local rank has arrived). Data moves either through the segment's
+// slots (two copies) or, where the kernel allows, straight from the peer's
+// buffer with process_vm_readv (one copy). Each rank reduces its own slice of
+// the vector from every input; the slices are then gathered.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accl/store.h"
+#include "accl/types.h"
+#include "transport/transport.h"
+
+namespace accl {
+namespace core {
+
+class ShmDomain {
+ public:
+  struct Options {
+    int localRank = 0;
+    int localSize = 1;
+    std::vector<int> ranks;   // group rank of each local rank (for messages)
+    std::string segmentName;  // unique per communicator and host
+    int cma = 0;              // ACCL_SHM_CMA: 0 auto, 1 required, -1 off
+    std::shared_ptr<Store> store;
+    std::chrono::milliseconds timeout{30000};
+    // Called while waiting: throws if a peer failed (dead rank, abort, mismatch).
+    std::function<void()> checkFailure;
+    // Called when the deadline passed; throws accl::Timeout. Gets the local
+    // ranks that had not arrived.
+    std::function<void(const std::vector<int>&)> onTimeout;
+    std::string where;
+  };
+  explicit ShmDomain(Options o);
+  ~ShmDomain();
+
+  int rank() const { return o_.localRank; }
+  int size() const { return o_.localSize; }
+  bool singleCopy() const { return cma_; }
+  size_t slotBytes() const { return slot_; }
+
+  // Every op is called by all local ranks with the same descriptor `d` (the
+  // enclosing op's) and bounded by `deadline`. Reductions take elementwise
+  // kinds only (Sum, Prod, Min, Max, BAnd, BOr, BXor).
+  void allreduce(const void* in, void* out, size_t count, DataType t, ReduceKind k,
+                 const OpDesc& d, Clock::time_point deadline);
+  // Only root's `out` is written (others may pass nullptr).
+  void reduce(const void* in, void* out, size_t count, DataType t, ReduceKind k, int root,
+              const OpDesc& d, Clock::time_point deadline);
+  void broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Clock::time_point deadline);
+  // Rank j contributes bytes[j]; out holds them concatenated in local-rank order.
+  // In place when in == out + offset of this rank.
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes, const OpDesc& d,
+                  Clock::time_point deadline);
+  // in holds sum(counts) elements; rank j keeps the reduction of its range.
+  void reduceScatterv(const void* in, void* out, const std::vector<size_t>& counts, DataType t,
+                      ReduceKind k, const OpDesc& d, Clock::time_point deadline);
+  // sendBytes[j] bytes (contiguous, in rank order) go to rank j.
+  void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
+                 const std::vector<size_t>& recvBytes, const OpDesc& d, Clock::time_point deadline);
+  // Root receives bytes[j] from each rank j, concatenated.
+  void gatherv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
+               const OpDesc& d, Clock::time_point deadline);
+  // Root's in holds bytes[j] for each rank j, concatenated.
+  void scatterv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
+                const OpDesc& d, Clock::time_point deadline);
+  void barrier(const OpDesc& d, Clock::time_point deadline);
+
+ private:
+  struct Ctl;
+  struct Header;
+  Ctl& ctl(int r) const;
+  char* slot(uint64_t round, int r) const;
+  // Publishes this rank's arrival at the next round, then waits for all.
+  void round(const OpDesc& d);
+  void waitFor(const std::function<bool(int)>& arrived);
+  void cmaRead(int peer, uint64_t remote, void* local, size_t len);
+  void cmaWrite(int peer, const void* local, uint64_t remote, size_t len);
+  void probeCma();
+  void reduceFromAll(char* dst, size_t offBytes, size_t n, DataType t, ReduceKind k,
+                     uint64_t round, bool fromSlots, size_t slotOff);
+
+  Options o_;
+  void* base_ = nullptr;
+  size_t mapBytes_ = 0;
+  size_t slot_ = 0;
+  bool cma_ = false;
+  uint64_t round_ = 0;
+  Clock::time_point deadline_{};
+  std::vector<char> tmp_;
+  std::vector<int> pids_;
+};
+
+}  // namespace core
+}  // namespace accl

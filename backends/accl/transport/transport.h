@@ -1,0 +1,76 @@
+// The seam between algorithms and transports: algorithms post sends and
+// receives of whole buffers to peers of their group and wait for them; they
+// never see sockets, verbs or shared memory.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace accl {
+namespace core {
+
+using Clock = std::chrono::steady_clock;
+
+// The op a message belongs to. Every data frame carries it, so a receiver can
+// tell a mismatched collective (different op, count, dtype or root at the same
+// sequence number) from a late one.
+struct OpDesc {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  uint16_t op = 0;  // accl::OpType
+  uint8_t dtype = 0;
+  uint8_t redop = 0;
+  int32_t root = -1;
+
+  bool operator==(const OpDesc& o) const {
+    return seq == o.seq && count == o.count && op == o.op && dtype == o.dtype &&
+           redop == o.redop && root == o.root;
+  }
+  bool operator!=(const OpDesc& o) const { return !(*this == o); }
+};
+static_assert(sizeof(OpDesc) == 24, "OpDesc is part of the wire format");
+
+// "allreduce #5 (1024 x float32, sum)"
+std::string describe(const OpDesc& d);
+
+// Point-to-point messages between ranks of one communicator. A message is
+// identified by (peer, step) within the current op; a receive names exactly
+// how many bytes it expects (a different size is a mismatch error). Any number
+// of sends and receives may be outstanding per peer; they complete in any order.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void send(int peer, uint32_t step, const void* buf, size_t len) = 0;
+  virtual void recv(int peer, uint32_t step, void* buf, size_t len) = 0;
+  // Waits until every send and receive posted since the last wait() is
+  // complete. Throws accl::Timeout (naming the ranks that did not arrive),
+  // RemoteError (peer failed or aborted) or InvalidArgument (mismatch).
+  virtual void wait() = 0;
+};
+
+// A sub-group of a transport's ranks, as the algorithms see it: index i is
+// transport rank ranks[i]. `stepBase` separates the message ids of the phases
+// of a composed (e.g. hierarchical) algorithm.
+struct Peers {
+  Transport* t = nullptr;
+  std::vector<int> ranks;
+  int me = 0;
+  uint32_t stepBase = 0;
+
+  int size() const { return static_cast<int>(ranks.size()); }
+  void send(int i, uint32_t step, const void* buf, size_t len) const {
+    t->send(ranks[i], stepBase + step, buf, len);
+  }
+  void recv(int i, uint32_t step, void* buf, size_t len) const {
+    t->recv(ranks[i], stepBase + step, buf, len);
+  }
+  void wait() const { t->wait(); }
+};
+
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,57 @@
+// The accl backend's wire format (TCP). Every connection starts with a Hello
+// that carries the job token derived from the rendezvous; every frame after it
+// starts with a FrameHeader. Anything that does not parse is refused.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace accl {
+namespace core {
+
+constexpr uint32_t kWireMagic = 0x4c434341;  // "ACCL" little-endian
+constexpr uint16_t kWireVersion = 1;
+constexpr uint32_t kMaxHostIdBytes = 256;
+constexpr uint64_t kMaxMessageBytes = 1ull << 42;
+constexpr uint64_t kMaxAbortBytes = 4096;
+
+enum class FrameType : uint8_t {
+  Hello = 1,
+  Data = 2,    // collective message chunk: key = seq << 32 | step
+  Tagged = 3,  // user send/recv: key = tag
+  Query = 4,   // "which op are you in?": key = seq asked about
+  Reply = 5,   // key = entered seq + 1 (0: none yet), desc = that op
+  Abort = 6,   // the sender failed op key (seq); payload = reason
+};
+
+struct Hello {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t type;
+  uint8_t stream;
+  uint64_t token;
+  int32_t rank;
+  uint32_t idLen;  // bytes of host id that follow (<= kMaxHostIdBytes)
+};
+static_assert(sizeof(Hello) == 24, "wire format");
+
+struct FrameHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t type;
+  uint8_t flags;
+  uint64_t key;
+  uint64_t offset;  // of this chunk within the message
+  uint64_t len;     // payload bytes that follow
+  uint64_t total;   // message bytes
+  OpDesc desc;
+};
+static_assert(sizeof(FrameHeader) == 64, "wire format");
+
+// Empty string if the header is well-formed, else what is wrong with it.
+std::string validateHeader(const FrameHeader& h);
+
+}  // namespace core
+}  // namespace accl
