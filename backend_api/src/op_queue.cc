@@ -53,11 +53,13 @@ std::shared_ptr<Work> OpQueue::runOrEnqueue(std::string description, std::functi
   }
   auto work = std::make_shared<Work>(std::move(description));
   runInto(*work, fn);
+  bool queued;
   {
     std::lock_guard<std::mutex> lk(mu_);
     busy_ = false;
+    queued = !queue_.empty();
   }
-  cv_.notify_one();  // ops queued meanwhile may start
+  if (queued) cv_.notify_one();  // ops queued meanwhile may start
   return work;
 }
 

@@ -166,6 +166,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     shm_.reset(new core::ShmDomain(so));
   }
   queue_.reset(new internal::OpQueue("accl-coll"));
+  prefix_ = context("");
   logSetup();
 }
 
@@ -228,10 +229,11 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
   d.dtype = static_cast<uint8_t>(t);
   d.redop = static_cast<uint8_t>(r);
   d.root = root;
-  std::string desc = core::describe(d);
-  ACCL_TRACE("COLL", "enqueue " << desc);
-  std::string prefix = context("");
-  auto fn = [this, d, timeout, body = std::move(body), prefix]() -> int {
+  // Cheap description (the full one, with counts and dtype, goes into errors).
+  std::string desc = std::string(toString(op)) + " #" + std::to_string(d.seq);
+  ACCL_TRACE("COLL", "enqueue " << core::describe(d));
+  auto fn = [this, d, timeout, body = std::move(body)]() -> int {
+    const std::string& prefix = prefix_;
     {
       std::lock_guard<std::mutex> lk(brokenMu_);
       if (!broken_.empty())
@@ -251,7 +253,9 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
       }
       rethrowWith(prefix);
     }
-    tcp_->endOp();
+    // On one host nothing of the op went through the transport: nothing to
+    // clean up (saves a lock per op on the latency path).
+    if (!layout_.singleHost()) tcp_->endOp();
     return -1;
   };
   if (bytes <= inlineBytes_) return queue_->runOrEnqueue(desc, std::move(fn));

@@ -78,6 +78,7 @@ class AcclProcessGroup : public ProcessGroup {
   std::mutex brokenMu_;
   std::string broken_;
   uint64_t splits_ = 0;
+  std::string prefix_;  // "accl rank R/N accl: "
 };
 
 }  // namespace accl

@@ -27,7 +27,7 @@ constexpr uint32_t kShmMagic = 0x53434341;  // "ACCS"
 constexpr int kMaxLocal = 64;
 constexpr size_t kCmaMinBytes = 64u << 10;     // below this, copying through slots is faster
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
-constexpr size_t kChunk = 256u << 10;          // cache-sized steps of single-copy reductions
+constexpr size_t kChunk = 1024u << 10;          // cache-sized steps of single-copy reductions
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -63,11 +63,13 @@ struct alignas(128) ShmDomain::Header {
 };
 
 struct alignas(128) ShmDomain::Ctl {
+  // arrive and the op descriptors share one cache line: a peer checking this
+  // rank's arrival gets what it needs for the mismatch check in one transfer.
   std::atomic<uint64_t> arrive;
-  char pad[56];
+  OpDesc desc[2];
+  char pad[8];
   int32_t pid;
   int32_t cmaOk;
-  OpDesc desc[2];
   uint64_t ptrIn, ptrOut, aux;
   uint64_t offs[kMaxLocal];
 };
@@ -182,7 +184,8 @@ void ShmDomain::probeCma() {
   cma_ = ok && o_.localSize > 1;
 }
 
-void ShmDomain::waitFor(const std::function<bool(int)>& arrived) {
+template <typename F>
+void ShmDomain::waitFor(const F& arrived) {
   auto allIn = [&] {
     for (int p = 0; p < o_.localSize; ++p)
       if (p != o_.localRank && !arrived(p)) return false;
@@ -231,10 +234,14 @@ void ShmDomain::round(const OpDesc& d) {
   uint64_t k = round_ + 1;
   Ctl& me = ctl(o_.localRank);
   me.desc[k & 1] = d;
-  me.arrive.store(k, std::memory_order_release);
+  // Sleepers register before re-checking the arrivals (both seq_cst): either
+  // this load sees them, or they see this arrival.
+  me.arrive.store(k, std::memory_order_seq_cst);
   auto* h = static_cast<Header*>(base_);
-  h->futex.fetch_add(1);
-  if (h->sleepers.load() > 0) futexWakeAll(&h->futex);
+  if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
+    h->futex.fetch_add(1);
+    futexWakeAll(&h->futex);
+  }
   if (o_.localSize > 1) waitFor([&](int p) { return ctl(p).arrive.load(std::memory_order_acquire) >= k; });
   round_ = k;
   for (int p = 0; p < o_.localSize; ++p)
@@ -330,14 +337,17 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
     round(d);
+    // Reduce this rank's slice chunk by chunk and push each chunk, still in
+    // cache, into every peer's output (only this rank reads or writes that
+    // slice of the peers' buffers, so in-place is safe).
     size_t lo, hi;
     part(count, n, me, &lo, &hi);
-    reduceFromAll(o + lo * es, lo, hi - lo, t, k, 0, false, 0);
-    round(d);
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      part(count, n, p, &lo, &hi);
-      cmaRead(p, ctl(p).ptrOut + lo * es, o + lo * es, (hi - lo) * es);
+    size_t chunkElems = std::max<size_t>(1, kChunk / es);
+    for (size_t c = lo; c < hi; c += chunkElems) {
+      size_t m = std::min(chunkElems, hi - c);
+      reduceFromAll(o + c * es, c, m, t, k, 0, false, 0);
+      for (int p = 0; p < n; ++p)
+        if (p != me) cmaWrite(p, o + c * es, ctl(p).ptrOut + c * es, m * es);
     }
     round(d);
     return;

@@ -79,7 +79,8 @@ class ShmDomain {
   char* slot(uint64_t round, int r) const;
   // Publishes this rank's arrival at the next round, then waits for all.
   void round(const OpDesc& d);
-  void waitFor(const std::function<bool(int)>& arrived);
+  template <typename F>
+  void waitFor(const F& arrived);
   void cmaRead(int peer, uint64_t remote, void* local, size_t len);
   void cmaWrite(int peer, const void* local, uint64_t remote, size_t len);
   void probeCma();
