@@ -144,6 +144,7 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
   if (!c.socketIfname.empty() && splitList(c.socketIfname.substr(c.socketIfname[0] == '^' || c.socketIfname[0] == '=' ? 1 : 0), ',').empty())
     invalid("ACCL_SOCKET_IFNAME", c.socketIfname, "interface names or prefixes, e.g. eth0 or ^lo");
   if (auto v = val("ACCL_TRANSPORTS"); !v.empty()) {
+    c.transports.clear();
     for (auto& t : splitList(v, ',')) {
       std::string l = t;
       for (auto& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

@@ -1,8 +1,9 @@
-// Ranks as threads of one process (gloo allows it): the conformance checks,
+// Ranks as threads of one process (gloo and accl allow it): the conformance checks,
 // argument errors, timeouts, ordering and concurrency of several groups.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "accl/registry.h"
@@ -14,7 +15,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Runs fn(pg) on `n` threads, each a rank of one gloo group over a HashStore.
+// The backend under test: ACCL_TEST_BACKEND (gloo by default).
+std::string backendName() {
+  const char* b = std::getenv("ACCL_TEST_BACKEND");
+  return b && *b ? b : "gloo";
+}
+
+// Runs fn(pg) on `n` threads, each a rank of one group over a HashStore.
 void runRanks(int n, const std::function<void(ProcessGroup&)>& fn, ProcessGroupOptions opts = {}) {
   auto store = std::make_shared<HashStore>();
   std::vector<std::thread> threads;
@@ -22,7 +29,7 @@ void runRanks(int n, const std::function<void(ProcessGroup&)>& fn, ProcessGroupO
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        auto pg = createProcessGroup("gloo", store, r, n, opts);
+        auto pg = createProcessGroup(backendName(), store, r, n, opts);
         fn(*pg);
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
@@ -147,6 +154,33 @@ TEST(Timeouts, CollectiveThatOneRankNeverEntersFailsWithinTheDeadline) {
       EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
       done = true;
     }
+  });
+}
+
+TEST(ThreadSafety, PointToPointFromManyThreadsOfOneGroup) {
+  // send/recv may be issued from several threads of one rank at once.
+  runRanks(2, [](ProcessGroup& pg) {
+    constexpr int kThreads = 4, kMsgs = 50;
+    std::vector<std::thread> ts;
+    std::atomic<int> bad{0};
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        for (int m = 0; m < kMsgs; ++m) {
+          int64_t out = pg.rank() * 1000000 + t * 1000 + m, in = -1;
+          SendOptions so;
+          so.tag = t;
+          RecvOptions ro;
+          ro.tag = t;
+          auto s = pg.send(Buffer(&out, 1, DataType::Int64), 1 - pg.rank(), so);
+          auto r = pg.recv(Buffer(&in, 1, DataType::Int64), 1 - pg.rank(), ro);
+          s->wait();
+          r->wait();
+          // Per (peer, tag), messages arrive in the order they were sent.
+          if (in != (1 - pg.rank()) * 1000000 + t * 1000 + m) bad++;
+        }
+      });
+    for (auto& th : ts) th.join();
+    EXPECT_EQ(bad.load(), 0);
   });
 }
 

@@ -255,9 +255,13 @@ void ShmDomain::cmaRead(int peer, uint64_t remote, void* local, size_t len) {
     size_t n = std::min(len, size_t(1) << 30);
     iovec l{local, n}, r{reinterpret_cast<void*>(remote), n};
     ssize_t got = process_vm_readv(ctl(peer).pid, &l, 1, &r, 1, 0);
-    if (got <= 0)
-      throw SystemError("process_vm_readv from rank " + std::to_string(o_.ranks[peer]) + " failed: " +
-                        std::strerror(errno));
+    if (got <= 0) {
+      int e = errno;
+      if (e == ESRCH || kill(ctl(peer).pid, 0) != 0)
+        throw RemoteError("rank " + std::to_string(o_.ranks[peer]) + " (pid " + std::to_string(ctl(peer).pid) +
+                          ", same host) exited during the op");
+      throw SystemError("process_vm_readv from rank " + std::to_string(o_.ranks[peer]) + " failed: " + std::strerror(e));
+    }
     len -= got;
     remote += got;
     local = static_cast<char*>(local) + got;
@@ -269,9 +273,13 @@ void ShmDomain::cmaWrite(int peer, const void* local, uint64_t remote, size_t le
     size_t n = std::min(len, size_t(1) << 30);
     iovec l{const_cast<void*>(local), n}, r{reinterpret_cast<void*>(remote), n};
     ssize_t got = process_vm_writev(ctl(peer).pid, &l, 1, &r, 1, 0);
-    if (got <= 0)
-      throw SystemError("process_vm_writev to rank " + std::to_string(o_.ranks[peer]) + " failed: " +
-                        std::strerror(errno));
+    if (got <= 0) {
+      int e = errno;
+      if (e == ESRCH || kill(ctl(peer).pid, 0) != 0)
+        throw RemoteError("rank " + std::to_string(o_.ranks[peer]) + " (pid " + std::to_string(ctl(peer).pid) +
+                          ", same host) exited during the op");
+      throw SystemError("process_vm_writev to rank " + std::to_string(o_.ranks[peer]) + " failed: " + std::strerror(e));
+    }
     len -= got;
     remote += got;
     local = static_cast<const char*>(local) + got;

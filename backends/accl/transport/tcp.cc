@@ -816,10 +816,12 @@ void TcpTransport::throwIfFailed(const std::vector<int>& peers) {
   if (!mismatch_.empty())
     throw InvalidArgument("mismatched collectives: this rank called " + describe(cur_) +
                           " but " + mismatch_);
+  // A peer that failed this op, or an earlier one this rank completed (e.g. a
+  // broadcast root that sent and returned before its peer saw the mismatch).
   for (int p = 0; p < o_.size; ++p)
-    if (aborts_[p].first == cur_.seq + 1 && opActive_)
-      throw RemoteError("rank " + std::to_string(p) + " failed " + describe(cur_) + ": " +
-                        aborts_[p].second);
+    if (aborts_[p].first != 0 && aborts_[p].first <= cur_.seq + 1)
+      throw RemoteError("rank " + std::to_string(p) + " failed op #" + std::to_string(aborts_[p].first - 1) +
+                        ": " + aborts_[p].second);
   for (auto& r : opReqs_)
     if (r->done && r->errorKind) {
       if (r->errorKind == 2) throw InvalidArgument("mismatched collectives: " + r->error);

@@ -1,0 +1,325 @@
+// Failure behaviour of the accl backend with ranks as forked processes: a rank
+// that never enters a collective, a rank killed mid-collective, mismatched
+// collectives, and a listening socket fed garbage. Each runs over shared
+// memory (one host) and over TCP only.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "accl/registry.h"
+#include "accl/store.h"
+
+using namespace accl;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Ctx {
+  std::string dir;
+  std::shared_ptr<Store> store;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Forks `n` ranks; each runs body(rank, pg, ctx) and writes what it wants
+// checked to dir/out<rank> (its stderr goes to dir/err<rank>). Returns the
+// exit statuses. A rank that does not exit within `limit` is killed and the
+// test fails: the whole point is that nothing hangs.
+std::vector<int> runRanks(int n, const std::string& transports,
+                          const std::function<void(int, ProcessGroup&, Ctx&)>& body,
+                          std::chrono::seconds limit = 60s, std::string* dirOut = nullptr,
+                          const std::function<void(Ctx&)>& parent = nullptr) {
+  char tmpl[] = "/tmp/accl-fault-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  if (dirOut) *dirOut = dir;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::string err = dir + "/err" + std::to_string(r);
+      freopen(err.c_str(), "w", stderr);
+      setenv("ACCL_TRANSPORTS", transports.c_str(), 1);
+      int code = 0;
+      try {
+        Ctx ctx{dir, std::make_shared<FileStore>(dir + "/store")};
+        ProcessGroupOptions o;
+        o.timeout = 20s;
+        auto pg = createProcessGroup("accl", ctx.store, r, n, o);
+        body(r, *pg, ctx);
+      } catch (const std::exception& e) {
+        std::ofstream(dir + "/out" + std::to_string(r), std::ios::app) << "setup failed: " << e.what() << "\n";
+        code = 3;
+      }
+      fflush(stderr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  if (parent) {
+    Ctx ctx{dir, std::make_shared<FileStore>(dir + "/store")};
+    parent(ctx);
+  }
+  std::vector<int> status(n, -1);
+  auto deadline = Clock::now() + limit;
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (status[r] != -1) continue;
+      int st;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        status[r] = st;
+        --left;
+      }
+    }
+    if (Clock::now() > deadline) {
+      for (int r = 0; r < n; ++r)
+        if (status[r] == -1) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], &status[r], 0);
+          ADD_FAILURE() << "rank " << r << " hung; killed after " << limit.count() << " s";
+        }
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return status;
+}
+
+std::string out(const std::string& dir, int r) { return slurp(dir + "/out" + std::to_string(r)); }
+
+void record(Ctx& c, int r, const std::string& s) {
+  std::ofstream(c.dir + "/out" + std::to_string(r), std::ios::app) << s << "\n";
+}
+
+// Runs `f`, records "<ErrorType>: message (N ms)" or "ok".
+void recordOutcome(Ctx& c, int r, const std::function<void()>& f) {
+  auto t0 = Clock::now();
+  std::string s;
+  try {
+    f();
+    s = "ok";
+  } catch (const Timeout& e) {
+    s = std::string("Timeout: ") + e.what();
+  } catch (const RemoteError& e) {
+    s = std::string("RemoteError: ") + e.what();
+  } catch (const InvalidArgument& e) {
+    s = std::string("InvalidArgument: ") + e.what();
+  } catch (const std::exception& e) {
+    s = std::string("other: ") + e.what();
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  record(c, r, s + " [" + std::to_string(ms) + " ms]");
+}
+
+class Fault : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(Fault, RankThatNeverEntersIsNamedByEveryWaitingRank) {
+  std::string dir;
+  runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+    float x[4] = {1, 2, 3, 4};
+    pg.allreduce(Buffer(x, 4, DataType::Float32))->wait();  // #0: everyone
+    if (r == 2) {  // alive, connected, but never enters #1
+      c.store->wait({"done0", "done1"}, 60s);
+      return;
+    }
+    AllreduceOptions o;
+    o.timeout = 2s;
+    recordOutcome(c, r, [&] { pg.allreduce(Buffer(x, 4, DataType::Float32), o)->wait(); });
+    c.store->set("done" + std::to_string(r), toBytes("1"));
+  }, 60s, &dir);
+  for (int r = 0; r < 2; ++r) {
+    std::string s = out(dir, r);
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + s);
+    EXPECT_TRUE(s.rfind("Timeout:", 0) == 0 || s.rfind("RemoteError:", 0) == 0);
+    EXPECT_NE(s.find("allreduce #1"), std::string::npos);
+    EXPECT_NE(s.find("did not arrive: 2 ("), std::string::npos);
+    EXPECT_EQ(s.find("did not arrive: 2 (" "no answer"), std::string::npos);
+    long ms = std::stol(s.substr(s.rfind('[') + 1));
+    EXPECT_LT(ms, 2000 + 5000);  // the deadline plus the arrival query
+  }
+}
+
+TEST_P(Fault, KilledRankMakesTheOthersFailWithRemoteError) {
+  std::string dir;
+  auto st = runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+    std::vector<float> big(8 << 20, 1.0f);
+    pg.allreduce(Buffer(big.data(), 16, DataType::Float32))->wait();
+    if (r == 2) {
+      auto w = pg.allreduce(Buffer(big.data(), big.size(), DataType::Float32));
+      std::this_thread::sleep_for(30ms);
+      kill(getpid(), SIGKILL);
+    }
+    AllreduceOptions o;
+    o.timeout = 20s;
+    recordOutcome(c, r, [&] {
+      for (int i = 0; i < 50; ++i) pg.allreduce(Buffer(big.data(), big.size(), DataType::Float32), o)->wait();
+    });
+  }, 60s, &dir);
+  EXPECT_TRUE(WIFSIGNALED(st[2]) && WTERMSIG(st[2]) == SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    std::string s = out(dir, r);
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + s);
+    EXPECT_TRUE(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0);  // exits normally
+    EXPECT_EQ(s.rfind("RemoteError:", 0), 0u);
+    EXPECT_NE(s.find("rank 2"), std::string::npos);
+    long ms = std::stol(s.substr(s.rfind('[') + 1));
+    EXPECT_LT(ms, 10000);  // well within the 20 s timeout
+  }
+}
+
+TEST_P(Fault, MismatchedCollectivesNameBothSides) {
+  struct Case {
+    const char* name;
+    std::function<std::shared_ptr<Work>(int, ProcessGroup&, float*)> op;
+    const char* mine[2];
+  };
+  std::vector<Case> cases = {
+      {"op", [](int r, ProcessGroup& pg, float* x) {
+         return r == 0 ? pg.allreduce(Buffer(x, 16, DataType::Float32)) : pg.broadcast(Buffer(x, 16, DataType::Float32));
+       }, {"allreduce #1 (16 x float32", "broadcast #1 (16 x float32"}},
+      {"count", [](int r, ProcessGroup& pg, float* x) {
+         return pg.allreduce(Buffer(x, r == 0 ? 16 : 32, DataType::Float32));
+       }, {"allreduce #1 (16 x float32", "allreduce #1 (32 x float32"}},
+      {"dtype", [](int r, ProcessGroup& pg, float* x) {
+         return pg.allreduce(Buffer(x, 16, r == 0 ? DataType::Float32 : DataType::Int32));
+       }, {"allreduce #1 (16 x float32", "allreduce #1 (16 x int32"}},
+      {"root", [](int r, ProcessGroup& pg, float* x) {
+         BroadcastOptions o;
+         o.root = r;
+         return pg.broadcast(Buffer(x, 16, DataType::Float32), o);
+       }, {"root 0", "root 1"}},
+  };
+  for (auto& cs : cases) {
+    SCOPED_TRACE(cs.name);
+    std::string dir;
+    runRanks(2, GetParam(), [&](int r, ProcessGroup& pg, Ctx& c) {
+      std::vector<float> x(32, 1.0f);
+      pg.barrier()->wait();  // #0
+      // A rank whose side of the op completes (a broadcast root only sends)
+      // learns of the mismatch at its next op.
+      recordOutcome(c, r, [&] {
+        cs.op(r, pg, x.data())->wait();
+        BarrierOptions bo;
+        bo.timeout = 10s;
+        pg.barrier(bo)->wait();
+      });
+    }, 60s, &dir);
+    for (int r = 0; r < 2; ++r) {
+      std::string s = out(dir, r);
+      SCOPED_TRACE("rank " + std::to_string(r) + ": " + s);
+      EXPECT_NE(s.find("mismatched collectives"), std::string::npos);
+      EXPECT_TRUE(s.rfind("InvalidArgument:", 0) == 0 || s.rfind("RemoteError:", 0) == 0);
+      // Both sides' calls are named (what this rank and what the peer called).
+      EXPECT_NE(s.find(cs.mine[0]), std::string::npos);
+      EXPECT_NE(s.find(cs.mine[1]), std::string::npos);
+      long ms = std::stol(s.substr(s.rfind('[') + 1));
+      EXPECT_LT(ms, 15000);
+    }
+  }
+}
+
+namespace {
+int connectRaw(const std::string& addrPort) {
+  auto sp = addrPort.rfind(' ');
+  std::string host = addrPort.substr(0, sp);
+  int port = std::stoi(addrPort.substr(sp + 1));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+// True if the peer closes the connection within 3 s after `bytes` were sent.
+bool droppedAfter(const std::string& addrPort, const std::string& bytes) {
+  int fd = connectRaw(addrPort);
+  if (fd < 0) return false;
+  if (send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) < 0) {
+    close(fd);
+    return true;
+  }
+  timeval tv{3, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char c;
+  ssize_t n = recv(fd, &c, 1, 0);
+  close(fd);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+std::string hello(uint64_t token, int rank, uint32_t idLen, uint32_t magic = 0x4c434341) {
+  struct {
+    uint32_t magic;
+    uint16_t version;
+    uint8_t type, stream;
+    uint64_t token;
+    int32_t rank;
+    uint32_t idLen;
+  } h{magic, 1, 1, 0, token, rank, idLen};
+  return std::string(reinterpret_cast<char*>(&h), sizeof(h));
+}
+}  // namespace
+
+TEST_P(Fault, ListenerDropsGarbageForeignTokensAndOversizedLengths) {
+  std::string dir;
+  std::vector<bool> dropped;
+  auto st = runRanks(2, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+    c.store->set("up" + std::to_string(r), toBytes("1"));
+    c.store->wait({"probed"}, 60s);
+    // The job goes on.
+    std::vector<double> x(1000, r + 1.0);
+    recordOutcome(c, r, [&] {
+      pg.allreduce(Buffer(x.data(), x.size(), DataType::Float64))->wait();
+      if (x[999] != 3.0) throw std::runtime_error("wrong result");
+    });
+  }, 60s, &dir, [&](Ctx& c) {
+    c.store->wait({"up0", "up1"}, 60s);
+    std::string addr = toString(c.store->get("accl/tcp/0"));
+    uint64_t token = std::stoull(toString(c.store->get("accl/token")));
+    std::mt19937_64 rng(7);
+    std::string garbage(256, '\0');
+    for (auto& ch : garbage) ch = static_cast<char>(rng());
+    dropped.push_back(droppedAfter(addr, garbage));                       // random bytes
+    dropped.push_back(droppedAfter(addr, hello(token ^ 0x1234, 1, 4) + "abcd"));  // foreign job
+    dropped.push_back(droppedAfter(addr, hello(token, 1, 1u << 30)));     // oversized length
+    dropped.push_back(droppedAfter(addr, hello(token, 1, 4) + "abcd"));   // duplicate of a connected rank
+    c.store->set("probed", toBytes("1"));
+  });
+  ASSERT_EQ(dropped.size(), 4u);
+  for (size_t i = 0; i < dropped.size(); ++i) EXPECT_TRUE(dropped[i]) << "probe " << i << " was not dropped";
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0);
+    EXPECT_EQ(out(dir, r).rfind("ok", 0), 0u) << out(dir, r);
+  }
+  std::string log = slurp(dir + "/err0");
+  EXPECT_NE(log.find("bad magic number"), std::string::npos) << log;
+  EXPECT_NE(log.find("job token does not match"), std::string::npos) << log;
+  EXPECT_NE(log.find("exceeds 256"), std::string::npos) << log;
+  EXPECT_NE(log.find("duplicate connection for rank 1"), std::string::npos) << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Fault, ::testing::Values("shm,tcp", "tcp"),
+                         [](const auto& info) { return info.param == "tcp" ? std::string("tcp") : std::string("shm"); });
