@@ -56,39 +56,6 @@ void setBuffers(int fd) {
 }
 }  // namespace
 
-std::string describe(const OpDesc& d) {
-  std::ostringstream os;
-  os << toString(static_cast<OpType>(d.op)) << " #" << d.seq << " (" << d.count << " x "
-     << toString(static_cast<DataType>(d.dtype));
-  auto op = static_cast<OpType>(d.op);
-  if (op == OpType::Allreduce || op == OpType::Reduce || op == OpType::ReduceScatter ||
-      op == OpType::ReduceScatterv)
-    os << ", " << toString(static_cast<ReduceKind>(d.redop));
-  if (d.root >= 0) os << ", root " << d.root;
-  os << ")";
-  return os.str();
-}
-
-std::string validateHeader(const FrameHeader& h) {
-  if (h.magic != kWireMagic) return "bad magic number";
-  if (h.version != kWireVersion)
-    return "protocol version " + std::to_string(h.version) + " (this build speaks " +
-           std::to_string(kWireVersion) + ")";
-  auto t = static_cast<FrameType>(h.type);
-  if (t != FrameType::Data && t != FrameType::Tagged && t != FrameType::Query &&
-      t != FrameType::Reply && t != FrameType::Abort)
-    return "unknown frame type " + std::to_string(h.type);
-  if (h.total > kMaxMessageBytes) return "message length " + std::to_string(h.total) + " too large";
-  if (h.len > h.total || h.offset > h.total - h.len) return "chunk outside its message";
-  if ((t == FrameType::Query || t == FrameType::Reply) && h.total != 0) return "control frame with payload";
-  if (t == FrameType::Abort && h.total > kMaxAbortBytes) return "abort reason too long";
-  if (t == FrameType::Tagged && (h.offset != 0 || h.len != h.total)) return "split tagged message";
-  if (h.desc.op > static_cast<uint16_t>(OpType::Split) || h.desc.dtype >= kNumDataTypes ||
-      h.desc.redop >= kNumReduceKinds)
-    return "invalid op descriptor";
-  return "";
-}
-
 struct TcpTransport::Request {
   bool isSend = false;
   int peer = -1;  // -1: any source (tagged receive)

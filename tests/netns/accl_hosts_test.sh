@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The accl backend across simulated hosts: 3 network namespaces x 2 ranks
+# (veth links into a bridge). Shared memory within a namespace, TCP between
+# them; hierarchical algorithms. Runs the whole conformance suite, sub-groups
+# included, then checks what the backend says it chose. Creates and removes
+# its own namespaces. Exit 77 = skipped (needs root).
+#   accl_hosts_test.sh BUILD_DIR SOURCE_DIR
+set -u
+build=${1:?build dir}
+src=${2:?source dir}
+if [ "$(id -u)" -ne 0 ] || ! ip netns add accl-probe-$$ 2>/dev/null; then
+  echo "SKIP: network namespaces need root (CAP_SYS_ADMIN)"
+  exit 77
+fi
+ip netns del accl-probe-$$
+export ACCL_NETNS_PREFIX=acclh ACCL_NETNS_SUBNET=10.76.0
+trap '"$src/bench/netns.sh" down 3' EXIT
+"$src/bench/netns.sh" up 3 || exit 1
+run="$build/bin/accl-run -n 6 --netns acclh0,acclh1,acclh2 --master-addr 10.76.0.1"
+fails=0
+export ACCL_TIMEOUT=600
+echo "== accl, 3 hosts x 2 ranks: conformance suite"
+$run "$build/bin/accl_conformance" --backend accl --gtest_brief=1 || fails=$((fails + 1))
+echo "== accl, 3 hosts x 2 ranks: sub-groups"
+$run "$build/bin/accl_conformance" --backend accl --split --gtest_brief=1 || fails=$((fails + 1))
+echo "== accl, 3 hosts x 2 ranks: what was chosen (ACCL_DEBUG=INFO)"
+log=$(ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT $run "$build/bin/allreduce_example" accl 2>&1)
+echo "$log" | grep -E "communicator|algorithms" | head -4
+for want in "6 ranks on 3 host(s), 2 on this one" "shm (single-copy process_vm_readv) with ranks" \
+            "tcp (eth0 10.76.0." "allreduce: <" "hierarchical(shm+"; do
+  echo "$log" | grep -qF "$want" || { echo "FAIL: the INFO log lacks: $want"; fails=$((fails + 1)); }
+done
+exit $fails

@@ -1,0 +1,347 @@
+// The accl backend's algorithms against an in-memory transport (threads as
+// ranks, no sockets, no shared memory): results against a reference, and the
+// shape of each schedule (who sends to whom, how many steps). Also algorithm
+// selection, ACCL_ALGO parsing and wire-header validation.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include "accl/errors.h"
+#include "algorithms/algorithms.h"
+#include "algorithms/select.h"
+#include "transport/wire.h"
+
+using namespace accl;
+using namespace accl::core;
+
+namespace {
+
+struct Hub {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::tuple<int, int, uint32_t>, std::vector<char>> msgs;  // (src, dst, step)
+  std::vector<std::tuple<int, int, uint32_t, size_t>> log;           // sends in order
+};
+
+// Eager, buffered point-to-point between threads.
+class MemTransport : public Transport {
+ public:
+  MemTransport(Hub& h, int me, int n) : h_(h), me_(me), n_(n) {}
+  int rank() const override { return me_; }
+  int size() const override { return n_; }
+  void send(int peer, uint32_t step, const void* buf, size_t len) override {
+    std::lock_guard<std::mutex> lk(h_.mu);
+    auto key = std::make_tuple(me_, peer, step);
+    if (h_.msgs.count(key)) throw Internal("step reused: " + std::to_string(step));
+    h_.msgs[key] = std::vector<char>(static_cast<const char*>(buf), static_cast<const char*>(buf) + len);
+    h_.log.emplace_back(me_, peer, step, len);
+    h_.cv.notify_all();
+  }
+  void recv(int peer, uint32_t step, void* buf, size_t len) override { pending_.emplace_back(peer, step, buf, len); }
+  void wait() override {
+    std::unique_lock<std::mutex> lk(h_.mu);
+    for (auto& [peer, step, buf, len] : pending_) {
+      auto key = std::make_tuple(peer, me_, step);
+      if (!h_.cv.wait_for(lk, std::chrono::seconds(20), [&] { return h_.msgs.count(key) > 0; }))
+        throw Timeout("no message from " + std::to_string(peer) + " step " + std::to_string(step));
+      auto& m = h_.msgs[key];
+      if (m.size() != len) throw InvalidArgument("size mismatch");
+      if (len) std::memcpy(buf, m.data(), len);
+      h_.msgs.erase(key);
+    }
+    pending_.clear();
+  }
+
+ private:
+  Hub& h_;
+  int me_, n_;
+  std::vector<std::tuple<int, uint32_t, void*, size_t>> pending_;
+};
+
+// Runs fn(peers) on n threads; returns the send log.
+std::vector<std::tuple<int, int, uint32_t, size_t>> run(int n, const std::function<void(const Peers&)>& fn) {
+  Hub hub;
+  std::vector<std::unique_ptr<MemTransport>> ts;
+  for (int r = 0; r < n; ++r) ts.emplace_back(new MemTransport(hub, r, n));
+  std::vector<std::thread> th;
+  std::vector<std::exception_ptr> err(n);
+  for (int r = 0; r < n; ++r)
+    th.emplace_back([&, r] {
+      Peers g;
+      g.t = ts[r].get();
+      for (int i = 0; i < n; ++i) g.ranks.push_back(i);
+      g.me = r;
+      try {
+        fn(g);
+      } catch (...) {
+        err[r] = std::current_exception();
+      }
+    });
+  for (auto& t : th) t.join();
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+  EXPECT_TRUE(hub.msgs.empty()) << "messages sent but never received";
+  return hub.log;
+}
+
+int64_t val(int r, size_t i) { return static_cast<int64_t>((r + 1) * 1000003 + i * 7919) % 100003 - 50000; }
+
+int ceilLog2(int p) {
+  int k = 0;
+  while ((1 << k) < p) ++k;
+  return k;
+}
+
+}  // namespace
+
+class Sizes : public ::testing::TestWithParam<int> {};
+
+TEST_P(Sizes, AllreduceRingMatchesReferenceAndTalksOnlyToTheRightNeighbour) {
+  int p = GetParam();
+  for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000)}) {
+    auto log = run(p, [&](const Peers& g) {
+      std::vector<int64_t> b(count);
+      for (size_t i = 0; i < count; ++i) b[i] = val(g.me, i);
+      algo::allreduceRing(g, b.data(), count, DataType::Int64, ReduceKind::Sum);
+      for (size_t i = 0; i < count; ++i) {
+        int64_t want = 0;
+        for (int r = 0; r < p; ++r) want += val(r, i);
+        ASSERT_EQ(b[i], want) << "rank " << g.me << " element " << i;
+      }
+    });
+    std::vector<int> sends(p);
+    for (auto& [src, dst, step, len] : log) {
+      EXPECT_EQ(dst, (src + 1) % p);
+      sends[src]++;
+    }
+    for (int r = 0; r < p; ++r) EXPECT_EQ(sends[r], 2 * (p - 1));
+  }
+}
+
+TEST_P(Sizes, AllreduceRecursiveDoublingIsBitwiseIdenticalEverywhere) {
+  int p = GetParam();
+  std::vector<std::vector<float>> results(p);
+  auto log = run(p, [&](const Peers& g) {
+    std::vector<float> b(33);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 1.0f / (1 + g.me * 3 + i);  // inexact sums
+    algo::allreduceRecursiveDoubling(g, b.data(), b.size(), DataType::Float32, ReduceKind::Sum);
+    results[g.me] = b;
+  });
+  for (int r = 1; r < p; ++r) EXPECT_EQ(std::memcmp(results[r].data(), results[0].data(), 33 * 4), 0);
+  for (size_t i = 0; i < 33; ++i) {
+    double want = 0;
+    for (int r = 0; r < p; ++r) want += 1.0 / (1 + r * 3 + i);
+    EXPECT_NEAR(results[0][i], want, 1e-5 * p);
+  }
+  if ((p & (p - 1)) == 0) {
+    // Power of two: log2(p) exchanges per rank, partner = rank xor 2^k.
+    std::vector<std::set<int>> partners(p);
+    for (auto& [src, dst, step, len] : log) partners[src].insert(src ^ dst);
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(partners[r].size(), static_cast<size_t>(ceilLog2(p)));
+      for (int x : partners[r]) EXPECT_EQ(x & (x - 1), 0) << "partner not at a power-of-two distance";
+    }
+  }
+}
+
+TEST_P(Sizes, BroadcastTreeAndRingDeliverFromEveryRoot) {
+  int p = GetParam();
+  for (int root = 0; root < p; ++root)
+    for (int ring = 0; ring < 2; ++ring) {
+      size_t bytes = ring ? (600u << 10) + 3 : 13;
+      auto log = run(p, [&](const Peers& g) {
+        std::vector<char> b(bytes, g.me == root ? 0 : 'x');
+        if (g.me == root)
+          for (size_t i = 0; i < bytes; ++i) b[i] = static_cast<char>(i * 31);
+        ring ? algo::broadcastRing(g, b.data(), bytes, root) : algo::broadcastTree(g, b.data(), bytes, root);
+        for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(b[i], static_cast<char>(i * 31));
+      });
+      if (!ring) {
+        // Binomial tree: p - 1 messages, each rank but the root receives one;
+        // the root sends ceil(log2 p).
+        EXPECT_EQ(log.size(), static_cast<size_t>(p - 1));
+        std::vector<int> recvd(p), sent(p);
+        for (auto& [src, dst, step, len] : log) {
+          recvd[dst]++;
+          sent[src]++;
+        }
+        for (int r = 0; r < p; ++r) EXPECT_EQ(recvd[r], r == root ? 0 : 1);
+        EXPECT_EQ(sent[root], ceilLog2(p));
+      } else {
+        for (auto& [src, dst, step, len] : log) EXPECT_EQ(dst, (src + 1) % p);  // a chain
+      }
+    }
+}
+
+TEST_P(Sizes, ReduceTreeAllgathervReduceScattervAlltoallvGatherScatterBarrier) {
+  int p = GetParam();
+  std::vector<size_t> counts(p);
+  for (int r = 0; r < p; ++r) counts[r] = (r * 5) % 7;  // uneven, some zero
+  size_t total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+  std::vector<size_t> displ(p + 1, 0);
+  for (int r = 0; r < p; ++r) displ[r + 1] = displ[r] + counts[r];
+  run(p, [&](const Peers& g) {
+    int me = g.me;
+    // reduce (max) to every root
+    for (int root = 0; root < p; ++root) {
+      Peers h = g;
+      h.stepBase = 1000 * (root + 1);
+      std::vector<int64_t> in(9), out(9, 0);
+      for (size_t i = 0; i < 9; ++i) in[i] = val(me, i);
+      algo::reduceTree(h, in.data(), out.data(), 9, DataType::Int64, ReduceKind::Max, root);
+      if (me == root)
+        for (size_t i = 0; i < 9; ++i) {
+          int64_t want = val(0, i);
+          for (int r = 1; r < p; ++r) want = std::max(want, val(r, i));
+          ASSERT_EQ(out[i], want);
+        }
+    }
+    Peers h = g;
+    h.stepBase = 100000;
+    // allgatherv, ring and direct
+    for (int direct = 0; direct < 2; ++direct) {
+      std::vector<int64_t> out(total, -1);
+      for (size_t i = 0; i < counts[me]; ++i) out[displ[me] + i] = val(me, i);
+      std::vector<size_t> bytes(p);
+      for (int r = 0; r < p; ++r) bytes[r] = counts[r] * 8;
+      h.stepBase += 1000;
+      direct ? algo::allgathervDirect(h, out.data(), bytes) : algo::allgathervRing(h, out.data(), bytes);
+      for (int r = 0; r < p; ++r)
+        for (size_t i = 0; i < counts[r]; ++i) ASSERT_EQ(out[displ[r] + i], val(r, i));
+    }
+    // reduce_scatterv
+    {
+      std::vector<int64_t> work(total);
+      for (size_t i = 0; i < total; ++i) work[i] = val(me, i);
+      h.stepBase += 1000;
+      algo::reduceScattervRing(h, work.data(), counts, DataType::Int64, ReduceKind::Sum);
+      for (size_t i = displ[me]; i < displ[me + 1]; ++i) {
+        int64_t want = 0;
+        for (int r = 0; r < p; ++r) want += val(r, i);
+        ASSERT_EQ(work[i], want);
+      }
+    }
+    // alltoallv: rank s sends (s + d) % 4 elements to d
+    {
+      std::vector<size_t> sb(p), rb(p);
+      for (int d = 0; d < p; ++d) {
+        sb[d] = ((me + d) % 4) * 8;
+        rb[d] = ((d + me) % 4) * 8;
+      }
+      std::vector<int64_t> in(std::accumulate(sb.begin(), sb.end(), size_t(0)) / 8), out(std::accumulate(rb.begin(), rb.end(), size_t(0)) / 8);
+      size_t k = 0;
+      for (int d = 0; d < p; ++d)
+        for (size_t i = 0; i < sb[d] / 8; ++i) in[k++] = me * 100 + d * 10 + static_cast<int64_t>(i);
+      h.stepBase += 1000;
+      algo::alltoallvPairwise(h, in.data(), sb, out.data(), rb);
+      k = 0;
+      for (int s = 0; s < p; ++s)
+        for (size_t i = 0; i < rb[s] / 8; ++i) ASSERT_EQ(out[k++], s * 100 + me * 10 + static_cast<int64_t>(i));
+    }
+    // gather / scatter from the last rank
+    {
+      int root = p - 1;
+      std::vector<size_t> b(p, 16);
+      int64_t mine[2] = {me, -me};
+      std::vector<int64_t> all(2 * p, 0);
+      h.stepBase += 1000;
+      algo::gathervDirect(h, mine, all.data(), b, root);
+      if (me == root) {
+        for (int r = 0; r < p; ++r) ASSERT_EQ(all[2 * r + 1], -r);
+      }
+      int64_t got[2] = {0, 0};
+      h.stepBase += 1000;
+      algo::scattervDirect(h, all.data(), got, b, root);
+      ASSERT_EQ(got[1], -me);
+    }
+    h.stepBase += 1000;
+    algo::barrierDissemination(h);
+  });
+  // Dissemination barrier: ceil(log2 p) empty messages per rank.
+  auto log = run(p, [](const Peers& g) { algo::barrierDissemination(g); });
+  std::vector<int> sent(p);
+  for (auto& [src, dst, step, len] : log) {
+    EXPECT_EQ(len, 0u);
+    sent[src]++;
+  }
+  for (int r = 0; r < p; ++r) EXPECT_EQ(sent[r], ceilLog2(p));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Sizes, ::testing::Values(1, 2, 3, 4, 5, 7, 8, 9));
+
+TEST(Selection, ByLayoutSizeAndOverride) {
+  Layout one;
+  one.size = 4;
+  one.hosts = 1;
+  one.maxLocal = 4;
+  AlgoOverrides none;
+  EXPECT_EQ(choose(Coll::Allreduce, 8, one, none), Algo::Shm);
+  EXPECT_EQ(choose(Coll::Alltoall, 1 << 20, one, none), Algo::Shm);
+  Layout three;  // 3 hosts x 2 ranks
+  three.size = 6;
+  three.hosts = 3;
+  three.maxLocal = 2;
+  EXPECT_EQ(choose(Coll::Allreduce, 8, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Broadcast, 1 << 20, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Allgather, 1 << 20, three, none), Algo::Ring);
+  EXPECT_EQ(choose(Coll::Allgather, 64, three, none), Algo::Direct);
+  Layout flat;  // tcp only: every rank its own host
+  flat.size = flat.hosts = 5;
+  EXPECT_EQ(choose(Coll::Allreduce, 64, flat, none), Algo::RecursiveDoubling);
+  EXPECT_EQ(choose(Coll::Allreduce, 64 << 20, flat, none), Algo::Ring);
+  EXPECT_EQ(choose(Coll::Broadcast, 64, flat, none), Algo::Tree);
+  EXPECT_EQ(choose(Coll::Broadcast, 64 << 20, flat, none), Algo::Ring);
+  auto o = parseAlgoSpec("allreduce:ring; broadcast:tree");
+  EXPECT_EQ(choose(Coll::Allreduce, 8, flat, o), Algo::Ring);
+  EXPECT_EQ(choose(Coll::Broadcast, 64 << 20, flat, o), Algo::Tree);
+  EXPECT_EQ(choose(Coll::Allreduce, 8, three, o), Algo::Ring);  // forced flat across hosts
+  EXPECT_EQ(choose(Coll::Allreduce, 8, one, o), Algo::Shm);     // one host: always the segment
+  EXPECT_EQ(chooseInterHost(Coll::Allreduce, 64 << 20, 3, o), Algo::Ring);
+  auto h = parseAlgoSpec("allreduce:hier");
+  EXPECT_EQ(choose(Coll::Allreduce, 8, flat, h), Algo::RecursiveDoubling);  // not applicable: default
+  EXPECT_NE(describeSelection(three, none).find("allreduce:"), std::string::npos);
+}
+
+TEST(Selection, InvalidAlgoSpecsNameTheVariableAndTheAccepted) {
+  auto expectBad = [](const std::string& spec, const std::string& mention) {
+    try {
+      parseAlgoSpec(spec);
+      ADD_FAILURE() << spec << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("ACCL_ALGO"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
+    }
+  };
+  expectBad("allreduce:fast", "accepted: ring, recursive_doubling, hierarchical");
+  expectBad("allreduc:ring", "accepted ops: allreduce");
+  expectBad("broadcast", "accepted: tree, ring, hierarchical");
+  expectBad("alltoall:ring", "accepted: direct");
+  EXPECT_NO_THROW(parseAlgoSpec(""));
+  EXPECT_NO_THROW(parseAlgoSpec("allreduce:rd;;barrier:rd;"));
+}
+
+TEST(Wire, HeadersThatDoNotParseAreRefused) {
+  FrameHeader ok{kWireMagic, kWireVersion, static_cast<uint8_t>(FrameType::Data), 0, 5, 0, 16, 64, OpDesc{}};
+  EXPECT_EQ(validateHeader(ok), "");
+  auto bad = [&](const std::function<void(FrameHeader&)>& f, const std::string& why) {
+    FrameHeader h = ok;
+    f(h);
+    EXPECT_NE(validateHeader(h).find(why), std::string::npos) << validateHeader(h);
+  };
+  bad([](FrameHeader& h) { h.magic ^= 1; }, "magic");
+  bad([](FrameHeader& h) { h.version = 9; }, "version 9");
+  bad([](FrameHeader& h) { h.type = 77; }, "frame type 77");
+  bad([](FrameHeader& h) { h.total = kMaxMessageBytes + 1; h.len = 0; }, "too large");
+  bad([](FrameHeader& h) { h.offset = 60; }, "outside");
+  bad([](FrameHeader& h) { h.len = 65; }, "outside");
+  bad([](FrameHeader& h) { h.type = static_cast<uint8_t>(FrameType::Query); }, "control frame");
+  bad([](FrameHeader& h) { h.desc.dtype = 200; }, "descriptor");
+  bad([](FrameHeader& h) { h.type = static_cast<uint8_t>(FrameType::Tagged); }, "split tagged");
+}
