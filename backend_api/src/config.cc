@@ -66,9 +66,9 @@ const std::vector<ConfigEntry>& configTable() {
        "Transports the accl backend may use. shm: ranks on one host run collectives on a shared "
        "segment; tcp: everything else. ACCL_TRANSPORTS=tcp treats every rank as its own host."},
       {"ACCL_ALGO", "string", "(auto: chosen by op, size, ranks and host layout)",
-       "op:algo[,algo...] pairs separated by ';', e.g. allreduce:ring;broadcast:tree. ops: allreduce, "
-       "broadcast, reduce, allgather, reduce_scatter, alltoall, barrier; algorithms: ring, "
-       "recursive_doubling (rd), tree, direct, hierarchical (hier)",
+       "op:algorithm pairs separated by ';', e.g. allreduce:ring;broadcast:tree. ops: allreduce, "
+       "broadcast, reduce, allgather, reduce_scatter, alltoall, gather, scatter, barrier; algorithms: "
+       "ring, recursive_doubling (rd), tree, direct, hierarchical (hier); accl-info lists which op takes which",
        "Forces the accl backend's algorithm for the ops named (between hosts; shared memory "
        "within a host is always used where the layout allows). Unknown names are errors."},
       {"ACCL_HOSTID", "string", "(hostname + boot id + network namespace)", "any non-empty string",
