@@ -41,5 +41,12 @@ for b in "${backends[@]}"; do
 done
 
 echo
-echo "== BERT training with backend='accl' needs the accl backend and the PyTorch plugin,"
-echo "   which are not part of this version yet."
+if command -v mpirun >/dev/null && [ -x "$BIN/accl-vs-mpi" ]; then
+  echo
+  echo "== accl against Open MPI's MPI_Allreduce, same run, same buffers (2 ranks)"
+  mpirun --oversubscribe -n 2 "$BIN/accl-vs-mpi" --reps 1 --max 16777216
+fi
+
+echo
+echo "== BERT training with backend='accl' needs the PyTorch plugin (torch_accl),"
+echo "   which is not part of this version yet."
