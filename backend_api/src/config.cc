@@ -174,12 +174,7 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
     c.shmCma = u == "AUTO" ? 0 : u == "ON" ? 1 : -1;
   }
   c.pluginPath = val("ACCL_PLUGIN_PATH");
-  if (auto v = val("ACCL_STORE_PORT"); !v.empty()) {
-    char* end = nullptr;
-    long p = std::strtol(v.c_str(), &end, 10);
-    if (*end != '\0' || p < 1 || p > 65535) invalid("ACCL_STORE_PORT", v, "an integer 1..65535");
-    c.storePort = static_cast<int>(p);
-  }
+  intVar("ACCL_STORE_PORT", 1, 65535, &c.storePort);
   c.storeFile = val("ACCL_STORE_FILE");
   c.topoFile = val("ACCL_TOPO_FILE");
   c.topoDumpFile = val("ACCL_TOPO_DUMP_FILE");

@@ -1,5 +1,6 @@
 #include "accl/process_group.h"
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -41,6 +42,21 @@ ProcessGroup::ProcessGroup(int rank, int size, std::string backend, ProcessGroup
 }
 
 ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::splitThroughStore(const std::vector<int>& ranks,
+                                                              const ProcessGroupOptions& opts,
+                                                              uint64_t splitId,
+                                                              const std::shared_ptr<Store>& store,
+                                                              const GroupMaker& make) const {
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return nullptr;
+  std::string prefix = "split" + std::to_string(splitId);
+  for (int r : ranks) prefix += "_" + std::to_string(r);
+  ProcessGroupOptions o = opts;
+  if (o.timeout.count() == 0) o.timeout = timeout_;
+  return make(std::make_shared<PrefixStore>(prefix, store), static_cast<int>(it - ranks.begin()),
+              static_cast<int>(ranks.size()), o);
+}
 
 std::string ProcessGroup::context(const std::string& what) const {
   return errorContext(rank_, size_, backend_, what);

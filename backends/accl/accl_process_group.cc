@@ -43,12 +43,6 @@ uint64_t randomToken() {
   return t ? t : 1;
 }
 
-std::vector<size_t> equalParts(size_t n, int p) {
-  std::vector<size_t> c(p);
-  for (int i = 0; i < p; ++i) c[i] = n / p + (static_cast<size_t>(i) < n % p ? 1 : 0);
-  return c;
-}
-
 std::vector<size_t> scaled(const std::vector<size_t>& counts, size_t es) {
   std::vector<size_t> b(counts.size());
   for (size_t i = 0; i < counts.size(); ++i) b[i] = counts[i] * es;
@@ -279,7 +273,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
       // Every local rank owns a slice: reduce-scatter on the segment, one
       // exchange per slice between hosts (all local ranks talk to their peers
       // on other hosts at once), allgather on the segment.
-      auto counts = equalParts(count, L);
+      auto counts = core::equalParts(count, L);
       size_t lo = 0;
       for (int i = 0; i < localRank_; ++i) lo += counts[i];
       char* slice = static_cast<char*>(out) + lo * es;
@@ -552,16 +546,10 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
 
 std::shared_ptr<ProcessGroup> AcclProcessGroup::doSplit(const std::vector<int>& ranks,
                                                         const ProcessGroupOptions& opts) {
-  uint64_t id = splits_++;
-  auto it = std::find(ranks.begin(), ranks.end(), rank());
-  if (it == ranks.end()) return nullptr;
-  int newRank = static_cast<int>(it - ranks.begin());
-  std::string prefix = "split" + std::to_string(id);
-  for (int r : ranks) prefix += "_" + std::to_string(r);
-  ProcessGroupOptions o = opts;
-  if (o.timeout.count() == 0) o.timeout = timeout();
-  auto sub = std::make_shared<PrefixStore>(prefix, store_);
-  return std::make_shared<AcclProcessGroup>(sub, newRank, static_cast<int>(ranks.size()), o);
+  return splitThroughStore(ranks, opts, splits_++, store_,
+                           [](std::shared_ptr<Store> s, int r, int n, const ProcessGroupOptions& o) {
+                             return std::make_shared<AcclProcessGroup>(std::move(s), r, n, o);
+                           });
 }
 
 namespace {

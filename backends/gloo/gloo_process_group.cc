@@ -432,16 +432,10 @@ std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOp
 
 std::shared_ptr<ProcessGroup> GlooProcessGroup::doSplit(const std::vector<int>& ranks,
                                                         const ProcessGroupOptions& opts) {
-  uint64_t id = splits_++;
-  auto it = std::find(ranks.begin(), ranks.end(), rank());
-  if (it == ranks.end()) return nullptr;
-  int newRank = static_cast<int>(it - ranks.begin());
-  std::string prefix = "split" + std::to_string(id);
-  for (int r : ranks) prefix += "_" + std::to_string(r);
-  ProcessGroupOptions o = opts;
-  if (o.timeout.count() == 0) o.timeout = timeout();
-  auto sub = std::make_shared<PrefixStore>(prefix, store_);
-  return std::make_shared<GlooProcessGroup>(sub, newRank, static_cast<int>(ranks.size()), o);
+  return splitThroughStore(ranks, opts, splits_++, store_,
+                           [](std::shared_ptr<Store> s, int r, int n, const ProcessGroupOptions& o) {
+                             return std::make_shared<GlooProcessGroup>(std::move(s), r, n, o);
+                           });
 }
 
 namespace {

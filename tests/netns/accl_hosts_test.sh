@@ -8,14 +8,9 @@
 set -u
 build=${1:?build dir}
 src=${2:?source dir}
-if [ "$(id -u)" -ne 0 ] || ! ip netns add accl-probe-$$ 2>/dev/null; then
-  echo "SKIP: network namespaces need root (CAP_SYS_ADMIN)"
-  exit 77
-fi
-ip netns del accl-probe-$$
 export ACCL_NETNS_PREFIX=acclh ACCL_NETNS_SUBNET=10.76.0
-trap '"$src/bench/netns.sh" down 3' EXIT
-"$src/bench/netns.sh" up 3 || exit 1
+. "$(dirname "$0")/lib.sh"
+netns_hosts_up "$src" 3
 run="$build/bin/accl-run -n 6 --netns acclh0,acclh1,acclh2 --master-addr 10.76.0.1"
 fails=0
 export ACCL_TIMEOUT=600

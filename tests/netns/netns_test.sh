@@ -7,14 +7,9 @@
 set -u
 build=${1:?build dir}
 src=${2:?source dir}
-if [ "$(id -u)" -ne 0 ] || ! ip netns add accl-probe-$$ 2>/dev/null; then
-  echo "SKIP: network namespaces need root (CAP_SYS_ADMIN)"
-  exit 77
-fi
-ip netns del accl-probe-$$
 export ACCL_NETNS_PREFIX=acclt ACCL_NETNS_SUBNET=10.78.0
-trap '"$src/bench/netns.sh" down 2' EXIT
-"$src/bench/netns.sh" up 2 || exit 1
+. "$(dirname "$0")/lib.sh"
+netns_hosts_up "$src" 2
 filter='*allreduce_float32*:*allreduce_int64*:*alltoallv_*:*allgatherv_bfloat16*:*reduce_scatter_float16*:*PointToPoint*:*Barrier*:*Async*'
 fails=0
 echo "== gloo, 2 hosts x 2 ranks"

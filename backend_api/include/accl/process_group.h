@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -171,6 +172,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual std::shared_ptr<Work> doRecv(Buffer buf, int src, const RecvOptions& o);
   virtual std::shared_ptr<ProcessGroup> doSplit(const std::vector<int>& ranks,
                                                 const ProcessGroupOptions& opts);
+
+  // The common doSplit of backends that connect a sub-group through a store:
+  // nullptr for non-members; else make(store under a prefix unique to this
+  // split call and rank list, new rank, new size, opts with the group's timeout
+  // as default). `splitId` counts this group's split calls.
+  using GroupMaker = std::function<std::shared_ptr<ProcessGroup>(
+      std::shared_ptr<Store>, int, int, const ProcessGroupOptions&)>;
+  std::shared_ptr<ProcessGroup> splitThroughStore(const std::vector<int>& ranks,
+                                                  const ProcessGroupOptions& opts, uint64_t splitId,
+                                                  const std::shared_ptr<Store>& store,
+                                                  const GroupMaker& make) const;
 
   // The deadline for an op given its options.
   std::chrono::milliseconds effectiveTimeout(const OpOptions& o) const {

@@ -11,18 +11,6 @@ namespace algo {
 
 namespace {
 
-std::vector<size_t> displacements(const std::vector<size_t>& sizes) {
-  std::vector<size_t> d(sizes.size() + 1, 0);
-  for (size_t i = 0; i < sizes.size(); ++i) d[i + 1] = d[i] + sizes[i];
-  return d;
-}
-
-std::vector<size_t> equalParts(size_t n, int p) {
-  std::vector<size_t> c(p);
-  for (int i = 0; i < p; ++i) c[i] = n / p + (static_cast<size_t>(i) < n % p ? 1 : 0);
-  return c;
-}
-
 int mod(int a, int p) { return ((a % p) + p) % p; }
 
 }  // namespace
@@ -32,7 +20,7 @@ void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& c
   int p = g.size(), me = g.me;
   if (p == 1) return;
   size_t es = dataTypeSize(t);
-  auto d = displacements(counts);
+  auto d = prefixSums(counts);
   size_t maxc = *std::max_element(counts.begin(), counts.end());
   std::vector<char> tmp(maxc * es);
   char* w = static_cast<char*>(work);
@@ -49,7 +37,7 @@ void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& c
 void allgathervRing(const Peers& g, void* out, const std::vector<size_t>& bytes) {
   int p = g.size(), me = g.me;
   if (p == 1) return;
-  auto d = displacements(bytes);
+  auto d = prefixSums(bytes);
   char* o = static_cast<char*>(out);
   int right = mod(me + 1, p), left = mod(me - 1, p);
   for (int s = 0; s < p - 1; ++s) {
@@ -62,7 +50,7 @@ void allgathervRing(const Peers& g, void* out, const std::vector<size_t>& bytes)
 
 void allgathervDirect(const Peers& g, void* out, const std::vector<size_t>& bytes) {
   int p = g.size(), me = g.me;
-  auto d = displacements(bytes);
+  auto d = prefixSums(bytes);
   char* o = static_cast<char*>(out);
   for (int q = 1; q < p; ++q) {
     int to = mod(me + q, p), from = mod(me - q, p);
@@ -94,8 +82,10 @@ void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataTyp
   int pof2 = 1;
   while (pof2 * 2 <= p) pof2 *= 2;
   int rem = p - pof2;
+  // Steps: 0 folds the ranks beyond the power of two into their neighbours,
+  // 1..log2(pof2) exchange, kUnfold sends the result back to the folded ranks.
+  constexpr uint32_t kUnfold = 64;
   uint32_t step = 0;
-  // Fold the ranks beyond the power of two into their neighbours.
   int newRank;
   if (me < 2 * rem) {
     if (me % 2 == 0) {
@@ -124,13 +114,10 @@ void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataTyp
       if (partner < me) internal::reduce(b, tmp.data(), b, count, t, k);
       else internal::reduce(b, b, tmp.data(), count, t, k);
     }
-  } else {
-    step += 0;
   }
-  step = 64;
   if (me < 2 * rem) {
-    if (me % 2 == 1) g.send(me - 1, step, b, bytes);
-    else g.recv(me + 1, step, b, bytes);
+    if (me % 2 == 1) g.send(me - 1, kUnfold, b, bytes);
+    else g.recv(me + 1, kUnfold, b, bytes);
     g.wait();
   }
 }
@@ -209,7 +196,7 @@ void reduceTree(const Peers& g, const void* in, void* out, size_t count, DataTyp
 void alltoallvPairwise(const Peers& g, const void* in, const std::vector<size_t>& sendBytes, void* out,
                        const std::vector<size_t>& recvBytes) {
   int p = g.size(), me = g.me;
-  auto sd = displacements(sendBytes), rd = displacements(recvBytes);
+  auto sd = prefixSums(sendBytes), rd = prefixSums(recvBytes);
   const char* i = static_cast<const char*>(in);
   char* o = static_cast<char*>(out);
   if (sendBytes[me]) std::memcpy(o + rd[me], i + sd[me], sendBytes[me]);
@@ -223,7 +210,7 @@ void alltoallvPairwise(const Peers& g, const void* in, const std::vector<size_t>
 
 void gathervDirect(const Peers& g, const void* in, void* out, const std::vector<size_t>& bytes, int root) {
   int p = g.size(), me = g.me;
-  auto d = displacements(bytes);
+  auto d = prefixSums(bytes);
   if (me == root) {
     char* o = static_cast<char*>(out);
     if (o + d[me] != in && bytes[me]) std::memmove(o + d[me], in, bytes[me]);
@@ -237,7 +224,7 @@ void gathervDirect(const Peers& g, const void* in, void* out, const std::vector<
 
 void scattervDirect(const Peers& g, const void* in, void* out, const std::vector<size_t>& bytes, int root) {
   int p = g.size(), me = g.me;
-  auto d = displacements(bytes);
+  auto d = prefixSums(bytes);
   if (me == root) {
     const char* i = static_cast<const char*>(in);
     if (i + d[me] != out && bytes[me]) std::memmove(out, i + d[me], bytes[me]);

@@ -121,16 +121,11 @@ Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o) {
 std::string describeSelection(const Layout& l, const AlgoOverrides& o) {
   std::ostringstream os;
   if (l.singleHost()) return "every op on the shared segment (one host)";
-  struct Range {
-    size_t lo;
-    const char* name;
-  };
   const size_t probes[] = {0, 1, kSmallGather + 1, kSmallBroadcast + 1};
   for (int ci = 0; ci < kNumColls; ++ci) {
     Coll c = static_cast<Coll>(ci);
     os << (ci ? "; " : "") << toString(c) << ":";
     std::string last;
-    size_t lastLo = 0;
     std::vector<std::pair<size_t, std::string>> ranges;
     for (size_t b : probes) {
       Algo a = choose(c, b, l, o);
@@ -150,7 +145,6 @@ std::string describeSelection(const Layout& l, const AlgoOverrides& o) {
       if (ranges.size() > 1) os << (i + 1 < ranges.size() ? "<" + std::to_string(ranges[i + 1].first) + "B " : ">=" + std::to_string(ranges[i].first) + "B ");
       os << ranges[i].second;
     }
-    (void)lastLo;
   }
   return os.str();
 }

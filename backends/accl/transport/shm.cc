@@ -459,8 +459,7 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
                            const OpDesc& d, Clock::time_point deadline) {
   deadline_ = deadline;
   int n = o_.localSize, me = o_.localRank;
-  std::vector<size_t> displ(n + 1, 0);
-  for (int p = 0; p < n; ++p) displ[p + 1] = displ[p] + bytes[p];
+  auto displ = prefixSums(bytes);
   char* o = static_cast<char*>(out);
   if (o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
@@ -488,8 +487,7 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
   deadline_ = deadline;
   int n = o_.localSize, me = o_.localRank;
   size_t es = dataTypeSize(t);
-  std::vector<size_t> displ(n + 1, 0);
-  for (int p = 0; p < n; ++p) displ[p + 1] = displ[p] + counts[p];
+  auto displ = prefixSums(counts);
   size_t total = displ[n];
   char* o = static_cast<char*>(out);
   if (n == 1) {
@@ -520,11 +518,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
                           Clock::time_point deadline) {
   deadline_ = deadline;
   int n = o_.localSize, me = o_.localRank;
-  std::vector<size_t> sd(n + 1, 0), rd(n + 1, 0);
-  for (int p = 0; p < n; ++p) {
-    sd[p + 1] = sd[p] + sendBytes[p];
-    rd[p + 1] = rd[p] + recvBytes[p];
-  }
+  auto sd = prefixSums(sendBytes), rd = prefixSums(recvBytes);
   const char* i = static_cast<const char*>(in);
   char* o = static_cast<char*>(out);
   // Everyone publishes its layout first: offsets for single copy, the largest
@@ -576,8 +570,7 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
                         const OpDesc& d, Clock::time_point deadline) {
   deadline_ = deadline;
   int n = o_.localSize, me = o_.localRank;
-  std::vector<size_t> displ(n + 1, 0);
-  for (int p = 0; p < n; ++p) displ[p + 1] = displ[p] + bytes[p];
+  auto displ = prefixSums(bytes);
   char* o = static_cast<char*>(out);
   if (me == root && o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
@@ -606,8 +599,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
                          const OpDesc& d, Clock::time_point deadline) {
   deadline_ = deadline;
   int n = o_.localSize, me = o_.localRank;
-  std::vector<size_t> displ(n + 1, 0);
-  for (int p = 0; p < n; ++p) displ[p + 1] = displ[p] + bytes[p];
+  auto displ = prefixSums(bytes);
   const char* i = static_cast<const char*>(in);
   if (me == root && i + displ[me] != out && bytes[me]) std::memmove(out, i + displ[me], bytes[me]);
   if (n == 1) return;

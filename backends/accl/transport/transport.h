@@ -36,6 +36,19 @@ static_assert(sizeof(OpDesc) == 24, "OpDesc is part of the wire format");
 // "allreduce #5 (1024 x float32, sum)"
 std::string describe(const OpDesc& d);
 
+// Offsets of consecutive blocks: result[i] = sizes[0] + ... + sizes[i-1] (size n + 1).
+inline std::vector<size_t> prefixSums(const std::vector<size_t>& sizes) {
+  std::vector<size_t> d(sizes.size() + 1, 0);
+  for (size_t i = 0; i < sizes.size(); ++i) d[i + 1] = d[i] + sizes[i];
+  return d;
+}
+// n items split into p near-equal parts, the first n % p one larger.
+inline std::vector<size_t> equalParts(size_t n, int p) {
+  std::vector<size_t> c(p);
+  for (int i = 0; i < p; ++i) c[i] = n / p + (static_cast<size_t>(i) < n % p ? 1 : 0);
+  return c;
+}
+
 // Point-to-point messages between ranks of one communicator. A message is
 // identified by (peer, step) within the current op; a receive names exactly
 // how many bytes it expects (a different size is a mismatch error). Any number
