@@ -147,6 +147,7 @@ TEST_P(Fault, RankThatNeverEntersIsNamedByEveryWaitingRank) {
     o.timeout = 2s;
     recordOutcome(c, r, [&] { pg.allreduce(Buffer(x, 4, DataType::Float32), o)->wait(); });
     c.store->set("done" + std::to_string(r), toBytes("1"));
+    c.store->wait({"done0", "done1"}, 60s);  // nobody leaves while the other still diagnoses
   }, 60s, &dir);
   for (int r = 0; r < 2; ++r) {
     std::string s = out(dir, r);

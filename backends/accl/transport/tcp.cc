@@ -652,6 +652,7 @@ void TcpTransport::beginOp(const OpDesc& d, Clock::time_point deadline) {
   cur_ = d;
   opActive_ = true;
   deadline_ = deadline;
+  opTimeout_ = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   entered_ = d.seq + 1;
   mismatch_.clear();
   opReqs_.clear();
@@ -693,7 +694,6 @@ void TcpTransport::postData(int peer, uint64_t key, const void* buf, size_t len,
   size_t ns = cs.size();
   size_t parts = (len >= kSplitBytes && ns > 1) ? ns : 1;
   size_t per = (len + parts - 1) / parts;
-  size_t frames = 0;
   std::vector<OutFrame> fs;
   for (size_t p = 0; p < parts; ++p) {
     size_t lo = p * per, hi = std::min(len, lo + per);
@@ -706,16 +706,13 @@ void TcpTransport::postData(int peer, uint64_t key, const void* buf, size_t len,
       f.data = static_cast<const char*>(buf) + off;
       f.req = r;
       fs.push_back(std::move(f));
-      ++frames;
       if (len == 0) break;
     }
   }
-  r->pending = frames;
-  size_t i = 0;
+  r->pending = fs.size();
   std::vector<bool> touched(ns);
   for (auto& f : fs) {
     size_t s = parts == 1 ? 0 : (f.hdr.offset / per) % ns;
-    (void)i;
     cs[s]->out.push_back(std::move(f));
     touched[s] = true;
   }
@@ -873,16 +870,22 @@ void TcpTransport::throwTimeout(const std::string& waitingFor) {
     std::lock_guard<std::mutex> lk(mu_);
     d = cur_;
   }
-  auto missing = queryArrivals(d.seq);
-  std::string msg = describe(d) + " timed out after " +
-                    std::to_string(o_.timeout.count()) + " ms";
-  if (!missing.empty()) {
-    msg += "; ranks that did not arrive: ";
-    for (size_t i = 0; i < missing.size(); ++i)
-      msg += (i ? ", " : "") + std::to_string(missing[i].first) + " (" + missing[i].second + ")";
-  } else {
-    msg += "; every rank entered the op";
+  std::chrono::milliseconds limit;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    limit = opTimeout_;
   }
+  auto missing = queryArrivals(d.seq);
+  std::string msg = describe(d) + " timed out after " + std::to_string(limit.count()) + " ms";
+  // Ranks whose connection is gone cannot say where they are: listed apart.
+  std::string absent, gone;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& m : missing) {
+    std::string& to = peerFailed_[m.first].empty() ? absent : gone;
+    to += (to.empty() ? "" : ", ") + std::to_string(m.first) + " (" + m.second + ")";
+  }
+  msg += absent.empty() ? "; every rank still connected entered the op" : "; ranks that did not arrive: " + absent;
+  if (!gone.empty()) msg += "; ranks no longer connected: " + gone;
   if (!waitingFor.empty()) msg += "; this rank was waiting for " + waitingFor;
   throw Timeout(msg);
 }

@@ -108,6 +108,7 @@ class TcpTransport : public Transport {
   OpDesc cur_{};
   bool opActive_ = false;
   Clock::time_point deadline_{};
+  std::chrono::milliseconds opTimeout_{0};  // the current op's limit, for messages
   std::atomic<uint64_t> entered_{0};  // seq of the op this rank is in (+1; 0 = none yet)
   std::vector<std::shared_ptr<Request>> opReqs_;
   std::string mismatch_;
