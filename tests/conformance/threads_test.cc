@@ -121,7 +121,7 @@ TEST(Errors, InvalidArgumentsAreRefusedBeforeAnythingStarts) {
                                  {"avg is not defined for dtype int32"});
     expectError<InvalidArgument>([&] { pg.allreduce(Buffer(nullptr, 4, DataType::Float32)); }, {"null pointer"});
     expectError<NotSupported>([&] { pg.allreduce(Buffer(a.data(), 8, DataType::Float32, Device::cuda(0))); },
-                              {"cuda:0", "gloo"});
+                              {"cuda:0", backendName()});
     expectError<InvalidArgument>([&] { pg.split({0, 0}); }, {"listed twice"});
     expectError<InvalidArgument>([&] { pg.split({3}); }, {"out of range"});
     // The group still works after refused calls.
@@ -209,4 +209,126 @@ TEST(Async, WorkCallbacksAndManyGroupsConcurrently) {
     pg.allreduce(Buffer(&x, 1, DataType::Int64))->wait();
     EXPECT_EQ(x, 4);
   });
+}
+
+// ---- the checker itself: one wrong element anywhere must be reported.
+
+namespace {
+
+// Runs each op on the backend under test, then damages one element of rank
+// 0's output (or of its input, which out-of-place ops must leave unchanged).
+class Corrupting : public ProcessGroup {
+ public:
+  Corrupting(std::shared_ptr<ProcessGroup> inner, size_t where, bool input)
+      : ProcessGroup(inner->rank(), inner->size(), "corrupting", {}), in_(std::move(inner)), where_(where),
+        input_(input) {}
+
+ protected:
+  std::shared_ptr<Work> done(std::shared_ptr<Work> w, const Buffer& in, const Buffer& out) {
+    w->wait();
+    const Buffer& b = input_ ? in : out;
+    if (rank() == 0 && where_ < b.count) {
+      size_t es = dataTypeSize(b.dtype);
+      auto* p = static_cast<unsigned char*>(b.data) + where_ * es;
+      // Floating point: flip the top exponent bit (a large change); integers and bool: the lowest bit.
+      if (isFloatingPoint(b.dtype)) p[es - 1] ^= 0x40;
+      else p[0] ^= 0x01;
+    }
+    auto r = std::make_shared<Work>("corrupted");
+    r->markCompleted();
+    return r;
+  }
+  std::shared_ptr<Work> doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) override {
+    return done(in_->allreduce(in, out, o), in, out);
+  }
+  std::shared_ptr<Work> doBroadcast(Buffer b, const BroadcastOptions& o) override {
+    return done(in_->broadcast(b, o), b, b);
+  }
+  std::shared_ptr<Work> doReduce(Buffer in, Buffer out, const ReduceOptions& o) override {
+    return done(in_->reduce(in, out, o), in, out);
+  }
+  std::shared_ptr<Work> doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) override {
+    return done(in_->allgather(in, out, o), in, out);
+  }
+  std::shared_ptr<Work> doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& c,
+                                     const AllgatherOptions& o) override {
+    return done(in_->allgatherv(in, out, c, o), in, out);
+  }
+  std::shared_ptr<Work> doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) override {
+    return done(in_->reduceScatter(in, out, o), in, out);
+  }
+  std::shared_ptr<Work> doReduceScatterv(Buffer in, Buffer out, const std::vector<size_t>& c,
+                                         const ReduceScatterOptions& o) override {
+    return done(in_->reduceScatterv(in, out, c, o), in, out);
+  }
+  std::shared_ptr<Work> doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) override {
+    return done(in_->alltoall(in, out, o), in, out);
+  }
+  std::shared_ptr<Work> doAlltoallv(Buffer in, const std::vector<size_t>& sc, Buffer out,
+                                    const std::vector<size_t>& rc, const AlltoallOptions& o) override {
+    return done(in_->alltoallv(in, sc, out, rc, o), in, out);
+  }
+  std::shared_ptr<Work> doGather(Buffer in, Buffer out, const GatherOptions& o) override {
+    return done(in_->gather(in, out, o), in, out);
+  }
+  std::shared_ptr<Work> doScatter(Buffer in, Buffer out, const ScatterOptions& o) override {
+    return done(in_->scatter(in, out, o), in, out);
+  }
+
+ private:
+  std::shared_ptr<ProcessGroup> in_;
+  size_t where_;
+  bool input_;
+};
+
+}  // namespace
+
+TEST(Checker, ReportsOneWrongElementAnywhereInEveryOp) {
+  // Inputs repeat with a period of a few thousand elements and the checker
+  // compares whole runs at once: a single damaged element at the start, in
+  // the middle or at the end of a large buffer must still be named.
+  const std::vector<OpType> ops{OpType::Allreduce, OpType::Broadcast,     OpType::Reduce,
+                                OpType::Allgather, OpType::Allgatherv,    OpType::ReduceScatter,
+                                OpType::ReduceScatterv, OpType::Alltoall, OpType::Alltoallv,
+                                OpType::Gather,    OpType::Scatter};
+  const std::vector<DataType> dtypes{DataType::Int8, DataType::Bool, DataType::BFloat16, DataType::Float32,
+                                     DataType::Uint64};
+  std::atomic<int> checked{0};
+  runRanks(2, [&](ProcessGroup& pg) {
+    auto self = pg.shared_from_this();
+    uint64_t seed = 100;
+    for (auto op : ops)
+      for (auto t : dtypes)
+        for (bool input : {false, true}) {
+          // Inputs that ops read but do not own: only out-of-place ops promise to keep them.
+          if (input && (op == OpType::Broadcast || op == OpType::Scatter)) continue;
+          size_t count = (size_t{1} << 20) / dataTypeSize(t) + 3;
+          // Output (or input) elements of rank 0 for this op.
+          size_t n = count;
+          if (op == OpType::Allgather || op == OpType::Gather || op == OpType::Alltoall) n = input && op != OpType::Alltoall ? count : 2 * count;
+          if ((op == OpType::ReduceScatter || op == OpType::ReduceScatterv) && input) n = 2 * count;
+          if (op == OpType::Allgatherv || op == OpType::ReduceScatterv || op == OpType::Alltoallv) n = 100;  // counts vary by rank
+          for (size_t where : {size_t{0}, n / 2 + 1, n - 1}) {
+            Corrupting bad(self, where, input);
+            Case c;
+            c.op = op;
+            c.dtype = t;
+            c.count = count;
+            c.root = 0;
+            c.seed = seed++;
+            auto errs = runCase(bad, c);
+            if (pg.rank() != 0) continue;
+            std::string all = join(errs);
+            std::string what = std::string(toString(op)) + " " + toString(t) + (input ? " input" : " output") +
+                               " element " + std::to_string(where);
+            EXPECT_FALSE(errs.empty()) << what << ": not reported";
+            EXPECT_NE(all.find("[" + std::to_string(where) + "]"), std::string::npos) << what << ":\n" << all;
+            if (input) {
+              EXPECT_NE(all.find("must be unchanged"), std::string::npos) << what << ":\n" << all;
+            }
+            checked++;
+          }
+        }
+  });
+  EXPECT_GT(checked.load(), 250);
 }

@@ -480,7 +480,10 @@ bool TcpTransport::handleHeader(Conn& c) {
     case FrameType::Data: {
       uint64_t seq = h.key >> 32;
       if (seq < cur_.seq || (seq == cur_.seq && !opActive_ && entered_ > seq)) {
-        return true;  // left over from a failed op: discard
+        // For an op this rank completed: nothing of it was left to receive, so the
+        // peer called something else. Left over from a failed op: discard.
+        if (!anyFailed_) noteLate(p, h.desc);
+        return true;
       }
       if (opActive_ && seq == cur_.seq && h.desc != cur_ && mismatch_.empty())
         mismatch_ = "rank " + std::to_string(p) + " called " + describe(h.desc);
@@ -660,7 +663,8 @@ void TcpTransport::beginOp(const OpDesc& d, Clock::time_point deadline) {
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     uint64_t seq = it->first.second >> 32;
     if (seq < d.seq) {
-      it = unexpected_.erase(it);  // left over from a failed op
+      if (!anyFailed_) noteLate(it->first.first, it->second->desc);
+      it = unexpected_.erase(it);
       continue;
     }
     if (seq == d.seq && it->second->desc != d && mismatch_.empty())
@@ -675,7 +679,12 @@ void TcpTransport::endOp(const std::string& error) {
   for (auto it = posted_.begin(); it != posted_.end();)
     it = (it->first.second >> 32) <= cur_.seq ? posted_.erase(it) : std::next(it);
   opReqs_.clear();
-  if (error.empty()) return;
+  if (error.empty()) {
+    completed_.push_back(cur_);
+    if (completed_.size() > 16) completed_.pop_front();
+    return;
+  }
+  anyFailed_ = true;
   auto reason = std::make_shared<std::string>(error.substr(0, kMaxAbortBytes));
   for (int p = 0; p < o_.size; ++p) {
     if (p == o_.rank || conns_[p].empty() || !peerFailed_[p].empty()) continue;
@@ -776,7 +785,18 @@ void TcpTransport::recv(int peer, uint32_t step, void* buf, size_t len) {
   posted_[{peer, r->key}] = r;
 }
 
+void TcpTransport::noteLate(int peer, const OpDesc& theirs) {
+  if (!late_.empty()) return;
+  std::string mine = "op #" + std::to_string(theirs.seq);
+  for (auto& d : completed_)
+    if (d.seq == theirs.seq) mine = describe(d);
+  late_ = "rank " + std::to_string(peer) + " called " + describe(theirs) + " but this rank completed " +
+          mine + " without receiving that data";
+  cv_.notify_all();
+}
+
 void TcpTransport::throwIfFailed(const std::vector<int>& peers) {
+  if (!late_.empty()) throw InvalidArgument("mismatched collectives: " + late_);
   if (!mismatch_.empty())
     throw InvalidArgument("mismatched collectives: this rank called " + describe(cur_) +
                           " but " + mismatch_);

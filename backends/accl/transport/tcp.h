@@ -112,6 +112,13 @@ class TcpTransport : public Transport {
   std::atomic<uint64_t> entered_{0};  // seq of the op this rank is in (+1; 0 = none yet)
   std::vector<std::shared_ptr<Request>> opReqs_;
   std::string mismatch_;
+  // Ops this rank completed (newest last, a few kept) and whether any op
+  // failed: data that arrives for a completed op means a peer called
+  // something else (e.g. both ranks of a broadcast think they are the root).
+  std::deque<OpDesc> completed_;
+  bool anyFailed_ = false;
+  std::string late_;
+  void noteLate(int peer, const OpDesc& theirs);
   // matching
   std::map<std::pair<int, uint64_t>, std::shared_ptr<Request>> posted_;
   std::map<std::pair<int, uint64_t>, std::shared_ptr<Unexpected>> unexpected_;
