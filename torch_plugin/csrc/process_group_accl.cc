@@ -1,0 +1,722 @@
+#include "process_group_accl.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <numeric>
+#include <sstream>
+
+#include "accl/config.h"
+#include "accl/errors.h"
+#include "accl/registry.h"
+
+namespace torch_accl {
+
+namespace {
+
+// torch dtype -> ACCL dtype, and how many ACCL elements one torch element is
+// (complex numbers travel as pairs of reals).
+struct Mapped {
+  accl::DataType dtype;
+  int64_t factor = 1;
+  bool complex = false;
+};
+
+[[noreturn]] void refuseDtype(const at::Tensor& t, const char* what) {
+  throw accl::InvalidArgument(std::string(what) + " has dtype " + std::string(c10::toString(t.scalar_type())) +
+                              ", which ACCL does not carry; accepted: int8, uint8, int32, int64, "
+                              "float16, bfloat16, float32, float64, bool, complex64, complex128"
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+                              ", uint32, uint64"
+#endif
+  );
+}
+
+Mapped mapDtype(const at::Tensor& t, const char* what) {
+  switch (t.scalar_type()) {
+    case at::kChar: return {accl::DataType::Int8};
+    case at::kByte: return {accl::DataType::Uint8};
+    case at::kInt: return {accl::DataType::Int32};
+    case at::kLong: return {accl::DataType::Int64};
+    case at::kHalf: return {accl::DataType::Float16};
+    case at::kBFloat16: return {accl::DataType::BFloat16};
+    case at::kFloat: return {accl::DataType::Float32};
+    case at::kDouble: return {accl::DataType::Float64};
+    case at::kBool: return {accl::DataType::Bool};
+    case at::kComplexFloat: return {accl::DataType::Float32, 2, true};
+    case at::kComplexDouble: return {accl::DataType::Float64, 2, true};
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+    case at::kUInt32: return {accl::DataType::Uint32};
+    case at::kUInt64: return {accl::DataType::Uint64};
+#endif
+    default: refuseDtype(t, what);
+  }
+}
+
+accl::ReduceOp mapReduce(const c10d::ReduceOp& op, const at::Tensor& t) {
+  using R = c10d::ReduceOp;
+  bool complex = t.is_complex();
+  auto kind = static_cast<R::RedOpType>(op);
+  if (complex && kind != R::SUM && kind != R::AVG && kind != R::PREMUL_SUM)
+    throw accl::InvalidArgument("reduce op " + std::to_string(static_cast<int>(kind)) +
+                                " is not defined for complex tensors; accepted: SUM, AVG, PREMUL_SUM");
+  switch (kind) {
+    case R::SUM: return accl::ReduceKind::Sum;
+    case R::AVG: return accl::ReduceKind::Avg;
+    case R::PRODUCT: return accl::ReduceKind::Prod;
+    case R::MIN: return accl::ReduceKind::Min;
+    case R::MAX: return accl::ReduceKind::Max;
+    case R::BAND: return accl::ReduceKind::BAnd;
+    case R::BOR: return accl::ReduceKind::BOr;
+    case R::BXOR: return accl::ReduceKind::BXor;
+    case R::PREMUL_SUM: {
+      // torch keeps the factor in a supplement (a double or a one-element tensor).
+      auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+      if (!s) throw accl::InvalidArgument("PREMUL_SUM without a factor");
+      double f = s->double_factor;
+      if (!s->tensor_factors.empty()) f = s->tensor_factors[0].item<double>();
+      return accl::ReduceOp::premulSum(f);
+    }
+    default:
+      throw accl::InvalidArgument("unknown reduce op " + std::to_string(static_cast<int>(kind)) +
+                                  "; accepted: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR, PREMUL_SUM");
+  }
+}
+
+std::chrono::milliseconds opTimeout(std::chrono::milliseconds t, std::chrono::milliseconds group) {
+  return t.count() > 0 ? t : group;
+}
+
+// Tensors the SDK backend can use in place, and staging copies for the rest
+// (non-contiguous tensors; device tensors the backend cannot address), copied
+// back into the caller's tensors when the op completes.
+class Staging {
+ public:
+  explicit Staging(const accl::ProcessGroup& pg) : pg_(pg) {}
+
+  accl::Device deviceOf(const at::Tensor& t) const {
+    if (t.is_cuda()) return accl::Device::cuda(t.device().index());
+    return accl::Device::cpu();
+  }
+  // `out`: the op writes the tensor (copy back after completion).
+  accl::Buffer buffer(const at::Tensor& t, bool out, const char* what) {
+    auto m = mapDtype(t, what);
+    at::Tensor use = t;
+    bool direct = t.is_contiguous() && pg_.supportsDevice(deviceOf(t));
+    if (!direct) {
+      use = pg_.supportsDevice(deviceOf(t)) ? t.contiguous() : t.to(at::kCPU).contiguous();
+      if (use.data_ptr() == t.data_ptr()) use = use.clone();
+      if (out) back_.emplace_back(t, use);
+    }
+    keep_.push_back(use);
+    return accl::Buffer(use.data_ptr(), static_cast<size_t>(use.numel() * m.factor), m.dtype,
+                        direct ? deviceOf(t) : accl::Device::cpu());
+  }
+  // A new contiguous buffer of `numel` elements like `like` (for lists the op
+  // needs flat), on a device the backend addresses.
+  at::Tensor flat(const at::Tensor& like, int64_t numel) {
+    auto opts = like.options();
+    if (!pg_.supportsDevice(deviceOf(like))) opts = opts.device(at::kCPU);
+    at::Tensor f = at::empty({numel}, opts);
+    keep_.push_back(f);
+    return f;
+  }
+  accl::Buffer bufferOfFlat(const at::Tensor& f, const char* what) {
+    auto m = mapDtype(f, what);
+    return accl::Buffer(f.data_ptr(), static_cast<size_t>(f.numel() * m.factor), m.dtype, deviceOf(f));
+  }
+  // Work after completion: copy staged outputs back.
+  void copyBack() {
+    for (auto& p : back_) p.first.copy_(p.second.view(p.first.sizes()));
+  }
+
+ private:
+  const accl::ProcessGroup& pg_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> back_;
+  std::vector<at::Tensor> keep_;
+};
+
+void requireOne(const std::vector<at::Tensor>& ts, const char* op) {
+  if (ts.size() != 1)
+    throw accl::InvalidArgument(std::string(op) + ": expected one tensor per process, got " +
+                                std::to_string(ts.size()));
+}
+
+void requireSameKind(const at::Tensor& a, const at::Tensor& b, const char* op) {
+  if (a.scalar_type() != b.scalar_type())
+    throw accl::InvalidArgument(std::string(op) + ": tensors have different dtypes (" +
+                                std::string(c10::toString(a.scalar_type())) + " and " +
+                                std::string(c10::toString(b.scalar_type())) + ")");
+}
+
+int64_t elementsPerRow(const at::Tensor& t) {
+  return t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0);
+}
+
+// Runs `f` and rethrows ACCL's errors as the exceptions torch users catch
+// (RuntimeError in Python), with ACCL's message.
+template <typename F>
+auto guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const accl::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Work
+
+AcclWork::AcclWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type), outputs_(std::move(outputs)) {
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+}
+
+AcclWork::~AcclWork() = default;
+
+void AcclWork::start(std::vector<std::shared_ptr<accl::Work>> works, std::function<void()> finish) {
+  finish_ = std::move(finish);
+  if (works.empty()) {
+    onDone(nullptr, -1);
+    return;
+  }
+  // The last accl op to complete finishes the torch op, on the thread that
+  // completes it. The accl ops hold this Work (through their callbacks) until
+  // then, not the other way round.
+  struct Shared {
+    std::atomic<size_t> left;
+    std::mutex mu;
+    std::exception_ptr err;
+    int src = -1;
+  };
+  auto sh = std::make_shared<Shared>();
+  sh->left = works.size();
+  auto self = c10::intrusive_ptr<AcclWork>::unsafe_reclaim_from_nonowning(this);
+  for (auto& w : works)
+    w->onComplete([self, sh](accl::Work& done) {
+      {
+        std::lock_guard<std::mutex> lk(sh->mu);
+        if (!sh->err) sh->err = done.exception();
+        if (done.sourceRank() >= 0) sh->src = done.sourceRank();
+      }
+      if (--sh->left == 0) self->onDone(sh->err, sh->src);
+    });
+}
+
+void AcclWork::onDone(std::exception_ptr err, int src) {
+  if (!err && finish_) {
+    try {
+      finish_();
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  finish_ = nullptr;  // releases the staged tensors
+  if (err) {
+    // Re-raise as the error type torch users catch, keeping ACCL's message.
+    try {
+      std::rethrow_exception(err);
+    } catch (const std::exception& e) {
+      err = std::make_exception_ptr(c10::Error(e.what(), ""));
+    } catch (...) {
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    error_ = err;
+    source_ = src;
+    done_ = true;
+  }
+  cv_.notify_all();
+  if (err) future_->setError(err);
+  else future_->markCompleted(c10::IValue(outputs_));
+}
+
+bool AcclWork::isCompleted() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return done_;
+}
+bool AcclWork::isSuccess() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return done_ && !error_;
+}
+std::exception_ptr AcclWork::exception() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return error_;
+}
+int AcclWork::sourceRank() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return source_;
+}
+std::vector<at::Tensor> AcclWork::result() { return outputs_; }
+
+bool AcclWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (timeout.count() > 0) {
+    if (!cv_.wait_for(lk, timeout, [&] { return done_; }))
+      TORCH_CHECK(false, "accl: wait() timed out after ", timeout.count(),
+                  " ms (the op keeps running until its own deadline)");
+  } else {
+    cv_.wait(lk, [&] { return done_; });
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+void AcclWork::abort() { TORCH_CHECK(false, "accl: aborting a single op is not supported"); }
+
+c10::intrusive_ptr<c10::ivalue::Future> AcclWork::getFuture() { return future_; }
+
+// ---------------------------------------------------------------- store
+
+void TorchStore::set(const std::string& key, const accl::Bytes& value) { s_->set(key, value); }
+accl::Bytes TorchStore::get(const std::string& key) { return s_->get(key); }
+int64_t TorchStore::add(const std::string& key, int64_t delta) { return s_->add(key, delta); }
+accl::Bytes TorchStore::compareSet(const std::string& key, const accl::Bytes& expected, const accl::Bytes& desired) {
+  return s_->compareSet(key, expected, desired);
+}
+bool TorchStore::check(const std::vector<std::string>& keys) { return s_->check(keys); }
+void TorchStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  try {
+    s_->wait(keys, timeout);
+  } catch (const std::exception& e) {
+    std::string list;
+    for (auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+    throw accl::Timeout("store wait for " + list + " failed: " + e.what());
+  }
+}
+bool TorchStore::deleteKey(const std::string& key) { return s_->deleteKey(key); }
+int64_t TorchStore::numKeys() { return s_->getNumKeys(); }
+
+// ---------------------------------------------------------------- group
+
+namespace {
+std::string sdkBackendName() {
+  const char* v = std::getenv("ACCL_TORCH_BACKEND");
+  std::string b = v && *v ? v : "accl";
+  for (auto& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (b != "accl" && b != "gloo" && b != "mpi" && b != "nccl")
+    throw accl::InvalidArgument("ACCL_TORCH_BACKEND=" + std::string(v) +
+                                " is not valid; accepted: accl, gloo, mpi, nccl");
+  return b;
+}
+}  // namespace
+
+ProcessGroupACCL::ProcessGroupACCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   std::chrono::milliseconds timeout, std::vector<int64_t> globalRanks,
+                                   std::string groupName)
+    : C10dBase(rank, size), globalRanks_(std::move(globalRanks)), timeout_(timeout) {
+  guarded([&] {
+    accl::ProcessGroupOptions o;
+    o.timeout = timeout;
+    o.name = groupName.empty() ? "torch" : "torch:" + groupName;
+    auto st = std::make_shared<TorchStore>(store);
+    st->setTimeout(timeout);
+    pg_ = accl::createProcessGroup(sdkBackendName(), st, rank, size, o);
+    return 0;
+  });
+}
+
+ProcessGroupACCL::~ProcessGroupACCL() = default;
+
+c10::intrusive_ptr<C10dBase> ProcessGroupACCL::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int size, std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<ProcessGroupACCL>(store, rank, size, timeout);
+}
+
+// Issues an op: `...` fills `works` (the accl ops) and optionally `after`
+// (runs on completion, before staged outputs are copied back).
+#define ACCL_TORCH_OP(type, outputs, ...)                                               \
+  guarded([&]() -> c10::intrusive_ptr<c10d::Work> {                                     \
+    auto work = c10::make_intrusive<AcclWork>(getRank(), c10d::OpType::type, outputs);  \
+    auto stage = std::make_shared<Staging>(*pg_);                                        \
+    std::vector<std::shared_ptr<accl::Work>> works;                                      \
+    std::function<void()> after;                                                         \
+    __VA_ARGS__                                                                          \
+    work->start(std::move(works), [stage, after] {                                       \
+      if (after) after();                                                                \
+      stage->copyBack();                                                                 \
+    });                                                                                  \
+    return work;                                                                         \
+  })
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const c10d::BroadcastOptions& opts) {
+  return ACCL_TORCH_OP(BROADCAST, tensors, {
+    requireOne(tensors, "broadcast");
+    accl::BroadcastOptions o;
+    o.root = static_cast<int>(opts.rootRank);
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->broadcast(stage->buffer(tensors[0], true, "broadcast tensor"), o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce(std::vector<at::Tensor>& tensors,
+                                                           const c10d::AllreduceOptions& opts) {
+  return ACCL_TORCH_OP(ALLREDUCE, tensors, {
+    requireOne(tensors, "all_reduce");
+    accl::AllreduceOptions o;
+    o.op = mapReduce(opts.reduceOp, tensors[0]);
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->allreduce(stage->buffer(tensors[0], true, "all_reduce tensor"), o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                     const c10d::AllreduceCoalescedOptions& opts) {
+  return ACCL_TORCH_OP(ALLREDUCE_COALESCED, tensors, {
+    if (tensors.empty()) throw accl::InvalidArgument("all_reduce_coalesced: no tensors");
+    // One op over the tensors packed together (they share a dtype).
+    int64_t total = 0;
+    for (auto& t : tensors) {
+      requireSameKind(tensors[0], t, "all_reduce_coalesced");
+      total += t.numel();
+    }
+    at::Tensor flat = stage->flat(tensors[0], total);
+    int64_t off = 0;
+    for (auto& t : tensors) {
+      flat.narrow(0, off, t.numel()).copy_(t.reshape({-1}));
+      off += t.numel();
+    }
+    accl::AllreduceOptions o;
+    o.op = mapReduce(opts.reduceOp, tensors[0]);
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->allreduce(stage->bufferOfFlat(flat, "all_reduce_coalesced tensor"), o));
+    auto outs = tensors;
+    after = [flat, outs]() mutable {
+      int64_t at = 0;
+      for (auto& t : outs) {
+        t.copy_(flat.narrow(0, at, t.numel()).view(t.sizes()));
+        at += t.numel();
+      }
+    };
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::ReduceOptions& opts) {
+  return ACCL_TORCH_OP(REDUCE, tensors, {
+    requireOne(tensors, "reduce");
+    accl::ReduceOptions o;
+    o.op = mapReduce(opts.reduceOp, tensors[0]);
+    o.root = static_cast<int>(opts.rootRank);
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    auto b = stage->buffer(tensors[0], true, "reduce tensor");
+    works.push_back(pg_->reduce(b, b, o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> flatOuts;
+  for (auto& l : outputs) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
+  return ACCL_TORCH_OP(ALLGATHER, flatOuts, {
+    requireOne(inputs, "all_gather");
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize())
+      throw accl::InvalidArgument("all_gather: expected one output list of " + std::to_string(getSize()) +
+                                  " tensors");
+    const at::Tensor& in = inputs[0];
+    for (auto& t : outputs[0]) {
+      requireSameKind(in, t, "all_gather");
+      if (t.numel() != in.numel())
+        throw accl::InvalidArgument("all_gather: output tensors must have the input's " +
+                                    std::to_string(in.numel()) + " elements, one has " + std::to_string(t.numel()));
+    }
+    at::Tensor flat = stage->flat(in, in.numel() * getSize());
+    accl::AllgatherOptions o;
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->allgather(stage->buffer(in, false, "all_gather input"),
+                                   stage->bufferOfFlat(flat, "all_gather output"), o));
+    auto outs = outputs[0];
+    int64_t n = in.numel();
+    after = [flat, outs, n]() mutable {
+      for (size_t r = 0; r < outs.size(); ++r)
+        outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
+    };
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                 const c10d::AllgatherOptions& opts) {
+  return ACCL_TORCH_OP(_ALLGATHER_BASE, std::vector<at::Tensor>{output}, {
+    requireSameKind(input, output, "all_gather_into_tensor");
+    if (output.numel() != input.numel() * getSize())
+      throw accl::InvalidArgument("all_gather_into_tensor: output has " + std::to_string(output.numel()) +
+                                  " elements, expected " + std::to_string(input.numel() * getSize()) +
+                                  " (input elements x group size)");
+    accl::AllgatherOptions o;
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->allgather(stage->buffer(input, false, "all_gather_into_tensor input"),
+                                   stage->buffer(output, true, "all_gather_into_tensor output"), o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> flatOuts;
+  for (auto& l : outputLists) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
+  return ACCL_TORCH_OP(ALLGATHER_COALESCED, flatOuts, {
+    // outputLists[r][i] receives rank r's inputs[i]: one allgather per input.
+    if (static_cast<int>(outputLists.size()) != getSize())
+      throw accl::InvalidArgument("all_gather_coalesced: expected " + std::to_string(getSize()) + " output lists");
+    std::vector<std::pair<at::Tensor, size_t>> flats;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& in = inputs[i];
+      at::Tensor flat = stage->flat(in, in.numel() * getSize());
+      accl::AllgatherOptions o;
+      o.timeout = opTimeout(opts.timeout, timeout_);
+      works.push_back(pg_->allgather(stage->buffer(in, false, "all_gather_coalesced input"),
+                                     stage->bufferOfFlat(flat, "all_gather_coalesced output"), o));
+      flats.emplace_back(flat, i);
+    }
+    auto outs = outputLists;
+    after = [flats, outs]() mutable {
+      for (auto& [flat, i] : flats) {
+        int64_t n = flat.numel() / static_cast<int64_t>(outs.size());
+        for (size_t r = 0; r < outs.size(); ++r)
+          outs[r].at(i).copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r][i].sizes()));
+      }
+    };
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const c10d::GatherOptions& opts) {
+  std::vector<at::Tensor> flatOuts;
+  for (auto& l : outputs) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
+  return ACCL_TORCH_OP(GATHER, flatOuts, {
+    requireOne(inputs, "gather");
+    const at::Tensor& in = inputs[0];
+    int root = static_cast<int>(opts.rootRank);
+    bool isRoot = getRank() == root;
+    if (isRoot && (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize()))
+      throw accl::InvalidArgument("gather: the root needs one output list of " + std::to_string(getSize()) +
+                                  " tensors");
+    if (!isRoot && !(outputs.empty() || (outputs.size() == 1 && outputs[0].empty())))
+      throw accl::InvalidArgument("gather: only the root (rank " + std::to_string(root) +
+                                  ") passes output tensors");
+    at::Tensor flat = stage->flat(in, isRoot ? in.numel() * getSize() : 0);
+    accl::GatherOptions o;
+    o.root = root;
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    auto ob = stage->bufferOfFlat(flat, "gather output");
+    if (!isRoot) ob = accl::Buffer(nullptr, 0, ob.dtype, ob.device);
+    works.push_back(pg_->gather(stage->buffer(in, false, "gather input"), ob, o));
+    if (isRoot) {
+      auto outs = outputs[0];
+      int64_t n = in.numel();
+      after = [flat, outs, n]() mutable {
+        for (size_t r = 0; r < outs.size(); ++r)
+          outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
+      };
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::scatter(std::vector<at::Tensor>& outputs,
+                                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                                         const c10d::ScatterOptions& opts) {
+  return ACCL_TORCH_OP(SCATTER, outputs, {
+    requireOne(outputs, "scatter");
+    const at::Tensor& out = outputs[0];
+    int root = static_cast<int>(opts.rootRank);
+    bool isRoot = getRank() == root;
+    if (isRoot && (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize()))
+      throw accl::InvalidArgument("scatter: the root needs one input list of " + std::to_string(getSize()) +
+                                  " tensors");
+    at::Tensor flat = stage->flat(out, isRoot ? out.numel() * getSize() : 0);
+    if (isRoot) {
+      for (int r = 0; r < getSize(); ++r) {
+        const at::Tensor& t = inputs[0][static_cast<size_t>(r)];
+        requireSameKind(out, t, "scatter");
+        if (t.numel() != out.numel())
+          throw accl::InvalidArgument("scatter: input tensors must have the output's " +
+                                      std::to_string(out.numel()) + " elements");
+        flat.narrow(0, r * out.numel(), out.numel()).copy_(t.reshape({-1}));
+      }
+    }
+    accl::ScatterOptions o;
+    o.root = root;
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    auto ib = stage->bufferOfFlat(flat, "scatter input");
+    if (!isRoot) ib = accl::Buffer(nullptr, 0, ib.dtype, ib.device);
+    works.push_back(pg_->scatter(ib, stage->buffer(out, true, "scatter output"), o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                                const c10d::ReduceScatterOptions& opts) {
+  return ACCL_TORCH_OP(REDUCE_SCATTER, outputs, {
+    requireOne(outputs, "reduce_scatter");
+    const at::Tensor& out = outputs[0];
+    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize())
+      throw accl::InvalidArgument("reduce_scatter: expected one input list of " + std::to_string(getSize()) +
+                                  " tensors");
+    at::Tensor flat = stage->flat(out, out.numel() * getSize());
+    for (int r = 0; r < getSize(); ++r) {
+      const at::Tensor& t = inputs[0][static_cast<size_t>(r)];
+      requireSameKind(out, t, "reduce_scatter");
+      if (t.numel() != out.numel())
+        throw accl::InvalidArgument("reduce_scatter: input tensors must have the output's " +
+                                    std::to_string(out.numel()) + " elements");
+      flat.narrow(0, r * out.numel(), out.numel()).copy_(t.reshape({-1}));
+    }
+    accl::ReduceScatterOptions o;
+    o.op = mapReduce(opts.reduceOp, out);
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->reduceScatter(stage->bufferOfFlat(flat, "reduce_scatter input"),
+                                       stage->buffer(out, true, "reduce_scatter output"), o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                      const c10d::ReduceScatterOptions& opts) {
+  return ACCL_TORCH_OP(_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output}, {
+    requireSameKind(input, output, "reduce_scatter_tensor");
+    if (input.numel() != output.numel() * getSize())
+      throw accl::InvalidArgument("reduce_scatter_tensor: input has " + std::to_string(input.numel()) +
+                                  " elements, expected " + std::to_string(output.numel() * getSize()) +
+                                  " (output elements x group size)");
+    accl::ReduceScatterOptions o;
+    o.op = mapReduce(opts.reduceOp, output);
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->reduceScatter(stage->buffer(input, false, "reduce_scatter_tensor input"),
+                                       stage->buffer(output, true, "reduce_scatter_tensor output"), o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                               std::vector<int64_t>& outputSplits,
+                                                               std::vector<int64_t>& inputSplits,
+                                                               const c10d::AllToAllOptions& opts) {
+  return ACCL_TORCH_OP(ALLTOALL_BASE, std::vector<at::Tensor>{output}, {
+    requireSameKind(input, output, "all_to_all_single");
+    accl::AlltoallOptions o;
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    auto in = stage->buffer(input, false, "all_to_all_single input");
+    auto out = stage->buffer(output, true, "all_to_all_single output");
+    if (outputSplits.empty() && inputSplits.empty()) {
+      if (input.numel() != output.numel())
+        throw accl::InvalidArgument("all_to_all_single: input and output sizes differ (" +
+                                    std::to_string(input.numel()) + " vs " + std::to_string(output.numel()) + ")");
+      works.push_back(pg_->alltoall(in, out, o));
+    } else {
+      // Splits count rows along dim 0; an empty list means equal splits.
+      auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* what) {
+        std::vector<size_t> c(static_cast<size_t>(getSize()));
+        int64_t row = elementsPerRow(t) * mapDtype(t, what).factor;
+        if (splits.empty()) {
+          if (t.dim() == 0 || t.size(0) % getSize() != 0)
+            throw accl::InvalidArgument(std::string("all_to_all_single: ") + what + " dim 0 (" +
+                                        std::to_string(t.dim() ? t.size(0) : 0) +
+                                        ") is not divisible by the group size " + std::to_string(getSize()));
+          for (auto& x : c) x = static_cast<size_t>(t.size(0) / getSize() * row);
+          return c;
+        }
+        if (static_cast<int>(splits.size()) != getSize())
+          throw accl::InvalidArgument(std::string("all_to_all_single: ") + what + " splits have " +
+                                      std::to_string(splits.size()) + " entries, expected " +
+                                      std::to_string(getSize()));
+        int64_t sum = 0;
+        for (size_t i = 0; i < c.size(); ++i) {
+          if (splits[i] < 0) throw accl::InvalidArgument("all_to_all_single: negative split size");
+          c[i] = static_cast<size_t>(splits[i] * row);
+          sum += splits[i];
+        }
+        if (t.dim() == 0 || sum != t.size(0))
+          throw accl::InvalidArgument(std::string("all_to_all_single: ") + what + " splits sum to " +
+                                      std::to_string(sum) + ", but dim 0 is " +
+                                      std::to_string(t.dim() ? t.size(0) : 0));
+        return c;
+      };
+      auto sc = counts(inputSplits, input, "input");
+      auto rc = counts(outputSplits, output, "output");
+      works.push_back(pg_->alltoallv(in, sc, out, rc, o));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllToAllOptions& opts) {
+  return ACCL_TORCH_OP(ALLTOALL, outputs, {
+    if (static_cast<int>(inputs.size()) != getSize() || static_cast<int>(outputs.size()) != getSize())
+      throw accl::InvalidArgument("all_to_all: expected " + std::to_string(getSize()) +
+                                  " input and output tensors");
+    int64_t st = 0, rt = 0;
+    std::vector<size_t> sc, rc;
+    int64_t f = mapDtype(inputs[0], "all_to_all input").factor;
+    for (int r = 0; r < getSize(); ++r) {
+      requireSameKind(inputs[0], inputs[static_cast<size_t>(r)], "all_to_all");
+      requireSameKind(inputs[0], outputs[static_cast<size_t>(r)], "all_to_all");
+      sc.push_back(static_cast<size_t>(inputs[static_cast<size_t>(r)].numel() * f));
+      rc.push_back(static_cast<size_t>(outputs[static_cast<size_t>(r)].numel() * f));
+      st += inputs[static_cast<size_t>(r)].numel();
+      rt += outputs[static_cast<size_t>(r)].numel();
+    }
+    at::Tensor sflat = stage->flat(inputs[0], st), rflat = stage->flat(outputs[0], rt);
+    int64_t at = 0;
+    for (auto& t : inputs) {
+      sflat.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
+      at += t.numel();
+    }
+    accl::AlltoallOptions o;
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->alltoallv(stage->bufferOfFlat(sflat, "all_to_all input"), sc,
+                                   stage->bufferOfFlat(rflat, "all_to_all output"), rc, o));
+    auto outs = outputs;
+    after = [rflat, outs]() mutable {
+      int64_t a = 0;
+      for (auto& t : outs) {
+        t.copy_(rflat.narrow(0, a, t.numel()).view(t.sizes()));
+        a += t.numel();
+      }
+    };
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  return ACCL_TORCH_OP(SEND, std::vector<at::Tensor>{}, {
+    requireOne(tensors, "send");
+    accl::SendOptions o;
+    o.tag = tag;
+    o.timeout = timeout_;
+    works.push_back(pg_->send(stage->buffer(tensors[0], false, "send tensor"), dstRank, o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  return ACCL_TORCH_OP(RECV, tensors, {
+    requireOne(tensors, "recv");
+    accl::RecvOptions o;
+    o.tag = tag;
+    o.timeout = timeout_;
+    works.push_back(pg_->recv(stage->buffer(tensors[0], true, "recv tensor"), srcRank, o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return ACCL_TORCH_OP(RECVANYSOURCE, tensors, {
+    requireOne(tensors, "recv");
+    accl::RecvOptions o;
+    o.tag = tag;
+    o.timeout = timeout_;
+    works.push_back(pg_->recv(stage->buffer(tensors[0], true, "recv tensor"), accl::kAnySource, o));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::barrier(const c10d::BarrierOptions& opts) {
+  return ACCL_TORCH_OP(BARRIER, std::vector<at::Tensor>{}, {
+    accl::BarrierOptions o;
+    o.timeout = opTimeout(opts.timeout, timeout_);
+    works.push_back(pg_->barrier(o));
+  });
+}
+
+}  // namespace torch_accl

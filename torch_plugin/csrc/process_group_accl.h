@@ -1,0 +1,144 @@
+// The c10d adapter: a torch ProcessGroup (torch 1.13) or Backend (torch 2.x)
+// that runs every op on an accl::ProcessGroup. The only code of ACCL that
+// includes torch headers.
+#pragma once
+
+#include <torch/version.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accl/process_group.h"
+#include "accl/store.h"
+
+namespace torch_accl {
+
+#if TORCH_VERSION_MAJOR >= 2
+using C10dBase = c10d::Backend;
+#else
+using C10dBase = c10d::ProcessGroup;
+#endif
+
+// One torch op: one or more accl ops (coalesced lists), plus the work done
+// when they complete (copying staged results into the caller's tensors).
+class AcclWork : public c10d::Work {
+ public:
+  AcclWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  ~AcclWork() override;
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  void abort() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+  // Called once by the adapter after every accl op was issued.
+  void start(std::vector<std::shared_ptr<accl::Work>> works, std::function<void()> finish);
+
+ private:
+  void onDone(std::exception_ptr err, int src);
+
+  std::function<void()> finish_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  int source_ = -1;
+};
+
+class ProcessGroupACCL : public C10dBase {
+ public:
+  // `backend`: which SDK backend runs the ops ("accl" unless ACCL_TORCH_BACKEND says otherwise).
+  ProcessGroupACCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   std::chrono::milliseconds timeout, std::vector<int64_t> globalRanks = {},
+                   std::string groupName = "");
+  ~ProcessGroupACCL() override;
+
+  const std::string getBackendName() const override { return "accl"; }
+  // The SDK backend that runs the ops (accl, gloo, mpi or nccl).
+  const std::string& sdkBackend() const { return pg_->backendName(); }
+  const std::vector<int64_t>& globalRanks() const { return globalRanks_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+
+  // The creator torch calls (register_backend); the extended form carries the
+  // group's global ranks and name.
+  static c10::intrusive_ptr<C10dBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                            std::chrono::milliseconds timeout);
+
+ private:
+  std::shared_ptr<accl::ProcessGroup> pg_;
+  std::vector<int64_t> globalRanks_;
+  std::chrono::milliseconds timeout_;
+};
+
+// accl::Store over a torch store (the rendezvous torch already set up).
+class TorchStore : public accl::Store {
+ public:
+  explicit TorchStore(c10::intrusive_ptr<c10d::Store> s) : s_(std::move(s)) {}
+  void set(const std::string& key, const accl::Bytes& value) override;
+  accl::Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  accl::Bytes compareSet(const std::string& key, const accl::Bytes& expected, const accl::Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool deleteKey(const std::string& key) override;
+  int64_t numKeys() override;
+  using accl::Store::wait;
+
+ private:
+  c10::intrusive_ptr<c10d::Store> s_;
+};
+
+}  // namespace torch_accl

@@ -1,0 +1,79 @@
+"""ACCL collectives as a torch.distributed backend.
+
+    import torch_accl
+    torch.distributed.init_process_group(backend="accl")
+
+Importing registers the backend (once; importing again or calling
+register() again does nothing). ACCL_TORCH_BACKEND=gloo|mpi|nccl runs the
+same adapter over another ACCL backend, for comparisons.
+"""
+import ctypes
+import inspect
+import os
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["register", "backends", "version", "BACKEND_NAME"]
+
+BACKEND_NAME = "accl"
+
+
+def _versions_hint():
+    return (
+        f"torch {torch.__version__} (C++11 ABI: {bool(torch._C._GLIBCXX_USE_CXX11_ABI)}); "
+        "rebuild torch_accl against the torch you run: "
+        "python3 -m pip install --no-build-isolation <ACCL source>/torch_plugin "
+        "(or scripts/build.sh with ACCL_PYTHON pointing at this interpreter)"
+    )
+
+
+def _load_extension():
+    # Installed package: libaccl and the backend modules sit in torch_accl/lib.
+    libdir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
+    if os.path.isdir(libdir):
+        for name in sorted(os.listdir(libdir)):
+            if name.startswith("libaccl.so"):
+                ctypes.CDLL(os.path.join(libdir, name), mode=ctypes.RTLD_GLOBAL)
+                break
+    try:
+        from . import _C
+    except ImportError as e:
+        raise ImportError(f"torch_accl: the extension does not load ({e}). It was built for another "
+                          f"torch or C++ ABI than this process has: {_versions_hint()}") from e
+    built = _C.torch_version.split("+")[0].split(".")[:2]
+    running = torch.__version__.split("+")[0].split(".")[:2]
+    if built != running or bool(_C.cxx11_abi) != bool(torch._C._GLIBCXX_USE_CXX11_ABI):
+        raise ImportError(f"torch_accl was built for torch {_C.torch_version} (C++11 ABI: {bool(_C.cxx11_abi)}), "
+                          f"but this process runs {_versions_hint()}")
+    return _C
+
+
+_C = _load_extension()
+
+
+def register():
+    """Registers backend "accl" with torch.distributed (idempotent)."""
+    plugins = getattr(dist.Backend, "_plugins", {})
+    if BACKEND_NAME.upper() in plugins:
+        return
+    kwargs = {}
+    params = inspect.signature(dist.Backend.register_backend).parameters
+    if "devices" in params:  # torch >= 2.1: one backend object serves CPU and CUDA tensors
+        kwargs["devices"] = ["cpu", "cuda"]
+    if "extended_api" in params:  # sub-groups get their global ranks and name
+        dist.Backend.register_backend(BACKEND_NAME, _C.create_extended, extended_api=True, **kwargs)
+    else:
+        dist.Backend.register_backend(BACKEND_NAME, _C.create, **kwargs)
+
+
+def backends():
+    """The ACCL backends of this install: dicts with name, description, usable, reason."""
+    return _C.backends()
+
+
+def version():
+    return _C.accl_version
+
+
+register()
