@@ -81,6 +81,9 @@ const std::vector<ConfigEntry>& configTable() {
       {"ACCL_INLINE_BYTES", "int", "65536", "0..1073741824",
        "Ops of at most this many bytes issued while the group is idle run on the calling thread "
        "(lowest latency; the call returns a completed Work). 0 queues every op."},
+      {"ACCL_TORCH_BACKEND", "enum", "accl", "accl, gloo, mpi, nccl",
+       "Which ACCL backend runs the ops of torch's backend=\"accl\" (torch_accl). Other values "
+       "route the same adapter through ACCL's gloo, mpi or nccl backend for comparisons."},
       {"ACCL_PLUGIN_PATH", "list", "(directory of libaccl)", "colon-separated directories",
        "Where backend modules libaccl-backend-<name>.so are searched after libaccl's own directory."},
       {"ACCL_STORE_PORT", "int", "(MASTER_PORT; MASTER_PORT+1 under torchrun's agent store)",
@@ -173,6 +176,12 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
     if (u != "AUTO" && u != "ON" && u != "OFF") invalid("ACCL_SHM_CMA", v, "auto, on, off");
     c.shmCma = u == "AUTO" ? 0 : u == "ON" ? 1 : -1;
   }
+  if (auto v = val("ACCL_TORCH_BACKEND"); !v.empty()) {
+    std::string l;
+    for (char ch : v) l += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (l != "accl" && l != "gloo" && l != "mpi" && l != "nccl") invalid("ACCL_TORCH_BACKEND", v, "accl, gloo, mpi, nccl");
+    c.torchBackend = l;
+  }
   c.pluginPath = val("ACCL_PLUGIN_PATH");
   intVar("ACCL_STORE_PORT", 1, 65535, &c.storePort);
   c.storeFile = val("ACCL_STORE_FILE");
@@ -217,6 +226,7 @@ std::string Config::valueText(const std::string& name) const {
   if (name == "ACCL_SOCKET_NSTREAMS") return std::to_string(socketNstreams);
   if (name == "ACCL_SHM_CMA") return shmCma == 0 ? "auto" : shmCma > 0 ? "on" : "off";
   if (name == "ACCL_INLINE_BYTES") return std::to_string(inlineBytes);
+  if (name == "ACCL_TORCH_BACKEND") return torchBackend;
   if (name == "ACCL_PLUGIN_PATH") return pluginPath.empty() ? "(unset)" : pluginPath;
   if (name == "ACCL_STORE_PORT") return storePort ? std::to_string(storePort) : "(derived)";
   if (name == "ACCL_STORE_FILE") return storeFile.empty() ? "(unset)" : storeFile;

@@ -292,18 +292,6 @@ int64_t TorchStore::numKeys() { return s_->getNumKeys(); }
 
 // ---------------------------------------------------------------- group
 
-namespace {
-std::string sdkBackendName() {
-  const char* v = std::getenv("ACCL_TORCH_BACKEND");
-  std::string b = v && *v ? v : "accl";
-  for (auto& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (b != "accl" && b != "gloo" && b != "mpi" && b != "nccl")
-    throw accl::InvalidArgument("ACCL_TORCH_BACKEND=" + std::string(v) +
-                                " is not valid; accepted: accl, gloo, mpi, nccl");
-  return b;
-}
-}  // namespace
-
 ProcessGroupACCL::ProcessGroupACCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout, std::vector<int64_t> globalRanks,
                                    std::string groupName)
@@ -314,7 +302,7 @@ ProcessGroupACCL::ProcessGroupACCL(const c10::intrusive_ptr<c10d::Store>& store,
     o.name = groupName.empty() ? "torch" : "torch:" + groupName;
     auto st = std::make_shared<TorchStore>(store);
     st->setTimeout(timeout);
-    pg_ = accl::createProcessGroup(sdkBackendName(), st, rank, size, o);
+    pg_ = accl::createProcessGroup(accl::Config::get().torchBackend, st, rank, size, o);
     return 0;
   });
 }
