@@ -1,0 +1,113 @@
+"""Failures surface as exceptions torch users catch, never as hangs."""
+import os
+import signal
+import time
+from datetime import timedelta
+
+from cluster import spawn
+
+
+def killed_rank(rank, world_size, port):
+    import torch
+    import torch.distributed as dist
+    import torch_accl  # noqa: F401
+    dist.init_process_group("accl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=60))
+    x = torch.ones(1 << 20)
+    dist.all_reduce(x)
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.time()
+    try:
+        for _ in range(100):
+            dist.all_reduce(x)
+    except RuntimeError as e:
+        return ("raised", str(e), time.time() - start)
+    return ("no error", "", time.time() - start)
+
+
+def test_killed_rank_raises_in_the_others():
+    res = spawn(3, killed_rank, timeout=120)
+    assert res[2][0] == -signal.SIGKILL
+    for rank in (0, 1):
+        code, val = res[rank]
+        assert code == 0, (rank, val)
+        kind, msg, secs = val
+        assert kind == "raised", val
+        assert "rank 2" in msg, msg
+        assert secs < 30, val  # well within the 60 s timeout
+
+
+def absent_rank(rank, world_size, port):
+    import torch
+    import torch.distributed as dist
+    import torch_accl  # noqa: F401
+    dist.init_process_group("accl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=3))
+    dist.barrier()
+    if rank == 1:
+        time.sleep(12)  # never enters the all_reduce in time
+        return ("slept", "", 0)
+    start = time.time()
+    try:
+        dist.all_reduce(torch.ones(4))
+    except RuntimeError as e:
+        return ("raised", str(e), time.time() - start)
+    return ("no error", "", time.time() - start)
+
+
+def test_init_timeout_is_honoured():
+    res = spawn(2, absent_rank, timeout=60)
+    code, val = res[0]
+    assert code == 0, val
+    kind, msg, secs = val
+    assert kind == "raised", val
+    assert "allreduce" in msg and "did not arrive: 1" in msg, msg
+    assert 2.5 < secs < 10, val  # the 3 s from init_process_group(timeout=...)
+
+
+def wrong_backend_env(rank, world_size, port):
+    import torch.distributed as dist
+    import torch_accl  # noqa: F401
+    try:
+        dist.init_process_group("accl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=10))
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def test_invalid_env_value_is_a_clear_error():
+    res = spawn(1, wrong_backend_env, env={"ACCL_TORCH_BACKEND": "bogus"})
+    msg = res[0][1]
+    assert "ACCL_TORCH_BACKEND" in msg and "accl, gloo, mpi, nccl" in msg, msg
+
+
+def registration(rank, world_size, port):
+    import importlib
+    import torch.distributed as dist
+    import torch_accl
+    torch_accl.register()
+    importlib.reload(torch_accl)  # registering again is a no-op
+    return dist.Backend("accl") == "accl" and "ACCL" in dist.Backend._plugins
+
+
+def test_registration_is_idempotent():
+    assert spawn(1, registration)[0] == (0, True)
+
+
+def via_sdk_backend(rank, world_size, port, name):
+    import torch
+    import torch.distributed as dist
+    import torch_accl  # noqa: F401
+    dist.init_process_group("accl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=30))
+    x = torch.ones(10) * (rank + 1)
+    dist.all_reduce(x)
+    pg = dist.distributed_c10d._get_default_group()
+    return (pg.sdk_backend if hasattr(pg, "sdk_backend") else name, x[0].item())
+
+
+def test_routes_through_the_sdk_gloo_backend():
+    res = spawn(2, via_sdk_backend, "gloo", env={"ACCL_TORCH_BACKEND": "gloo"})
+    assert [r[1] for r in res] == [("gloo", 3.0), ("gloo", 3.0)], res
