@@ -47,6 +47,24 @@ if command -v mpirun >/dev/null && [ -x "$BIN/accl-vs-mpi" ]; then
   mpirun --oversubscribe -n 2 "$BIN/accl-vs-mpi" --reps 1 --max 16777216
 fi
 
-echo
-echo "== BERT training with backend='accl' needs the PyTorch plugin (torch_accl),"
-echo "   which is not part of this version yet."
+PY=/usr/bin/python3
+PYPATH=$(cd "${BUILD_DIR:-build}" && pwd)/python
+if [ -f "$PYPATH/torch_accl/__init__.py" ]; then
+  echo
+  echo "== torch_accl: versions, C++ ABI, usable backends, 2-process self-test"
+  PYTHONPATH=$PYPATH $PY -m torch_accl.check
+
+  echo
+  echo "== torch all_reduce: backend='accl' against torch's gloo, same processes (2 ranks)"
+  PYTHONPATH=$PYPATH "$BIN/accl-run" -n 2 $PY bench/torch_allreduce_bench.py --min 8 --max 32M --factor 16 --reps 1 \
+    2>&1 | sed -n 's/^\[0\] //p'
+
+  echo
+  echo "== BERT pretraining (tiny config, MLM + NSP) on 2 ranks with backend='accl'"
+  PYTHONPATH=$PYPATH OMP_NUM_THREADS=1 "$BIN/accl-run" -n 2 $PY examples/bert/pretrain.py --config tiny \
+    --backend accl --steps ${DEMO_BERT_STEPS:-40} --seq-len 64 --batch-size 4 --log-every 10 --warmup 5 \
+    2>&1 | sed -n 's/^\[0\] //p'
+else
+  echo
+  echo "== torch_accl was not built (see the TORCH line of the configuration summary): no BERT run"
+fi
