@@ -145,10 +145,6 @@ struct Gen {
       putInt(p, at, t, x);  // full range: min/max/bitwise, and wraparound
     }
   }
-  void put(void* p, size_t at, int r, size_t i) const {
-    size_t es = dataTypeSize(t);
-    std::memcpy(static_cast<char*>(p) + at * es, raw.data() + index(r, i) * es, es);
-  }
   // Rank r's elements [i0, i0 + len) are consecutive table entries with one
   // wraparound per kTable: calls fn(k, j, m) for elements i0+k .. i0+k+m-1
   // stored at table entries j .. j+m-1.

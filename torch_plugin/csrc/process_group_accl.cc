@@ -150,6 +150,22 @@ void requireSameKind(const at::Tensor& a, const at::Tensor& b, const char* op) {
                                 std::string(c10::toString(b.scalar_type())) + ")");
 }
 
+// Lists of tensors travel as one flat buffer, in list order.
+void pack(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
+  int64_t at = 0;
+  for (auto& t : ts) {
+    flat.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
+    at += t.numel();
+  }
+}
+void unpack(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
+  int64_t at = 0;
+  for (auto& t : ts) {
+    t.copy_(flat.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
+  }
+}
+
 int64_t elementsPerRow(const at::Tensor& t) {
   return t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0);
 }
@@ -363,23 +379,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce_coalesced(std::vector
       total += t.numel();
     }
     at::Tensor flat = stage->flat(tensors[0], total);
-    int64_t off = 0;
-    for (auto& t : tensors) {
-      flat.narrow(0, off, t.numel()).copy_(t.reshape({-1}));
-      off += t.numel();
-    }
+    pack(flat, tensors);
     accl::AllreduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
     o.timeout = opTimeout(opts.timeout, timeout_);
     works.push_back(pg_->allreduce(stage->bufferOfFlat(flat, "all_reduce_coalesced tensor"), o));
     auto outs = tensors;
-    after = [flat, outs]() mutable {
-      int64_t at = 0;
-      for (auto& t : outs) {
-        t.copy_(flat.narrow(0, at, t.numel()).view(t.sizes()));
-        at += t.numel();
-      }
-    };
+    after = [flat, outs]() mutable { unpack(flat, outs); };
   });
 }
 
@@ -419,11 +425,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather(std::vector<std::vect
     works.push_back(pg_->allgather(stage->buffer(in, false, "all_gather input"),
                                    stage->bufferOfFlat(flat, "all_gather output"), o));
     auto outs = outputs[0];
-    int64_t n = in.numel();
-    after = [flat, outs, n]() mutable {
-      for (size_t r = 0; r < outs.size(); ++r)
-        outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
-    };
+    after = [flat, outs]() mutable { unpack(flat, outs); };
   });
 }
 
@@ -497,11 +499,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::gather(std::vector<std::vector<
     works.push_back(pg_->gather(stage->buffer(in, false, "gather input"), ob, o));
     if (isRoot) {
       auto outs = outputs[0];
-      int64_t n = in.numel();
-      after = [flat, outs, n]() mutable {
-        for (size_t r = 0; r < outs.size(); ++r)
-          outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
-      };
+      after = [flat, outs]() mutable { unpack(flat, outs); };
     }
   });
 }
@@ -525,8 +523,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::scatter(std::vector<at::Tensor>
         if (t.numel() != out.numel())
           throw accl::InvalidArgument("scatter: input tensors must have the output's " +
                                       std::to_string(out.numel()) + " elements");
-        flat.narrow(0, r * out.numel(), out.numel()).copy_(t.reshape({-1}));
       }
+      pack(flat, inputs[0]);
     }
     accl::ScatterOptions o;
     o.root = root;
@@ -553,8 +551,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter(std::vector<at::
       if (t.numel() != out.numel())
         throw accl::InvalidArgument("reduce_scatter: input tensors must have the output's " +
                                     std::to_string(out.numel()) + " elements");
-      flat.narrow(0, r * out.numel(), out.numel()).copy_(t.reshape({-1}));
     }
+    pack(flat, inputs[0]);
     accl::ReduceScatterOptions o;
     o.op = mapReduce(opts.reduceOp, out);
     o.timeout = opTimeout(opts.timeout, timeout_);
@@ -649,23 +647,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor
       rt += outputs[static_cast<size_t>(r)].numel();
     }
     at::Tensor sflat = stage->flat(inputs[0], st), rflat = stage->flat(outputs[0], rt);
-    int64_t at = 0;
-    for (auto& t : inputs) {
-      sflat.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
-      at += t.numel();
-    }
+    pack(sflat, inputs);
     accl::AlltoallOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
     works.push_back(pg_->alltoallv(stage->bufferOfFlat(sflat, "all_to_all input"), sc,
                                    stage->bufferOfFlat(rflat, "all_to_all output"), rc, o));
     auto outs = outputs;
-    after = [rflat, outs]() mutable {
-      int64_t a = 0;
-      for (auto& t : outs) {
-        t.copy_(rflat.narrow(0, a, t.numel()).view(t.sizes()));
-        a += t.numel();
-      }
-    };
+    after = [rflat, outs]() mutable { unpack(rflat, outs); };
   });
 }
 
