@@ -58,10 +58,18 @@ const std::vector<ConfigEntry>& configTable() {
        "a positive number with an optional unit: ms, s (default), m, h",
        "Default deadline of every operation and of rendezvous; a timed-out operation fails "
        "with accl::Timeout instead of hanging."},
-      {"ACCL_SOCKET_IFNAME", "string", "(auto: first up non-loopback IPv4 interface, else lo)",
+      {"ACCL_SOCKET_IFNAME", "string", "(auto: accl per rank from the topology, gloo the first up non-loopback interface)",
        "interface name prefixes separated by commas; ^ excludes, = matches names exactly "
        "(e.g. eth0  ^lo,docker  =eth1)",
-       "Network interface used for TCP traffic between ranks (accl and gloo backends)."},
+       "Network interface used for TCP traffic between ranks (accl and gloo backends). Unset, "
+       "the accl backend uses the netdev of the NIC the topology assigns to each local rank "
+       "(nearest to its GPU, or to its NUMA node on hosts without GPUs), else the first up interface."},
+      {"ACCL_IB_HCA", "string", "(auto: the NICs the topology assigns to each local rank)",
+       "RDMA device name prefixes with an optional :port, separated by commas; ^ excludes, = matches "
+       "names exactly (e.g. mlx5_0:1,mlx5_1  ^mlx5_2  =mlx5_0)",
+       "Restricts the NICs the accl backend assigns to its ranks to these RDMA devices; the TCP "
+       "transport then runs over the chosen device's netdev. An ACCL_IB_HCA that matches no RDMA "
+       "device of the topology is an error."},
       {"ACCL_TRANSPORTS", "list", "shm,tcp", "comma-separated subset of shm, tcp",
        "Transports the accl backend may use. shm: ranks on one host run collectives on a shared "
        "segment; tcp: everything else. ACCL_TRANSPORTS=tcp treats every rank as its own host."},
@@ -146,6 +154,9 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
   c.socketIfname = val("ACCL_SOCKET_IFNAME");
   if (!c.socketIfname.empty() && splitList(c.socketIfname.substr(c.socketIfname[0] == '^' || c.socketIfname[0] == '=' ? 1 : 0), ',').empty())
     invalid("ACCL_SOCKET_IFNAME", c.socketIfname, "interface names or prefixes, e.g. eth0 or ^lo");
+  c.ibHca = val("ACCL_IB_HCA");
+  if (!c.ibHca.empty() && splitList(c.ibHca.substr(c.ibHca[0] == '^' || c.ibHca[0] == '=' ? 1 : 0), ',').empty())
+    invalid("ACCL_IB_HCA", c.ibHca, "RDMA device names or prefixes with an optional :port, e.g. mlx5_0:1,mlx5_1 or ^mlx5_2");
   if (auto v = val("ACCL_TRANSPORTS"); !v.empty()) {
     c.transports.clear();
     for (auto& t : splitList(v, ',')) {
@@ -220,6 +231,7 @@ std::string Config::valueText(const std::string& name) const {
   if (name == "ACCL_DEBUG_FILE") return debugFile.empty() ? "(stderr)" : debugFile;
   if (name == "ACCL_TIMEOUT") return std::to_string(timeout.count()) + "ms";
   if (name == "ACCL_SOCKET_IFNAME") return socketIfname.empty() ? "(auto)" : socketIfname;
+  if (name == "ACCL_IB_HCA") return ibHca.empty() ? "(auto)" : ibHca;
   if (name == "ACCL_TRANSPORTS") return join(transports);
   if (name == "ACCL_ALGO") return algo.empty() ? "(auto)" : algo;
   if (name == "ACCL_HOSTID") return hostId.empty() ? "(derived)" : hostId;

@@ -6,13 +6,16 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 
 #include "accl/config.h"
+#include "accl/internal/net.h"
 #include "accl/internal/reduce_kernels.h"
 #include "accl/logging.h"
 #include "accl/registry.h"
+#include "accl/topology.h"
 #include "algorithms/algorithms.h"
 
 namespace accl {
@@ -35,6 +38,81 @@ std::string defaultHostId() {
   struct stat st{};
   std::string ns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
   return std::string(host) + "/" + boot + "/netns:" + ns;
+}
+
+// The host's topology, loaded once per process by the topology layer
+// (ACCL_TOPO_FILE or a probe). A file the user named must be valid (its error
+// propagates); a failed probe only costs the NIC assignment, with a warning.
+// The first group created with rank 0 writes ACCL_TOPO_DUMP_FILE.
+std::shared_ptr<const topo::Topology> hostTopology(bool dumpHere) {
+  static std::mutex mu;
+  static std::shared_ptr<const topo::Topology> cached;
+  static bool tried = false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (tried) return cached;
+  const Config& cfg = Config::get();
+  try {
+    cached = std::make_shared<const topo::Topology>(topo::loadFromConfig(dumpHere));
+  } catch (const Error& e) {
+    if (!cfg.topoFile.empty() || !cfg.ibHca.empty()) throw;
+    ACCL_WARN("INIT", "topology probe failed, ranks use the first up interface: " << e.what());
+  }
+  tried = true;
+  return cached;
+}
+
+// Which NIC this rank uses and which interface carries its TCP traffic.
+struct NicChoice {
+  std::string ifSpec;  // for the TCP transport (ACCL_SOCKET_IFNAME syntax)
+  std::string text;    // for the INFO log
+};
+
+NicChoice chooseNic(const topo::Topology* t, int localRank, int localSize) {
+  const Config& cfg = Config::get();
+  NicChoice c;
+  std::ostringstream os;
+  os << "local rank " << localRank << "/" << localSize << ": ";
+  const topo::Node* nic = nullptr;
+  std::string netdev;
+  if (t) {
+    auto b = t->bindings(localSize, cfg.ibHca)[static_cast<size_t>(localRank)];
+    auto up = internal::listInterfaces();
+    for (int idx : b.nics) {
+      const topo::Node& n = t->nic(idx);
+      if (!nic) nic = &n;
+      for (auto& d : n.netdevs)
+        for (auto& i : up)
+          if (netdev.empty() && i.name == d && !i.loopback) {
+            netdev = d;
+            if (&n != nic) os << "NIC" << nic->nicIndex << " " << nic->name << " has no usable netdev here, ";
+            nic = &n;
+          }
+      if (!netdev.empty()) break;
+    }
+    if (nic) {
+      os << "NIC" << nic->nicIndex << " " << nic->name << (nic->rdma ? " (RDMA)" : "");
+      os << " assigned by the topology (" << t->source
+         << (cfg.ibHca.empty() ? "" : ", ACCL_IB_HCA=" + cfg.ibHca) << ")";
+      if (b.gpu >= 0) os << " for GPU" << b.gpu;
+      if (b.numa >= 0) os << ", NUMA " << b.numa << " CPUs " << b.cpus;
+    } else {
+      os << "the topology (" << t->source << ") has no NIC";
+    }
+  } else {
+    os << "no topology";
+  }
+  if (!cfg.socketIfname.empty()) {
+    c.ifSpec = cfg.socketIfname;
+    os << "; tcp interface from ACCL_SOCKET_IFNAME=" << cfg.socketIfname;
+  } else if (!netdev.empty()) {
+    c.ifSpec = "=" + netdev;
+    os << "; tcp over its netdev " << netdev;
+  } else {
+    os << "; " << (nic ? "its netdev is not up with an address in this network namespace, " : "")
+       << "tcp over the first up interface";
+  }
+  c.text = os.str();
+  return c;
 }
 
 uint64_t randomToken() {
@@ -96,12 +174,17 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     token_ = std::stoull(toString(store_->get("token")));
   }
   std::string hostId = cfg.hostId.empty() ? defaultHostId() : cfg.hostId;
-  if (!shmOn) hostId += "/rank" + std::to_string(rank);  // tcp only: every rank its own host
   store_->set("host/" + std::to_string(rank), toBytes(hostId));
   std::vector<std::string> ids(size);
+  int nicLocalRank = 0, nicLocalSize = 0;  // among the ranks of this machine (for the NIC)
   for (int r = 0; r < size; ++r) {
     store_->wait({"host/" + std::to_string(r)}, timeout());
     ids[r] = toString(store_->get("host/" + std::to_string(r)));
+    if (ids[r] == hostId) {
+      if (r < rank) nicLocalRank++;
+      nicLocalSize++;
+    }
+    if (!shmOn) ids[r] += "/rank" + std::to_string(r);  // tcp only: every rank its own host
   }
   hostOf_.resize(size);
   std::vector<std::string> hosts;
@@ -131,7 +214,15 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.nstreams.resize(size, 1);
   for (int r = 0; r < size; ++r) to.nstreams[r] = hostOf_[r] == myHost_ ? 1 : cfg.socketNstreams;
   to.token = token_;
-  to.ifSpec = cfg.socketIfname;
+  NicChoice nic;
+  try {
+    auto topology = hostTopology(rank == 0);
+    nic = chooseNic(topology.get(), nicLocalRank, nicLocalSize);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(where + ": " + e.what());
+  }
+  nicText_ = nic.text;
+  to.ifSpec = nic.ifSpec;
   to.timeout = timeout();
   to.store = store_;
   to.where = where;
@@ -191,6 +282,7 @@ void AcclProcessGroup::logSetup() {
     os << "point-to-point with ranks " << list(shmPeers) << " over tcp; ";
   os << "inline ops up to " << inlineBytes_ << " bytes";
   ACCL_INFO("INIT", os.str());
+  ACCL_INFO("INIT", "network: " << nicText_);
   ACCL_INFO("INIT", "algorithms: " << core::describeSelection(layout_, algo_));
 }
 

@@ -77,6 +77,7 @@ class AcclProcessGroup : public ProcessGroup {
   std::atomic<uint64_t> seq_{0};
   std::mutex brokenMu_;
   std::string broken_;
+  std::string nicText_;  // which NIC and interface this rank uses (INFO log)
   uint64_t splits_ = 0;
   std::string prefix_;  // "accl rank R/N accl: "
 };

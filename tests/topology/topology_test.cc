@@ -358,3 +358,98 @@ TEST(Probe, ThisHostShowsWhatItHas) {
   EXPECT_EQ(b.size(), 2u);
   EXPECT_NE(toJson(t).find("\"tree\""), std::string::npos);
 }
+
+// ACCL_IB_HCA / NCCL_IB_HCA syntax.
+TEST(NicSelection, HcaSpecSyntax) {
+  EXPECT_TRUE(matchHcaSpec("mlx5", "mlx5_0"));
+  EXPECT_TRUE(matchHcaSpec("mlx5_0:1,mlx5_1:1", "mlx5_1"));
+  EXPECT_FALSE(matchHcaSpec("mlx5_0:1,mlx5_1:1", "mlx5_2"));
+  EXPECT_FALSE(matchHcaSpec("=mlx5_1", "mlx5_10"));
+  EXPECT_TRUE(matchHcaSpec("=mlx5_1", "mlx5_1"));
+  EXPECT_TRUE(matchHcaSpec("mlx5_1", "mlx5_10")) << "without = a name is a prefix";
+  EXPECT_FALSE(matchHcaSpec("^mlx5_2,mlx5_3", "mlx5_3"));
+  EXPECT_TRUE(matchHcaSpec("^mlx5_2,mlx5_3", "mlx5_0"));
+  EXPECT_FALSE(matchHcaSpec("^=mlx5_1", "mlx5_1"));
+  EXPECT_TRUE(matchHcaSpec("^=mlx5_1", "mlx5_10"));
+}
+
+TEST(NicSelection, IbHcaRestrictsTheAssignment) {
+  Topology t = loadHwlocXml(fixture("hwloc-aws-p4d.xml"));
+  // Unrestricted: GPUs 0,1 -> rdmap16s27, 2,3 -> rdmap32s27, ... (one EFA per switch pair).
+  EXPECT_EQ(t.nic(t.bindings(8)[0].nics[0]).name, "rdmap16s27");
+  for (auto& b : t.bindings(8, "=rdmap144s27")) {
+    ASSERT_EQ(b.nics.size(), 1u);
+    EXPECT_EQ(t.nic(b.nics[0]).name, "rdmap144s27");
+  }
+  for (auto& b : t.bindings(8, "^rdmap16s27,rdmap32s27"))
+    for (int i : b.nics) EXPECT_TRUE(t.nic(i).name == "rdmap144s27" || t.nic(i).name == "rdmap160s27") << t.nic(i).name;
+  std::string e;
+  try {
+    t.bindings(8, "mlx5");
+  } catch (const InvalidArgument& x) {
+    e = x.what();
+  }
+  EXPECT_NE(e.find("ACCL_IB_HCA='mlx5' matches no RDMA device; RDMA devices of this host (hwloc:"), std::string::npos) << e;
+  EXPECT_NE(e.find("rdmap16s27, rdmap32s27, rdmap144s27, rdmap160s27"), std::string::npos) << e;
+}
+
+TEST(NicSelection, CpuHostRanksGetTheNicOfTheirNumaNode) {
+  // mlx5_0 (netdev rail1) on NUMA 0, mlx5_1 (netdev rail0) on NUMA 1.
+  Topology t = loadHwlocXml(fixture("hand-two-rails.xml"));
+  auto b = t.bindings(4);
+  EXPECT_EQ(t.nic(b[0].nics[0]).name, "mlx5_0");
+  EXPECT_EQ(t.nic(b[0].nics[0]).netdevs, std::vector<std::string>{"rail1"});
+  EXPECT_EQ(b[0].numa, 0);
+  EXPECT_EQ(t.nic(b[1].nics[0]).name, "mlx5_1");
+  EXPECT_EQ(b[1].cpus, "1");
+  EXPECT_EQ(t.nic(b[2].nics[0]).name, "mlx5_0");
+  EXPECT_EQ(t.nic(b[3].nics[0]).name, "mlx5_1");
+  for (auto& x : t.bindings(2, "mlx5_1")) EXPECT_EQ(x.nics, std::vector<int>{1});
+}
+
+TEST(NicSelection, PciNicsBeforeVirtualInterfaces) {
+  // No NUMA information: every NIC is equally near. A container bridge must
+  // not become a rank's rail when a PCI NIC with a netdev exists.
+  Topology t;
+  Node m;
+  m.type = NodeType::Machine;
+  t.addNode(m, -1);
+  Node hb;
+  hb.type = NodeType::HostBridge;
+  hb.busId = "0000:00:00.0";
+  int h = t.addNode(hb, 0);
+  Node eth;
+  eth.type = NodeType::Nic;
+  eth.busId = "0000:01:00.0";
+  eth.name = "eth0";
+  eth.netdevs = {"eth0"};
+  t.addNode(eth, h);
+  Node gone = eth;  // a PCI NIC whose netdev is in another network namespace
+  gone.busId = "0000:02:00.0";
+  gone.name = "0000:02:00.0";
+  gone.netdevs.clear();
+  t.addNode(gone, h);
+  Node br;
+  br.type = NodeType::Nic;
+  br.name = "docker0";
+  br.netdevs = {"docker0"};
+  t.addNode(br, 0);
+  t.finalize();
+  for (auto& b : t.bindings(3)) {
+    ASSERT_EQ(b.nics.size(), 1u) << "rank " << b.localRank;
+    EXPECT_EQ(t.nic(b.nics[0]).name, "eth0") << "rank " << b.localRank;
+  }
+  // With only virtual interfaces (a namespace of veths) they are the rails.
+  Topology v;
+  v.addNode(m, -1);
+  for (const char* name : {"veth1", "veth0"}) {
+    Node n;
+    n.type = NodeType::Nic;
+    n.name = name;
+    n.netdevs = {name};
+    v.addNode(n, 0);
+  }
+  v.finalize();
+  auto b = v.bindings(2);
+  EXPECT_NE(b[0].nics[0], b[1].nics[0]) << "two ranks, two interfaces: one each";
+}

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "accl/config.h"
 #include "accl/errors.h"
 #include "accl/topology.h"
 
@@ -123,8 +124,10 @@ int main(int argc, char** argv) {
     std::printf("\nThis host has no GPU and no RDMA device: ranks on it use shared memory among themselves and TCP "
                 "to other hosts%s.\n", ns.empty() ? " (no network interface is up besides loopback)" : "");
   int n = ranks > 0 ? ranks : gs.empty() ? std::max<int>(1, static_cast<int>(numas.size())) : static_cast<int>(gs.size());
-  std::printf("\nPer local rank (NIC, NUMA node and CPUs to bind to):\n");
-  for (auto& b : t.bindings(n)) {
+  const std::string& hca = accl::Config::get().ibHca;
+  std::printf("\nPer local rank (NIC, NUMA node and CPUs to bind to%s):\n",
+              hca.empty() ? "" : (", ACCL_IB_HCA=" + hca).c_str());
+  for (auto& b : t.bindings(n, hca)) {
     std::string nics;
     for (int i : b.nics) nics += (nics.empty() ? "NIC" : " +NIC") + std::to_string(i) + " " + t.nic(i).name;
     std::printf("  rank %d: %s-> %s  NUMA %s  CPUs %s\n", b.localRank,

@@ -5,6 +5,8 @@
 #include <pugixml.hpp>
 
 #include <dirent.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -210,29 +212,54 @@ Topology probe(const std::string& fsroot) {
   Topology t = b.build(root == "/" ? "live" : "live:" + root);
   // Network interfaces that are not PCI functions (virtual NICs, veth, bridges
   // of containers) still carry TCP traffic: list the ones that are up.
+  // A live probe asks the kernel (getifaddrs) which interfaces exist: that
+  // answer belongs to this process's network namespace, where /sys/class/net
+  // may show another one's (setns without remounting /sys). A PCI NIC whose
+  // netdev lives in another namespace keeps its RDMA device but not the netdev.
+  std::string netDir = (root == "/" ? "" : root) + "/sys/class/net";
+  std::vector<std::string> upHere;  // up, non-loopback interfaces of this namespace
+  std::set<std::string> existHere;
+  if (root == "/") {
+    ifaddrs* ifa = nullptr;
+    if (getifaddrs(&ifa) == 0) {
+      for (ifaddrs* i = ifa; i; i = i->ifa_next) {
+        if (!i->ifa_name) continue;
+        existHere.insert(i->ifa_name);
+        if ((i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) upHere.push_back(i->ifa_name);
+      }
+      freeifaddrs(ifa);
+    }
+    for (auto& n : t.nodes) {
+      if (n.type != NodeType::Nic) continue;
+      bool named = !n.netdevs.empty() && n.name == n.netdevs[0];
+      std::vector<std::string> kept;
+      for (auto& d : n.netdevs)
+        if (existHere.count(d)) kept.push_back(d);
+      n.netdevs = kept;
+      if (named && kept.empty() && !n.rdma) n.name = n.busId;
+    }
+  } else if (auto* dir = opendir(netDir.c_str())) {
+    while (auto* e = readdir(dir)) {
+      std::string name = e->d_name;
+      if (name == "." || name == ".." || name == "lo") continue;
+      if (readSmall(netDir + "/" + name + "/operstate") == "up") upHere.push_back(name);
+    }
+    closedir(dir);
+  }
   std::set<std::string> seen;
   for (auto& n : t.nodes)
     for (auto& d : n.netdevs) seen.insert(d);
-  std::string netDir = (root == "/" ? "" : root) + "/sys/class/net";
-  if (auto* dir = opendir(netDir.c_str())) {
-    std::vector<std::string> names;
-    while (auto* e = readdir(dir)) {
-      std::string name = e->d_name;
-      if (name == "." || name == ".." || name == "lo" || seen.count(name)) continue;
-      if (readSmall(netDir + "/" + name + "/operstate") != "up") continue;
-      names.push_back(name);
-    }
-    closedir(dir);
-    std::sort(names.begin(), names.end());
-    for (auto& name : names) {
-      Node n;
-      n.type = NodeType::Nic;
-      n.name = name;
-      n.netdevs = {name};
-      long mbps = std::atol(readSmall(netDir + "/" + name + "/speed").c_str());
-      if (mbps > 0) n.speedGbps = mbps / 1000.0;
-      t.addNode(n, 0);
-    }
+  std::sort(upHere.begin(), upHere.end());
+  upHere.erase(std::unique(upHere.begin(), upHere.end()), upHere.end());
+  for (auto& name : upHere) {
+    if (seen.count(name)) continue;
+    Node n;
+    n.type = NodeType::Nic;
+    n.name = name;
+    n.netdevs = {name};
+    long mbps = std::atol(readSmall(netDir + "/" + name + "/speed").c_str());
+    if (mbps > 0) n.speedGbps = mbps / 1000.0;
+    t.addNode(n, 0);
   }
   t.finalize();
   addNvlinksFromNvml(t);

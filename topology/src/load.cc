@@ -22,10 +22,10 @@ Topology loadFile(const std::string& path) {
                         ">; accepted: <system> (NCCL topology file) or <topology> (hwloc XML)");
 }
 
-Topology loadFromConfig() {
+Topology loadFromConfig(bool dump) {
   const Config& cfg = Config::get();
   Topology t = cfg.topoFile.empty() ? probe() : loadFile(cfg.topoFile);
-  if (!cfg.topoDumpFile.empty()) {
+  if (dump && !cfg.topoDumpFile.empty()) {
     bool json = cfg.topoDumpFile.size() > 5 && cfg.topoDumpFile.compare(cfg.topoDumpFile.size() - 5, 5, ".json") == 0;
     std::ofstream f(cfg.topoDumpFile);
     if (!f) throw SystemError("accl topology: cannot write ACCL_TOPO_DUMP_FILE=" + cfg.topoDumpFile);

@@ -3,6 +3,7 @@
 #include <set>
 #include <sstream>
 
+#include "accl/errors.h"
 #include "accl/topology.h"
 
 namespace accl {
@@ -150,6 +151,25 @@ Path Topology::path(int a, int b) const {
   return p;
 }
 
+bool matchHcaSpec(const std::string& spec, const std::string& device) {
+  if (spec.empty()) return true;
+  bool exclude = spec[0] == '^';
+  std::string rest = exclude ? spec.substr(1) : spec;
+  bool exact = !rest.empty() && rest[0] == '=';
+  if (exact) rest = rest.substr(1);
+  bool hit = false;
+  size_t pos = 0;
+  while (pos <= rest.size()) {
+    size_t comma = rest.find(',', pos);
+    std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? rest.size() + 1 : comma + 1;
+    item = item.substr(0, item.find(':'));  // the port: chosen by the RDMA transport
+    if (item.empty()) continue;
+    if (exact ? device == item : device.compare(0, item.size(), item) == 0) hit = true;
+  }
+  return exclude ? !hit : hit;
+}
+
 namespace {
 bool better(const Path& x, const Path& y) {
   if (x.type != y.type) return x.type < y.type;
@@ -157,12 +177,33 @@ bool better(const Path& x, const Path& y) {
 }
 bool same(const Path& x, const Path& y) { return x.type == y.type && x.bandwidthGBs == y.bandwidthGBs; }
 
-// NICs a rank may use: RDMA NICs when there are any, else all.
-std::vector<int> candidateNics(const Topology& t) {
-  std::vector<int> all = t.nics(), rdma;
-  for (int id : all)
-    if (t.nodes[static_cast<size_t>(id)].rdma) rdma.push_back(id);
-  return rdma.empty() ? all : rdma;
+// NICs a rank may use: RDMA NICs when there are any; else NICs with a netdev
+// of this host, PCI functions before virtual interfaces (bridges, veth); else
+// all. `hca` (ACCL_IB_HCA syntax) restricts the RDMA NICs.
+std::vector<int> candidateNics(const Topology& t, const std::string& hca = "") {
+  std::vector<int> all = t.nics(), rdma, pci, net;
+  for (int id : all) {
+    const Node& n = t.nodes[static_cast<size_t>(id)];
+    if (n.rdma && (hca.empty() || matchHcaSpec(hca, n.name))) rdma.push_back(id);
+    if (n.netdevs.empty()) continue;
+    net.push_back(id);
+    if (!n.busId.empty()) pci.push_back(id);
+  }
+  if (!hca.empty()) {
+    if (rdma.empty()) {
+      std::string have;
+      for (int id : all)
+        if (t.nodes[static_cast<size_t>(id)].rdma) have += (have.empty() ? "" : ", ") + t.nodes[static_cast<size_t>(id)].name;
+      throw InvalidArgument("accl topology: ACCL_IB_HCA='" + hca + "' matches no RDMA device; RDMA devices of this host" +
+                            (t.source.empty() ? "" : " (" + t.source + ")") + ": " +
+                            (have.empty() ? "none" : have) +
+                            "; accepted: device name prefixes with an optional :port, ^ to exclude, = for exact names");
+    }
+    return rdma;
+  }
+  if (!rdma.empty()) return rdma;
+  if (!pci.empty()) return pci;
+  return net.empty() ? all : net;
 }
 
 // Spreads NICs over the clients (GPUs or ranks) that consider them nearest.
@@ -214,8 +255,8 @@ std::vector<int> nearest(const Topology& t, int from, const std::vector<int>& ca
 }
 }  // namespace
 
-std::vector<std::vector<int>> Topology::gpuNics() const {
-  auto cands = candidateNics(*this);
+std::vector<std::vector<int>> Topology::gpuNics(const std::string& ibHca) const {
+  auto cands = candidateNics(*this, ibHca);
   std::vector<std::vector<int>> best;
   for (int g : gpus()) best.push_back(nearest(*this, g, cands));
   auto spreadIds = spread(best);
@@ -228,11 +269,11 @@ std::vector<std::vector<int>> Topology::gpuNics() const {
   return out;
 }
 
-std::vector<RankBinding> Topology::bindings(int localSize) const {
+std::vector<RankBinding> Topology::bindings(int localSize, const std::string& ibHca) const {
   std::vector<RankBinding> out;
   auto gs = gpus();
   if (!gs.empty()) {
-    auto gn = gpuNics();
+    auto gn = gpuNics(ibHca);
     for (int r = 0; r < localSize; ++r) {
       RankBinding b;
       b.localRank = r;
@@ -246,7 +287,7 @@ std::vector<RankBinding> Topology::bindings(int localSize) const {
   }
   // CPU-only host: ranks spread over NUMA nodes, NICs nearest to each node.
   auto numas = numaNodes();
-  auto cands = candidateNics(*this);
+  auto cands = candidateNics(*this, ibHca);
   std::vector<std::vector<int>> best;
   for (int r = 0; r < localSize; ++r) {
     RankBinding b;

@@ -29,6 +29,7 @@ struct Config {
   std::string debugFile;                      // ACCL_DEBUG_FILE
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // ACCL_TIMEOUT
   std::string socketIfname;                   // ACCL_SOCKET_IFNAME
+  std::string ibHca;                          // ACCL_IB_HCA
   std::vector<std::string> transports{"shm", "tcp"};  // ACCL_TRANSPORTS
   std::string algo;                           // ACCL_ALGO (validated by the accl backend)
   std::string hostId;                         // ACCL_HOSTID

@@ -92,13 +92,16 @@ class Topology {
 
   // The NICs each GPU should use: every GPU gets its nearest NICs (best path
   // class, then bandwidth); NICs shared by several GPUs are spread evenly so
-  // that all rails carry traffic. RDMA NICs are preferred over plain Ethernet.
+  // that all rails carry traffic. RDMA NICs are preferred over plain Ethernet,
+  // and PCI functions with a netdev over virtual interfaces (bridges, veth).
   // Result: for GPU i, NIC indices, first = primary.
-  std::vector<std::vector<int>> gpuNics() const;
+  // `ibHca` (ACCL_IB_HCA syntax: prefixes, ^ exclude, = exact, :port ignored)
+  // restricts the choice to the matching RDMA devices; InvalidArgument if none.
+  std::vector<std::vector<int>> gpuNics(const std::string& ibHca = "") const;
   // NIC, NUMA node and CPU set for `localSize` ranks on this host: rank i uses
   // GPU i mod #GPUs; on hosts without GPUs ranks are spread over NUMA nodes and
   // get the NICs nearest to their node.
-  std::vector<RankBinding> bindings(int localSize) const;
+  std::vector<RankBinding> bindings(int localSize, const std::string& ibHca = "") const;
   // Human-readable warnings: GPU with no NIC under its PCIe switch, NICs of
   // different speeds, GPUDirect RDMA not possible, ...
   std::vector<std::string> warnings() const;
@@ -106,6 +109,10 @@ class Topology {
   // Final pass after building: sorts GPUs/NICs by bus id, assigns indices and NUMA.
   void finalize();
 };
+
+// NCCL_IB_HCA syntax: "mlx5_0:1,mlx5_1" (prefixes), "^mlx5_2" (all but),
+// "=mlx5_0" (exact names). Ports are accepted and ignored here.
+bool matchHcaSpec(const std::string& spec, const std::string& device);
 
 // Loading. Every function throws accl::InvalidArgument naming the file, the
 // line and what was expected when the input is not valid.
@@ -117,8 +124,9 @@ Topology loadFile(const std::string& path);
 // than "/" redirects the probe to a copy of /sys and /proc. NVLink peers come
 // from NVML when libnvidia-ml is present.
 Topology probe(const std::string& fsroot = "/");
-// ACCL_TOPO_FILE if set, else probe(); then ACCL_TOPO_DUMP_FILE if set.
-Topology loadFromConfig();
+// ACCL_TOPO_FILE if set, else probe(); then, with `dump`, ACCL_TOPO_DUMP_FILE
+// if set (a job dumps from one rank, as NCCL does).
+Topology loadFromConfig(bool dump = true);
 
 // Writers.
 std::string toNcclXml(const Topology& t);
