@@ -13,6 +13,10 @@
 
 #include "accl/registry.h"
 
+#ifdef ACCL_PERF_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 using namespace accl;
 using Clock = std::chrono::steady_clock;
 
@@ -33,7 +37,40 @@ struct Args {
   int root = 0;
   std::string json;
   bool corrupt = false;  // test hook: damage one element on rank 0 before checking
+  bool cuda = false;     // --device cuda: buffers in device memory
 };
+
+// Device memory for --device cuda. Inputs are filled and results checked in
+// host memory; the copies are outside the timed loop.
+#ifdef ACCL_PERF_CUDA
+void cudaOrDie(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "accl-perf: --device cuda: %s: %s (%s)\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  std::exit(2);
+}
+int cudaSetup() {
+  int n = 0;
+  cudaOrDie(cudaGetDeviceCount(&n), "no usable CUDA device (cudaGetDeviceCount)");
+  if (n == 0) {
+    std::fprintf(stderr, "accl-perf: --device cuda: no CUDA device is visible\n");
+    std::exit(2);
+  }
+  // One GPU per local rank, as nccl-tests with one GPU per process.
+  const char* lr = std::getenv("LOCAL_RANK");
+  if (!lr) lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!lr) lr = std::getenv("SLURM_LOCALID");
+  int dev = (lr ? std::atoi(lr) : 0) % n;
+  cudaOrDie(cudaSetDevice(dev), "cudaSetDevice");
+  return dev;
+}
+char* deviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  cudaOrDie(cudaMalloc(&p, bytes), "cudaMalloc");
+  return static_cast<char*>(p);
+}
+void toDevice(char* d, const std::vector<char>& h) { cudaOrDie(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice), "cudaMemcpy"); }
+void toHost(std::vector<char>& h, const char* d) { cudaOrDie(cudaMemcpy(h.data(), d, h.size(), cudaMemcpyDeviceToHost), "cudaMemcpy"); }
+#endif
 
 const char* kOps[] = {"allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
                       "alltoall",  "gather",    "scatter",        "sendrecv"};
@@ -57,7 +94,7 @@ const char* kOps[] = {"allreduce", "allgather", "reduce_scatter", "broadcast", "
       "  -o, --op_type OP   sum prod min max                              [sum]\n"
       "  -r, --root R       root of broadcast, reduce, gather, scatter    [0]\n"
       "  -J, --output_file F  also write the results as JSON to F\n"
-      "  --device cpu|cuda  buffer device (cpu only in this build)        [cpu]\n"
+      "  --device cpu|cuda  buffer device (cuda: one GPU per local rank)   [cpu]\n"
       "  --corrupt          damage one element on rank 0 before checking (tests the checker)\n"
       "Columns follow nccl-tests: algbw = size / time; busbw = algbw x factor (allreduce\n"
       "2(n-1)/n; allgather, reduce_scatter, alltoall, gather, scatter (n-1)/n; others 1).\n");
@@ -123,7 +160,10 @@ struct Bench {
   ProcessGroup& pg;
   int n, me;
   size_t es;
-  std::vector<char> in, out;
+  std::vector<char> in, out;  // host buffers (the op's buffers with --device cpu)
+  char* inP = nullptr;        // the op's buffers
+  char* outP = nullptr;
+  Device dev{};
 
   // Sizes per op: `bytes` is the larger of the send and receive buffers, as in nccl-tests.
   void shapes(size_t bytes, size_t* inCount, size_t* outCount) const {
@@ -143,14 +183,14 @@ struct Bench {
   }
 
   std::shared_ptr<Work> issue(size_t ic, size_t oc, bool inPlace) {
-    Buffer bi(in.data(), ic, a.dtype), bo(inPlace ? in.data() : out.data(), oc, a.dtype);
+    Buffer bi(inP, ic, a.dtype, dev), bo(inPlace ? inP : outP, oc, a.dtype, dev);
     const std::string& op = a.op;
     if (op == "allreduce") {
       AllreduceOptions o;
       o.op = a.redop;
       return pg.allreduce(bi, bo, o);
     }
-    if (op == "allgather") return pg.allgather(inPlace ? bo.slice(static_cast<size_t>(me) * ic, ic) : bi, inPlace ? Buffer(in.data(), oc, a.dtype) : bo);
+    if (op == "allgather") return pg.allgather(inPlace ? bo.slice(static_cast<size_t>(me) * ic, ic) : bi, inPlace ? Buffer(inP, oc, a.dtype, dev) : bo);
     if (op == "reduce_scatter") {
       ReduceScatterOptions o;
       o.op = a.redop;
@@ -178,11 +218,19 @@ struct Bench {
       o.root = a.root;
       return pg.scatter(bi, bo, o);
     }
-    // sendrecv: ring exchange with both neighbours
-    auto ws = pg.send(bi, (me + 1) % n);
+    // sendrecv: ring exchange with both neighbours. Even ranks send first, odd
+    // ranks receive first: with NCCL a send completes only once the peer has
+    // posted its receive.
+    if (me % 2 == 0) {
+      auto ws = pg.send(bi, (me + 1) % n);
+      auto wr = pg.recv(bo, (me + n - 1) % n);
+      ws->wait();
+      return wr;
+    }
     auto wr = pg.recv(bo, (me + n - 1) % n);
-    ws->wait();
-    return wr;
+    auto ws = pg.send(bi, (me + 1) % n);
+    wr->wait();
+    return ws;
   }
 
   // Fills inputs, runs once, compares with what the op must produce; returns wrong elements.
@@ -194,7 +242,19 @@ struct Bench {
     const std::string& op = a.op;
     if (op == "allgather" && inPlace) fillIn(me, ic, in.data(), static_cast<size_t>(me) * ic);
     else fillIn(me, ic, in.data(), 0);
+#ifdef ACCL_PERF_CUDA
+    if (a.cuda) {
+      toDevice(inP, in);
+      toDevice(outP, out);
+    }
+#endif
     issue(ic, oc, inPlace)->wait();
+#ifdef ACCL_PERF_CUDA
+    if (a.cuda) {
+      toHost(in, inP);
+      toHost(out, outP);
+    }
+#endif
     std::vector<char> want((std::max(ic, oc) + 1) * es);
     auto red = [&](size_t i) {
       double acc = inputValue(0, i, a.redop);
@@ -312,8 +372,15 @@ int main(int argc, char** argv) {
         case 'r': a.root = std::atoi(optarg); break;
         case 'J': a.json = optarg; break;
         case 'D':
-          if (std::string(optarg) != "cpu") {
-            std::fprintf(stderr, "accl-perf: --device %s: this build supports cpu buffers only\n", optarg);
+          if (std::string(optarg) == "cuda") {
+#ifdef ACCL_PERF_CUDA
+            a.cuda = true;
+#else
+            std::fprintf(stderr, "accl-perf: --device cuda: this build has no CUDA (built without the CUDA toolkit); accepted: cpu\n");
+            return 2;
+#endif
+          } else if (std::string(optarg) != "cpu") {
+            std::fprintf(stderr, "accl-perf: --device %s: accepted: cpu, cuda\n", optarg);
             return 2;
           }
           break;
@@ -338,6 +405,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "accl-perf: -f must be > 1 (or give -i)\n");
     return 2;
   }
+  Device dev{};
+#ifdef ACCL_PERF_CUDA
+  if (a.cuda) dev = Device::cuda(cudaSetup());  // before the group: NCCL binds to the current device
+#endif
   try {
     Rendezvous rv = rendezvousFromEnv();
     auto pg = createProcessGroup(a.backend, std::make_shared<PrefixStore>("accl-perf", rv.store), rv.rank, rv.size);
@@ -346,17 +417,25 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "accl-perf: sendrecv needs at least 2 ranks\n");
       return 2;
     }
-    Bench b{a, *pg, n, me, dataTypeSize(a.dtype), {}, {}};
+    Bench b{a, *pg, n, me, dataTypeSize(a.dtype), {}, {}, nullptr, nullptr, dev};
     b.in.resize(a.maxBytes + 64);
     b.out.resize(a.maxBytes + 64);
+    b.inP = b.in.data();
+    b.outP = b.out.data();
+#ifdef ACCL_PERF_CUDA
+    if (a.cuda) {
+      b.inP = deviceAlloc(b.in.size());
+      b.outP = deviceAlloc(b.out.size());
+    }
+#endif
     bool root = a.op == "broadcast" || a.op == "reduce" || a.op == "gather" || a.op == "scatter";
     bool redop = a.op == "allreduce" || a.op == "reduce" || a.op == "reduce_scatter";
     // Ops whose API has one form only get one set of columns.
     bool hasInPlace = a.op != "sendrecv" && a.op != "gather" && a.op != "scatter" && a.op != "reduce" &&
                       a.op != "broadcast";
     if (me == 0) {
-      std::printf("# accl-perf: %s, backend %s, %d ranks, %s, iters %d, warmup %d, %s, time = %s over ranks\n",
-                  a.op.c_str(), a.backend.c_str(), n, toString(a.dtype), a.iters, a.warmup,
+      std::printf("# accl-perf: %s, backend %s, %d ranks, %s buffers, %s, iters %d, warmup %d, %s, time = %s over ranks\n",
+                  a.op.c_str(), a.backend.c_str(), n, a.cuda ? "cuda" : "cpu", toString(a.dtype), a.iters, a.warmup,
                   a.blocking ? "blocking" : "non-blocking", a.average == 0 ? "rank 0" : a.average == 1 ? "avg" : a.average == 2 ? "min" : "max");
       std::printf("#%64s%30s\n", hasInPlace ? "out-of-place" : "", hasInPlace ? "in-place" : "");
       std::string h1 = "#       size        count     type  redop   root", h2 = "#        (B)   (elements)                      ";
@@ -366,7 +445,8 @@ int main(int argc, char** argv) {
       }
       std::printf("%s\n%s\n", h1.c_str(), h2.c_str());
     }
-    std::string json = "{\"backend\":\"" + a.backend + "\",\"op\":\"" + a.op + "\",\"ranks\":" + std::to_string(n) +
+    std::string json = "{\"backend\":\"" + a.backend + "\",\"device\":\"" + (a.cuda ? "cuda" : "cpu") +
+                       "\",\"op\":\"" + a.op + "\",\"ranks\":" + std::to_string(n) +
                        ",\"dtype\":\"" + toString(a.dtype) + "\",\"results\":[";
     double busSum = 0;
     int rows = 0;
