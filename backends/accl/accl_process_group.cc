@@ -77,17 +77,19 @@ NicChoice chooseNic(const topo::Topology* t, int localRank, int localSize) {
   if (t) {
     auto b = t->bindings(localSize, cfg.ibHca)[static_cast<size_t>(localRank)];
     auto up = internal::listInterfaces();
+    auto isUp = [&](const std::string& d) {
+      return std::any_of(up.begin(), up.end(), [&](const internal::Interface& i) { return i.name == d && !i.loopback; });
+    };
+    // The first assigned NIC with a netdev up here; the primary is named even without one.
     for (int idx : b.nics) {
       const topo::Node& n = t->nic(idx);
       if (!nic) nic = &n;
-      for (auto& d : n.netdevs)
-        for (auto& i : up)
-          if (netdev.empty() && i.name == d && !i.loopback) {
-            netdev = d;
-            if (&n != nic) os << "NIC" << nic->nicIndex << " " << nic->name << " has no usable netdev here, ";
-            nic = &n;
-          }
-      if (!netdev.empty()) break;
+      auto d = std::find_if(n.netdevs.begin(), n.netdevs.end(), isUp);
+      if (d == n.netdevs.end()) continue;
+      if (&n != nic) os << "NIC" << nic->nicIndex << " " << nic->name << " has no usable netdev here, ";
+      nic = &n;
+      netdev = *d;
+      break;
     }
     if (nic) {
       os << "NIC" << nic->nicIndex << " " << nic->name << (nic->rdma ? " (RDMA)" : "");

@@ -17,11 +17,8 @@ set -u
 build=${1:?build dir}
 src=${2:?source dir}
 A=acclr0 B=acclr1
-if [ "$(id -u)" -ne 0 ] || ! ip netns add accl-probe-$$ 2>/dev/null; then
-  echo "SKIP: network namespaces need root (CAP_SYS_ADMIN)"
-  exit 77
-fi
-ip netns del accl-probe-$$
+. "$(dirname "$0")/lib.sh"
+netns_require_root
 cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; true; }
 trap cleanup EXIT
 cleanup
