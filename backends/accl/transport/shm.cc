@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -250,18 +251,31 @@ void ShmDomain::round(const OpDesc& d) {
                             std::to_string(o_.ranks[p]) + " called " + describe(ctl(p).desc[k & 1]));
 }
 
+void ShmDomain::cmaFailed(int peer, const char* what, int e) {
+  auto exited = [this](int p) {
+    return RemoteError("rank " + std::to_string(o_.ranks[p]) + " (pid " + std::to_string(ctl(p).pid) +
+                       ", same host) exited during the op");
+  };
+  if (e == ESRCH || kill(ctl(peer).pid, 0) != 0) throw exited(peer);
+  // A live peer whose buffer is gone has left the op because some rank failed;
+  // that failure (a closed connection, an abort notice, an exited process)
+  // reaches this rank within moments: report it rather than the symptom.
+  auto until = Clock::now() + std::chrono::seconds(1);
+  do {
+    for (int p = 0; p < o_.localSize; ++p)
+      if (p != o_.localRank && kill(ctl(p).pid, 0) != 0) throw exited(p);
+    if (o_.checkFailure) o_.checkFailure();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  } while (Clock::now() < until);
+  throw SystemError(std::string(what) + " rank " + std::to_string(o_.ranks[peer]) + " failed: " + std::strerror(e));
+}
+
 void ShmDomain::cmaRead(int peer, uint64_t remote, void* local, size_t len) {
   while (len > 0) {
     size_t n = std::min(len, size_t(1) << 30);
     iovec l{local, n}, r{reinterpret_cast<void*>(remote), n};
     ssize_t got = process_vm_readv(ctl(peer).pid, &l, 1, &r, 1, 0);
-    if (got <= 0) {
-      int e = errno;
-      if (e == ESRCH || kill(ctl(peer).pid, 0) != 0)
-        throw RemoteError("rank " + std::to_string(o_.ranks[peer]) + " (pid " + std::to_string(ctl(peer).pid) +
-                          ", same host) exited during the op");
-      throw SystemError("process_vm_readv from rank " + std::to_string(o_.ranks[peer]) + " failed: " + std::strerror(e));
-    }
+    if (got <= 0) cmaFailed(peer, "process_vm_readv from", errno);
     len -= got;
     remote += got;
     local = static_cast<char*>(local) + got;
@@ -273,13 +287,7 @@ void ShmDomain::cmaWrite(int peer, const void* local, uint64_t remote, size_t le
     size_t n = std::min(len, size_t(1) << 30);
     iovec l{const_cast<void*>(local), n}, r{reinterpret_cast<void*>(remote), n};
     ssize_t got = process_vm_writev(ctl(peer).pid, &l, 1, &r, 1, 0);
-    if (got <= 0) {
-      int e = errno;
-      if (e == ESRCH || kill(ctl(peer).pid, 0) != 0)
-        throw RemoteError("rank " + std::to_string(o_.ranks[peer]) + " (pid " + std::to_string(ctl(peer).pid) +
-                          ", same host) exited during the op");
-      throw SystemError("process_vm_writev to rank " + std::to_string(o_.ranks[peer]) + " failed: " + std::strerror(e));
-    }
+    if (got <= 0) cmaFailed(peer, "process_vm_writev to", errno);
     len -= got;
     remote += got;
     local = static_cast<const char*>(local) + got;

@@ -83,6 +83,9 @@ class ShmDomain {
   void waitFor(const F& arrived);
   void cmaRead(int peer, uint64_t remote, void* local, size_t len);
   void cmaWrite(int peer, const void* local, uint64_t remote, size_t len);
+  // Throws the error a failed process_vm_readv/writev stands for: the peer or
+  // another local rank exited, another rank's failure (RemoteError), or errno.
+  [[noreturn]] void cmaFailed(int peer, const char* what, int e);
   void probeCma();
   void reduceFromAll(char* dst, size_t offBytes, size_t n, DataType t, ReduceKind k,
                      uint64_t round, bool fromSlots, size_t slotOff);
