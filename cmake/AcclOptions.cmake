@@ -51,7 +51,7 @@ endif()
 if(IBVERBS_INCLUDE_DIR)
   set(_ibv_found TRUE)
 endif()
-_accl_resolve(IBVERBS "${_ibv_found}" "headers in ${IBVERBS_INCLUDE_DIR} (no component uses it yet)")
+_accl_resolve(IBVERBS "${_ibv_found}" "headers in ${IBVERBS_INCLUDE_DIR} (the accl backend's verbs transport; libibverbs is loaded at run time)")
 
 # torch: the python interpreter's torch (headers and libraries of the same
 # install), so that the extension matches what `import torch` loads. Its C++

@@ -67,12 +67,24 @@ const std::vector<ConfigEntry>& configTable() {
       {"ACCL_IB_HCA", "string", "(auto: the NICs the topology assigns to each local rank)",
        "RDMA device name prefixes with an optional :port, separated by commas; ^ excludes, = matches "
        "names exactly (e.g. mlx5_0:1,mlx5_1  ^mlx5_2  =mlx5_0)",
-       "Restricts the NICs the accl backend assigns to its ranks to these RDMA devices; the TCP "
-       "transport then runs over the chosen device's netdev. An ACCL_IB_HCA that matches no RDMA "
-       "device of the topology is an error."},
-      {"ACCL_TRANSPORTS", "list", "shm,tcp", "comma-separated subset of shm, tcp",
+       "Restricts the NICs the accl backend assigns to its ranks to these RDMA devices (and the "
+       "port, when named) for verbs; the TCP transport then runs over the chosen device's netdev. An "
+       "ACCL_IB_HCA that matches no RDMA device of the topology is an error."},
+      {"ACCL_TRANSPORTS", "list", "shm,ib,tcp", "comma-separated subset of shm, ib, tcp (with ib or tcp)",
        "Transports the accl backend may use. shm: ranks on one host run collectives on a shared "
-       "segment; tcp: everything else. ACCL_TRANSPORTS=tcp treats every rank as its own host."},
+       "segment; ib: verbs (RDMA) between hosts where both ends have an ACTIVE port; tcp: between "
+       "hosts otherwise (a failed verbs set-up falls back to it, logged). Without shm every rank is "
+       "its own host; without tcp a rank that cannot use verbs fails at set-up "
+       "(ACCL_TRANSPORTS=tcp or =ib forces either)."},
+      {"ACCL_IB_GID_INDEX", "int", "(auto: the IPv4-mapped RoCE v2 GID, else v1; none on InfiniBand)", "0..255",
+       "GID table index of the RDMA port used for RoCE addressing (the global routing header). Auto "
+       "needs the port's netdev to have an IPv4 address."},
+      {"ACCL_IB_QPS_PER_PEER", "int", "1", "1..8",
+       "RC queue pairs per pair of ranks on different hosts; chunks of large collective messages "
+       "alternate between them (spreads traffic over ports and ECMP paths)."},
+      {"ACCL_IB_TIMEOUT", "int", "18", "1..31",
+       "Verbs ACK timeout exponent: a write is retried after 4.096 us * 2^value (18: ~1 s), 6 times, "
+       "before the QP fails and the peer is reported failed."},
       {"ACCL_ALGO", "string", "(auto: chosen by op, size, ranks and host layout)",
        "op:algorithm pairs separated by ';', e.g. allreduce:ring;broadcast:tree. ops: allreduce, "
        "broadcast, reduce, allgather, reduce_scatter, alltoall, gather, scatter, barrier; algorithms: "
@@ -162,12 +174,14 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
     for (auto& t : splitList(v, ',')) {
       std::string l = t;
       for (auto& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      if (l != "shm" && l != "tcp") invalid("ACCL_TRANSPORTS", v, "a comma-separated subset of shm, tcp");
+      if (l == "verbs" || l == "ibverbs" || l == "rdma") l = "ib";
+      if (l != "shm" && l != "tcp" && l != "ib") invalid("ACCL_TRANSPORTS", v, "a comma-separated subset of shm, ib, tcp");
       if (std::find(c.transports.begin(), c.transports.end(), l) == c.transports.end())
         c.transports.push_back(l);
     }
-    if (std::find(c.transports.begin(), c.transports.end(), "tcp") == c.transports.end())
-      invalid("ACCL_TRANSPORTS", v, "a list that includes tcp (ranks on other hosts need it), e.g. shm,tcp or tcp");
+    if (std::find(c.transports.begin(), c.transports.end(), "tcp") == c.transports.end() &&
+        std::find(c.transports.begin(), c.transports.end(), "ib") == c.transports.end())
+      invalid("ACCL_TRANSPORTS", v, "a list that includes tcp or ib (ranks on other hosts need one), e.g. shm,ib,tcp or tcp");
   }
   c.algo = val("ACCL_ALGO");
   c.hostId = val("ACCL_HOSTID");
@@ -181,6 +195,9 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
     *out = static_cast<int>(x);
   };
   intVar("ACCL_SOCKET_NSTREAMS", 1, 16, &c.socketNstreams);
+  intVar("ACCL_IB_GID_INDEX", 0, 255, &c.ibGidIndex);
+  intVar("ACCL_IB_QPS_PER_PEER", 1, 8, &c.ibQpsPerPeer);
+  intVar("ACCL_IB_TIMEOUT", 1, 31, &c.ibTimeout);
   intVar("ACCL_INLINE_BYTES", 0, 1L << 30, &c.inlineBytes);
   if (auto v = val("ACCL_SHM_CMA"); !v.empty()) {
     auto u = upper(v);
@@ -236,6 +253,9 @@ std::string Config::valueText(const std::string& name) const {
   if (name == "ACCL_ALGO") return algo.empty() ? "(auto)" : algo;
   if (name == "ACCL_HOSTID") return hostId.empty() ? "(derived)" : hostId;
   if (name == "ACCL_SOCKET_NSTREAMS") return std::to_string(socketNstreams);
+  if (name == "ACCL_IB_GID_INDEX") return ibGidIndex < 0 ? "(auto)" : std::to_string(ibGidIndex);
+  if (name == "ACCL_IB_QPS_PER_PEER") return std::to_string(ibQpsPerPeer);
+  if (name == "ACCL_IB_TIMEOUT") return std::to_string(ibTimeout);
   if (name == "ACCL_SHM_CMA") return shmCma == 0 ? "auto" : shmCma > 0 ? "on" : "off";
   if (name == "ACCL_INLINE_BYTES") return std::to_string(inlineBytes);
   if (name == "ACCL_TORCH_BACKEND") return torchBackend;

@@ -64,6 +64,7 @@ std::shared_ptr<const topo::Topology> hostTopology(bool dumpHere) {
 // Which NIC this rank uses and which interface carries its TCP traffic.
 struct NicChoice {
   std::string ifSpec;  // for the TCP transport (ACCL_SOCKET_IFNAME syntax)
+  std::string rdmaDevice;  // the assigned NIC's RDMA device, for verbs ("" = none assigned)
   std::string text;    // for the INFO log
 };
 
@@ -91,6 +92,7 @@ NicChoice chooseNic(const topo::Topology* t, int localRank, int localSize) {
       netdev = *d;
       break;
     }
+    if (nic && nic->rdma) c.rdmaDevice = nic->name;
     if (nic) {
       os << "NIC" << nic->nicIndex << " " << nic->name << (nic->rdma ? " (RDMA)" : "");
       os << " assigned by the topology (" << t->source
@@ -228,6 +230,17 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.timeout = timeout();
   to.store = store_;
   to.where = where;
+  bool ibOn = std::find(cfg.transports.begin(), cfg.transports.end(), "ib") != cfg.transports.end();
+  bool tcpOn = std::find(cfg.transports.begin(), cfg.transports.end(), "tcp") != cfg.transports.end();
+  to.ibWanted = ibOn;
+  to.ibRequired = ibOn && !tcpOn;
+  to.remote.resize(size);
+  for (int r = 0; r < size; ++r) to.remote[r] = hostOf_[r] != myHost_;
+  to.ib.device = nic.rdmaDevice;
+  to.ib.hcaSpec = cfg.ibHca;
+  to.ib.gidIndex = cfg.ibGidIndex;
+  to.ib.qpsPerPeer = cfg.ibQpsPerPeer;
+  to.ib.ackTimeout = cfg.ibTimeout;
   tcp_.reset(new core::TcpTransport(to));
 
   if (shmOn && mine.size() > 1) {
@@ -265,10 +278,10 @@ AcclProcessGroup::~AcclProcessGroup() {
 
 void AcclProcessGroup::logSetup() {
   if (!logEnabled(LogLevel::Info, "INIT")) return;
-  std::vector<int> shmPeers, tcpPeers;
+  std::vector<int> shmPeers, tcpPeers, ibPeers;
   for (int r = 0; r < size(); ++r) {
     if (r == rank()) continue;
-    (shm_ && hostOf_[r] == myHost_ ? shmPeers : tcpPeers).push_back(r);
+    (shm_ && hostOf_[r] == myHost_ ? shmPeers : tcp_->overIb(r) ? ibPeers : tcpPeers).push_back(r);
   }
   std::ostringstream os;
   os << "communicator" << (options().name.empty() ? "" : " '" + options().name + "'") << ": "
@@ -277,6 +290,12 @@ void AcclProcessGroup::logSetup() {
   if (!shmPeers.empty())
     os << "shm (" << (shm_->singleCopy() ? "single-copy process_vm_readv" : "copy through the segment")
        << ") with ranks " << list(shmPeers) << "; ";
+  if (!ibPeers.empty()) {
+    auto* l = tcp_->ibLink();
+    os << "ib (verbs " << l->port().describe() << ", " << l->qps() << " RC QP(s) per peer, "
+       << l->chunkBytes() / 1024 << " KiB chunks, inline up to " << l->inlineLimit() << " bytes) with ranks "
+       << list(ibPeers) << "; ";
+  }
   if (!tcpPeers.empty())
     os << "tcp (" << tcp_->interfaceName() << " " << tcp_->address() << ", "
        << Config::get().socketNstreams << " stream(s) per remote host) with ranks " << list(tcpPeers) << "; ";
@@ -285,6 +304,10 @@ void AcclProcessGroup::logSetup() {
   os << "inline ops up to " << inlineBytes_ << " bytes";
   ACCL_INFO("INIT", os.str());
   ACCL_INFO("INIT", "network: " << nicText_);
+  bool ibOn = std::find(Config::get().transports.begin(), Config::get().transports.end(), "ib") !=
+              Config::get().transports.end();
+  if (ibOn && !tcpPeers.empty() && !tcp_->ibStatus().empty())
+    ACCL_INFO("INIT", "verbs not used with ranks " << list(tcpPeers) << ", falling back to tcp: " << tcp_->ibStatus());
   ACCL_INFO("INIT", "algorithms: " << core::describeSelection(layout_, algo_));
 }
 

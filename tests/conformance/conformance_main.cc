@@ -48,6 +48,16 @@ bool hasInPlace(OpType op) {
          op == OpType::ReduceScatter || op == OpType::ReduceScatterv || op == OpType::Alltoall;
 }
 
+// --large BYTES: every op and point-to-point also runs float32 messages of
+// about BYTES (an odd count), e.g. over a transport whose chunking starts above
+// the standard 1 MiB case.
+size_t gLargeBytes = 0;
+std::vector<size_t> countsFor(DataType t) {
+  auto c = standardCounts(t);
+  if (gLargeBytes && t == DataType::Float32) c.push_back(gLargeBytes / dataTypeSize(t) + 5);
+  return c;
+}
+
 class Collective : public ::testing::TestWithParam<std::tuple<OpType, DataType>> {};
 
 TEST_P(Collective, MatchesReference) {
@@ -62,7 +72,7 @@ TEST_P(Collective, MatchesReference) {
     reductions.push_back(ReduceOp());
   }
   std::vector<int> rootList = hasRoot(op) ? roots(pg.size()) : std::vector<int>{0};
-  for (size_t count : standardCounts(dtype))
+  for (size_t count : countsFor(dtype))
     for (auto& red : reductions)
       for (int root : rootList)
         for (int inPlace = 0; inPlace <= (hasInPlace(op) ? 1 : 0); ++inPlace) {
@@ -96,7 +106,7 @@ class PointToPoint : public ::testing::TestWithParam<DataType> {};
 
 TEST_P(PointToPoint, RingSendRecv) {
   uint64_t seed = 1000;
-  for (size_t count : standardCounts(GetParam())) {
+  for (size_t count : countsFor(GetParam())) {
     auto errors = runRing(*gPg, GetParam(), count, seed++);
     EXPECT_TRUE(errors.empty()) << join(errors);
   }
@@ -106,7 +116,7 @@ TEST_P(PointToPoint, RecvFromAnySource) {
   // The seed is also the tag: unique per dtype and round, because eager sends
   // let a sender run ahead into later rounds before rank 0 has received.
   uint64_t seed = 2000 + 16 * static_cast<uint64_t>(GetParam());
-  for (size_t count : standardCounts(GetParam())) {
+  for (size_t count : countsFor(GetParam())) {
     auto errors = runAnySource(*gPg, GetParam(), count, seed++);
     EXPECT_TRUE(errors.empty()) << join(errors);
   }
@@ -150,8 +160,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
     else if (!std::strncmp(argv[i], "--backend=", 10)) backend = argv[i] + 10;
     else if (!std::strcmp(argv[i], "--split")) split = true;
+    else if (!std::strcmp(argv[i], "--large") && i + 1 < argc) gLargeBytes = std::strtoull(argv[++i], nullptr, 10);
     else {
-      std::fprintf(stderr, "accl_conformance: unknown argument '%s'\nusage: accl_conformance --backend NAME [--split] [gtest flags]\n", argv[i]);
+      std::fprintf(stderr, "accl_conformance: unknown argument '%s'\nusage: accl_conformance --backend NAME [--split] [--large BYTES] [gtest flags]\n", argv[i]);
       return 2;
     }
   }

@@ -30,7 +30,10 @@ struct Config {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // ACCL_TIMEOUT
   std::string socketIfname;                   // ACCL_SOCKET_IFNAME
   std::string ibHca;                          // ACCL_IB_HCA
-  std::vector<std::string> transports{"shm", "tcp"};  // ACCL_TRANSPORTS
+  std::vector<std::string> transports{"shm", "ib", "tcp"};  // ACCL_TRANSPORTS
+  int ibGidIndex = -1;                        // ACCL_IB_GID_INDEX (-1 = auto)
+  int ibQpsPerPeer = 1;                       // ACCL_IB_QPS_PER_PEER
+  int ibTimeout = 18;                         // ACCL_IB_TIMEOUT
   std::string algo;                           // ACCL_ALGO (validated by the accl backend)
   std::string hostId;                         // ACCL_HOSTID
   int socketNstreams = 2;                     // ACCL_SOCKET_NSTREAMS

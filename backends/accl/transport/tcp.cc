@@ -105,6 +105,11 @@ struct TcpTransport::Conn {
   std::shared_ptr<Unexpected> rux;
   std::string abortText;
   bool readingAbort = false;
+  // A point-to-point message that spans several frames (verbs chunks): the
+  // frames after the first continue it.
+  std::shared_ptr<Request> tagReq;
+  std::shared_ptr<Unexpected> tagUx;
+  bool tagDiscard = false;
 };
 
 TcpTransport::TcpTransport(Options o) : o_(std::move(o)) {
@@ -130,12 +135,17 @@ TcpTransport::TcpTransport(Options o) : o_(std::move(o)) {
     ::close(listenFd_);
     throw;
   }
+  if (o_.ibWanted) setupIb(deadline);
   epollFd_ = epoll_create1(EPOLL_CLOEXEC);
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = ~0ull;
   epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &ev);
+  if (ib_) {
+    ev.data.u64 = ~2ull;
+    epoll_ctl(epollFd_, EPOLL_CTL_ADD, ib_->eventFd(), &ev);
+  }
   internal::setNonBlocking(listenFd_, true);
   ev.data.u64 = ~1ull;
   epoll_ctl(epollFd_, EPOLL_CTL_ADD, listenFd_, &ev);
@@ -157,6 +167,10 @@ TcpTransport::~TcpTransport() {
   if (write(wakeFd_, &one, sizeof(one)) < 0) {
   }
   if (thread_.joinable()) thread_.join();
+  if (ib_) {
+    ib_->drain(std::chrono::seconds(1));  // writes in flight land before their QPs go
+    ib_.reset();
+  }
   // Orderly close: half-close, then drain what peers still send, so that no
   // connection is reset with data in flight.
   std::vector<int> fds;
@@ -301,12 +315,21 @@ void TcpTransport::connectMesh(Clock::time_point deadline) {
 
 void TcpTransport::progressLoop() {
   epoll_event evs[64];
+  // With verbs, completions are polled while they keep coming (and a short
+  // while after), then the loop blocks on the completion channel.
+  constexpr auto kSpin = std::chrono::microseconds(200);
+  auto lastIb = Clock::now();
+  int waitMs = 50;
   while (!stop_) {
-    int n = epoll_wait(epollFd_, evs, 64, 50);
+    int n = epoll_wait(epollFd_, evs, 64, waitMs);
     std::vector<std::function<void()>> completions;
     std::unique_lock<std::mutex> lk(mu_);
     for (int i = 0; i < n; ++i) {
       uint64_t id = evs[i].data.u64;
+      if (id == ~2ull) {
+        ib_->onEvent();
+        continue;
+      }
       if (id == ~0ull) {
         uint64_t v;
         while (read(wakeFd_, &v, sizeof(v)) > 0) {
@@ -338,6 +361,13 @@ void TcpTransport::progressLoop() {
       } else {
         ++it;
       }
+    }
+    waitMs = 50;
+    if (ib_) {
+      auto now2 = Clock::now();
+      if (ib_->progress()) lastIb = now2;
+      if (now2 - lastIb < kSpin) waitMs = 0;
+      else if (ib_->arm()) lastIb = now2, waitMs = 0;
     }
     if (!tagged_.empty()) completions = reapTagged();
     cv_.notify_all();
@@ -391,8 +421,10 @@ void TcpTransport::serviceHello(int fd) {
 void TcpTransport::closeConn(Conn& c, const std::string& why) {
   if (c.closed) return;
   c.closed = true;
-  epoll_ctl(epollFd_, EPOLL_CTL_DEL, c.fd, nullptr);
-  ::close(c.fd);
+  if (c.fd >= 0) {  // a verbs receive state has no socket: the peer fails
+    epoll_ctl(epollFd_, EPOLL_CTL_DEL, c.fd, nullptr);
+    ::close(c.fd);
+  }
   failPeer(c.peer, why);
 }
 
@@ -416,6 +448,10 @@ void TcpTransport::failPeer(int peer, const std::string& why) {
         if (f.req) fail(f.req);
       c->out.clear();
     }
+  if (ib_)
+    ib_->dropPeer(peer, [&](const std::shared_ptr<void>& ck) {
+      fail(std::static_pointer_cast<Request>(ck));
+    });
   cv_.notify_all();
 }
 
@@ -522,6 +558,24 @@ bool TcpTransport::handleHeader(Conn& c) {
       return true;
     }
     case FrameType::Tagged: {
+      if (h.offset > 0) {
+        // The next frame of the message the previous frame on this QP began.
+        if (c.tagReq && !c.tagReq->done && h.offset + h.len <= c.tagReq->len) {
+          c.rreq = c.tagReq;
+          c.dest = c.tagReq->buf + h.offset;
+        } else if (c.tagUx && h.offset + h.len <= c.tagUx->data.size()) {
+          c.rux = c.tagUx;
+          c.dest = c.tagUx->data.data() + h.offset;
+        } else if (!c.tagDiscard && !c.tagReq) {
+          closeConn(c, "protocol error: a continuation frame without its message");
+          return false;
+        }
+        return true;  // withdrawn or failed receive: discarded
+      }
+      c.tagReq.reset();
+      c.tagUx.reset();
+      c.tagDiscard = false;
+      bool more = h.len < h.total;
       int tag = static_cast<int>(static_cast<int64_t>(h.key));
       for (auto it = postedTagged_.begin(); it != postedTagged_.end(); ++it) {
         auto r = *it;
@@ -534,10 +588,12 @@ bool TcpTransport::handleHeader(Conn& c) {
             r->error = "rank " + std::to_string(p) + " sent " + std::to_string(h.total) +
                        " bytes with tag " + std::to_string(tag) + ", the receive expects " +
                        std::to_string(r->len);
+            c.tagDiscard = more;
             return true;
           }
           c.rreq = r;
           c.dest = r->buf;
+          if (more) c.tagReq = r;
           return true;
         }
       }
@@ -549,13 +605,14 @@ bool TcpTransport::handleHeader(Conn& c) {
       unexpectedTagged_.push_back(u);
       c.rux = u;
       c.dest = u->data.data();
+      if (more) c.tagUx = u;
       return true;
     }
     case FrameType::Query: {
       OutFrame f;
       f.hdr = FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(FrameType::Reply), 0,
                           entered_.load(), 0, 0, 0, cur_};
-      enqueueFrame(c, std::move(f));
+      enqueueFrame(*conns_[p][0], std::move(f));  // control goes over the socket
       return true;
     }
     case FrameType::Reply:
@@ -678,6 +735,20 @@ void TcpTransport::endOp(const std::string& error) {
   opActive_ = false;
   for (auto it = posted_.begin(); it != posted_.end();)
     it = (it->first.second >> 32) <= cur_.seq ? posted_.erase(it) : std::next(it);
+  if (!error.empty()) {
+    // The op failed: frames of it not yet on the wire are withdrawn, so that
+    // nothing reads the caller's buffers after the op returned (the peers get
+    // the abort below instead). A frame half written to a socket is finished.
+    for (auto& r : opReqs_) {
+      if (!r->isSend || r->done) continue;
+      if (ib_) ib_->withdraw(r);
+      for (auto& v : conns_)
+        for (auto& c : v)
+          if (c && !c->closed)
+            for (auto f = c->out.begin(); f != c->out.end();)
+              f = (f->req == r && f->sent == 0) ? c->out.erase(f) : std::next(f);
+    }
+  }
   opReqs_.clear();
   if (error.empty()) {
     completed_.push_back(cur_);
@@ -697,8 +768,89 @@ void TcpTransport::endOp(const std::string& error) {
   }
 }
 
+void TcpTransport::postIb(int peer, FrameType type, uint64_t key, const void* buf, size_t len,
+                          const OpDesc& desc, const std::shared_ptr<Request>& r, bool spread) {
+  size_t chunk = ib_->chunkBytes();
+  size_t frames = len == 0 ? 1 : (len + chunk - 1) / chunk;
+  r->pending = frames;
+  int nq = ib_->qps();
+  for (size_t i = 0; i < frames; ++i) {
+    size_t off = i * chunk;
+    size_t n = std::min(chunk, len - std::min(len, off));
+    FrameHeader h{kWireMagic, kWireVersion, static_cast<uint8_t>(type), 0, key, off, n, len, desc};
+    // Chunks of big collective messages alternate between the QPs; a
+    // point-to-point message stays on one, in order.
+    int q = spread ? static_cast<int>(i % nq) : 0;
+    ib_->post(peer, q, h, static_cast<const char*>(buf) + off, r);
+  }
+}
+
+void TcpTransport::deliverIb(int peer, int qp, const FrameHeader& h, const char* payload) {
+  Conn& c = *ibConns_[peer][qp];
+  if (c.closed) return;
+  c.hdr = h;
+  if (!handleHeader(c)) return;
+  if (c.left) {
+    if (c.readingAbort) c.abortText.append(payload, c.left);
+    if (c.dest) std::memcpy(c.dest, payload, c.left);
+    c.left = 0;
+  }
+  payloadDone(c);
+}
+
+void TcpTransport::setupIb(Clock::time_point deadline) {
+  ib::Link::Options lo;
+  lo.rank = o_.rank;
+  lo.size = o_.size;
+  lo.peers = o_.remote;
+  lo.required = o_.ibRequired;
+  lo.settings = o_.ib;
+  lo.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (lo.timeout.count() < 1000) lo.timeout = std::chrono::milliseconds(1000);
+  lo.store = o_.store;
+  lo.where = o_.where;
+  bool anyRemote = std::find(o_.remote.begin(), o_.remote.end(), true) != o_.remote.end();
+  if (!anyRemote) return;
+#ifdef ACCL_HAVE_IBVERBS
+  ib::Link::Callbacks cb;
+  cb.deliver = [this](int peer, int qp, const FrameHeader& h, const char* payload) { deliverIb(peer, qp, h, payload); };
+  cb.sent = [](const std::shared_ptr<void>& ck) {
+    auto* r = static_cast<Request*>(ck.get());
+    if (r && !r->done && --r->pending == 0) r->done = true;
+  };
+  cb.fail = [this](int peer, const std::string& why) { failPeer(peer, why); };
+  ib_ = ib::Link::connect(lo, std::move(cb), &ibPeer_, &ibWhy_);
+#else
+  ibPeer_.assign(o_.size, false);
+  ibWhy_ = "this build has no verbs support (libibverbs headers were missing at build time)";
+#endif
+  std::vector<int> tcpOnly;
+  for (int p = 0; p < o_.size; ++p)
+    if (o_.remote[p] && !overIb(p)) tcpOnly.push_back(p);
+  if (!tcpOnly.empty() && o_.ibRequired) {
+    ib_.reset();
+    throw NotSupported(o_.where + ": ACCL_TRANSPORTS requires verbs (no tcp) but it is not usable: " + ibWhy_);
+  }
+  if (ib_) {
+    ibConns_.resize(o_.size);
+    for (int p = 0; p < o_.size; ++p) {
+      if (!overIb(p)) continue;
+      for (int q = 0; q < ib_->qps(); ++q) {
+        auto c = std::make_unique<Conn>();
+        c->peer = p;
+        c->stream = q;
+        ibConns_[p].push_back(std::move(c));
+      }
+    }
+  }
+}
+
 void TcpTransport::postData(int peer, uint64_t key, const void* buf, size_t len,
                             const std::shared_ptr<Request>& r) {
+  if (overIb(peer)) {
+    postIb(peer, FrameType::Data, key, buf, len, cur_, r, true);
+    return;
+  }
   auto& cs = conns_[peer];
   size_t ns = cs.size();
   size_t parts = (len >= kSplitBytes && ns > 1) ? ns : 1;
@@ -934,6 +1086,13 @@ void TcpTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
     wake();
     return;
   }
+  if (isSend && overIb(peer)) {
+    OpDesc d{};
+    d.op = static_cast<uint16_t>(OpType::Send);
+    postIb(peer, FrameType::Tagged, static_cast<uint64_t>(static_cast<int64_t>(tag)), buf, len, d, r, false);
+    if (r->done) wake();
+    return;
+  }
   if (isSend) {
     OutFrame f;
     f.hdr = FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(FrameType::Tagged), 0,
@@ -996,6 +1155,15 @@ std::vector<std::function<void()>> TcpTransport::reapTagged() {
       r->done = true;
       r->errorKind = 1;
       r->error = "timed out";
+      if (ib_ && !ib_->withdraw(r))
+        ACCL_INFO("NET", o_.where << ": " << p.what << " timed out with part of the message written; "
+                                  << "the receiver discards the rest");
+      for (auto& v : ibConns_)
+        for (auto& c : v)
+          if (c->tagReq == r) {
+            c->tagReq.reset();
+            c->tagDiscard = true;
+          }
       for (auto& v : conns_)
         for (auto& c : v) {
           if (!c || c->closed) continue;

@@ -1,6 +1,11 @@
-// TCP transport of the accl backend: a full mesh of connections (several per
-// pair of hosts), one non-blocking progress thread per communicator (epoll),
-// a versioned wire protocol that refuses garbage.
+// Network transport of the accl backend: a full mesh of TCP connections
+// (several per pair of hosts), one non-blocking progress thread per
+// communicator (epoll), a versioned wire protocol that refuses garbage. Where
+// both ends of a pair have a usable RDMA port, the frames of collectives and
+// point-to-point messages to that peer go over verbs instead (ib::Link, RC
+// queue pairs, RDMA WRITE WITH IMMEDIATE); the sockets then carry only set-up
+// and control (arrival queries, aborts), and their closing still tells this
+// rank at once that a peer process is gone.
 #pragma once
 
 #include <atomic>
@@ -15,6 +20,7 @@
 
 #include "accl/store.h"
 #include "accl/work.h"
+#include "transport/ibverbs/ib_link.h"
 #include "transport/transport.h"
 #include "transport/wire.h"
 
@@ -32,6 +38,12 @@ class TcpTransport : public Transport {
     std::chrono::milliseconds timeout{30000};
     std::shared_ptr<Store> store;  // already prefixed for this communicator
     std::string where;             // "accl rank R/N accl" for messages
+    // verbs: peers on other hosts (remote[p]) use it when both ends can;
+    // required = no fallback to TCP (ACCL_TRANSPORTS without tcp).
+    bool ibWanted = false;
+    bool ibRequired = false;
+    std::vector<bool> remote;
+    ib::Settings ib;
   };
   explicit TcpTransport(Options o);
   ~TcpTransport() override;
@@ -68,6 +80,11 @@ class TcpTransport : public Transport {
   const std::string& interfaceName() const { return ifName_; }
   const std::string& address() const { return address_; }
   int port() const { return port_; }
+  // Whether frames to `peer` go over verbs; the link (null: none); why verbs
+  // is not used for the other peers ("" if it is for all).
+  bool overIb(int peer) const { return !ibPeer_.empty() && ibPeer_[peer]; }
+  const ib::Link* ibLink() const { return ib_.get(); }
+  const std::string& ibStatus() const { return ibWhy_; }
   // Connections dropped because they failed the handshake (tests, logs).
   uint64_t droppedConnections() const { return dropped_.load(); }
 
@@ -89,6 +106,11 @@ class TcpTransport : public Transport {
   void failPeer(int peer, const std::string& why);
   void enqueueFrame(Conn& c, OutFrame f);
   void postData(int peer, uint64_t key, const void* buf, size_t len, const std::shared_ptr<Request>& r);
+  void setupIb(Clock::time_point deadline);
+  // A frame that arrived over verbs goes through the same matching as a TCP one.
+  void deliverIb(int peer, int qp, const FrameHeader& h, const char* payload);
+  void postIb(int peer, FrameType type, uint64_t key, const void* buf, size_t len, const OpDesc& desc,
+              const std::shared_ptr<Request>& r, bool spread);
   // Throws the first failure relevant to the current op, if any (mu_ held).
   void throwIfFailed(const std::vector<int>& peers);
   std::vector<std::pair<int, std::string>> queryArrivals(uint64_t seq);
@@ -101,6 +123,10 @@ class TcpTransport : public Transport {
   int wakeFd_ = -1;
   std::vector<std::vector<std::unique_ptr<Conn>>> conns_;  // [peer][stream]
   std::map<int, Clock::time_point> pendingHello_;           // fd -> accepted at
+  std::unique_ptr<ib::Link> ib_;
+  std::vector<bool> ibPeer_;
+  std::vector<std::vector<std::unique_ptr<Conn>>> ibConns_;  // receive state per [peer][qp]
+  std::string ibWhy_;
 
   std::mutex mu_;
   std::condition_variable cv_;

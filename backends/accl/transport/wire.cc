@@ -32,7 +32,6 @@ std::string validateHeader(const FrameHeader& h) {
   if (h.len > h.total || h.offset > h.total - h.len) return "chunk outside its message";
   if ((t == FrameType::Query || t == FrameType::Reply) && h.total != 0) return "control frame with payload";
   if (t == FrameType::Abort && h.total > kMaxAbortBytes) return "abort reason too long";
-  if (t == FrameType::Tagged && (h.offset != 0 || h.len != h.total)) return "split tagged message";
   if (h.desc.op > static_cast<uint16_t>(OpType::Split) || h.desc.dtype >= kNumDataTypes ||
       h.desc.redop >= kNumReduceKinds)
     return "invalid op descriptor";

@@ -1,0 +1,158 @@
+// The verbs data path of the accl backend's network transport: RC queue pairs
+// to the ranks on other hosts, connected through the rendezvous store.
+//
+// Every message (a frame: the wire header of transport/wire.h + up to one
+// chunk of payload) is one RDMA WRITE WITH IMMEDIATE into a slot of a
+// registered mailbox ring at the receiver. The immediate carries the
+// sender's count of freed slots of its own mailbox (the credits it returns);
+// a credit-only write with no data carries the same when there is nothing to
+// piggyback it on. A sender writes only into slots the receiver freed, and the
+// receiver keeps a receive posted for every write that may arrive, so no
+// receive is ever missing. Frames up to the device's inline limit go inline;
+// larger ones are written from a registered staging ring (the user's buffer
+// is never read after post() returns, so a timed-out send cannot leak into a
+// later one). Completions are polled by the owner's progress thread, which
+// spins briefly and then blocks on the completion channel (eventFd()).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accl/store.h"
+#include "transport/wire.h"
+
+struct ibv_context;
+struct ibv_pd;
+struct ibv_cq;
+struct ibv_comp_channel;
+struct ibv_qp;
+struct ibv_mr;
+
+namespace accl {
+namespace core {
+namespace ib {
+
+// The device/port/GID a rank uses; chosen before any QP exists.
+struct PortInfo {
+  std::string device;
+  int port = 0;
+  int gidIndex = -1;      // -1: no GRH (InfiniBand LID routing)
+  std::string gidText;    // "::ffff:192.0.2.1"
+  std::string gidType;    // "RoCE v2", "IB/RoCE v1", "" (IB)
+  bool ethernet = false;  // RoCE (link layer Ethernet) vs InfiniBand
+  uint16_t lid = 0;
+  int activeMtu = 0;      // bytes
+  std::string describe() const;
+};
+
+// Settings of ACCL_IB_* plus what the topology chose.
+struct Settings {
+  std::string device;    // the topology's RDMA device for this rank ("" = first usable)
+  std::string hcaSpec;   // ACCL_IB_HCA
+  int gidIndex = -1;     // ACCL_IB_GID_INDEX (-1: the IPv4-mapped RoCE v2 GID, else v1, else 0)
+  int qpsPerPeer = 1;    // ACCL_IB_QPS_PER_PEER
+  size_t chunkBytes = 128u << 10;  // payload bytes per write (one mailbox slot)
+  int slots = 16;                   // mailbox slots per QP (the credits)
+  int ackTimeout = 18;              // ACCL_IB_TIMEOUT: 4.096 us * 2^x before a retry
+};
+
+// Picks device and port by `s` (ACTIVE ports only). Throws accl::Error saying
+// why none is usable (no library, no device, ENOSYS, port down, no GID).
+PortInfo choosePort(const Settings& s);
+
+// Exported for tests: the IPv4-mapped GID index rule, given each index's GID
+// text and type ("" when the entry is empty); -1 if none qualifies.
+int pickGidIndex(const std::vector<std::pair<std::string, std::string>>& table);
+
+class Link {
+ public:
+  struct Callbacks {
+    // A frame arrived from `peer` on QP `qp`; `payload` holds hdr.len bytes.
+    std::function<void(int peer, int qp, const FrameHeader& hdr, const char* payload)> deliver;
+    // A posted frame left this host (its cookie is released after this).
+    std::function<void(const std::shared_ptr<void>& cookie)> sent;
+    // The peer's QP failed (error completion): the peer is unusable.
+    std::function<void(int peer, const std::string& why)> fail;
+  };
+  struct Options {
+    int rank = 0;
+    int size = 1;
+    std::vector<bool> peers;  // true: connect a QP set to this rank
+    bool required = false;    // verbs is the only data path between hosts
+    Settings settings;
+    std::chrono::milliseconds timeout{30000};
+    std::shared_ptr<Store> store;  // prefixed for the communicator
+    std::string where;
+  };
+
+  // Collective over the ranks of o.peers (and their own peers): every rank
+  // publishes either its QP endpoints or why verbs is not usable here, so both
+  // ends of a pair agree. Returns the link (null if no peer pair can use
+  // verbs); *usable[p] says which peers are served; *why explains the rest.
+  static std::unique_ptr<Link> connect(const Options& o, Callbacks cb, std::vector<bool>* usable,
+                                       std::string* why);
+  ~Link();
+
+  const PortInfo& port() const { return port_; }
+  size_t chunkBytes() const { return chunk_; }
+  int qps() const { return nqp_; }
+  int eventFd() const;
+  size_t inlineLimit() const { return maxInline_; }
+
+  // Queues a frame (hdr.len <= chunkBytes()) to `peer` on QP `qp`; it is
+  // written when a credit is free. `payload` must stay valid until the frame
+  // was posted (see withdraw).
+  void post(int peer, int qp, const FrameHeader& hdr, const char* payload, std::shared_ptr<void> cookie);
+  // Polls the completion queue; true if anything completed.
+  bool progress();
+  // Before blocking on eventFd(): requests a completion event; returns true
+  // if completions arrived meanwhile (poll again instead of blocking).
+  bool arm();
+  // eventFd() became readable.
+  void onEvent();
+  // Removes frames of `cookie` not yet written; false if some part was
+  // written already (the receiver has seen part of the message).
+  bool withdraw(const std::shared_ptr<void>& cookie);
+  // The peer failed: its queued frames are dropped (their cookies passed to
+  // `each`); later completions of its QPs are ignored.
+  void dropPeer(int peer, const std::function<void(const std::shared_ptr<void>&)>& each);
+  // Waits (polling) up to `limit` for posted writes to complete, before tear-down.
+  void drain(std::chrono::milliseconds limit);
+
+  struct Stats {
+    uint64_t writes = 0, inlined = 0, creditWrites = 0, bytes = 0, waitsForCredit = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Qp;
+  struct Frame;
+  Link() = default;
+  void trySend(Qp& q);
+  void maybeReturnCredits(Qp& q);
+  void postRecv(Qp& q, int n);
+  void failQp(Qp& q, const std::string& why);
+
+  Callbacks cb_;
+  Options o_;
+  PortInfo port_;
+  size_t chunk_ = 0, slotBytes_ = 0;
+  uint32_t slots_ = 0;
+  int nqp_ = 1;
+  size_t maxInline_ = 0;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  std::vector<std::unique_ptr<Qp>> qps_;  // index = peer * nqp + q (null: peer not served)
+  Stats stats_;
+};
+
+}  // namespace ib
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,98 @@
+#!/bin/bash
+# Runs INSIDE the soft-RoCE guest (tests/rdma/run.sh boots it) as root.
+# Usage: in_guest.sh BUILD_DIR OUT_DIR STAGE...
+# Stages: unit conformance fault memlock perf (default: all).
+# Brings up an rxe device on a guest-only dummy interface and runs the accl
+# backend over verbs for real; exits non-zero if any check fails.
+set -u
+B=$1; OUT=$2; shift 2
+STAGES=${*:-unit conformance fault memlock perf}
+mkdir -p "$OUT"
+export PATH="$B/bin:$PATH" ACCL_TIMEOUT=300
+fail=0; pass=0
+ok() { if [ "$1" = 0 ]; then pass=$((pass+1)); echo "PASS $2"; else fail=$((fail+1)); echo "FAIL $2 (rc=$1)"; fi; }
+has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+t() { date +%s; }
+
+# --- soft-RoCE on a dummy netdev with an address that exists only in here
+ip link add dummy0 type dummy 2>/dev/null
+ip addr add 192.0.2.1/24 dev dummy0; ip link set dummy0 mtu 9000 up   # RoCE MTU 4096
+rdma link add rxe0 type rxe netdev dummy0; ok $? "rdma link add rxe0 on dummy0"
+for i in $(seq 50); do ibv_devinfo -v -d rxe0 2>/dev/null | grep -q '::ffff:192.0.2.1' && break; sleep 0.1; done
+ibv_devinfo -d rxe0 | grep -E 'hca_id|state|active_mtu|link_layer'
+chmod 666 /dev/infiniband/* 2>/dev/null   # for the unprivileged (memlock) check
+export ACCL_SOCKET_IFNAME==dummy0
+
+# Ranks of "host k" = RANK / PER: each simulated host gets its own host id, so
+# ranks on one host use shared memory and ranks on different hosts use verbs.
+cat > /tmp/as_hosts.sh <<'EOS'
+#!/bin/bash
+export ACCL_HOSTID="guesthost$(( RANK / ${PER:-1} ))"
+exec "$@"
+EOS
+chmod +x /tmp/as_hosts.sh
+
+if has unit; then
+  s=$(t)
+  accl_verbs_tests 2>&1 | tee "$OUT/unit.log" | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|peer gone"
+  r=${PIPESTATUS[0]}
+  grep -q "SKIPPED" "$OUT/unit.log" && { echo "verbs unit tests skipped inside the guest"; r=1; }
+  ok $r "verbs unit tests on rxe0 ($(( $(t) - s )) s)"
+fi
+
+if has conformance; then
+  # (1) every rank its own host, verbs only (no tcp fallback), messages up to 16 MiB
+  s=$(t)
+  ACCL_TRANSPORTS=ib ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT \
+    accl-run -n 2 accl_conformance --backend accl --large 16777216 >"$OUT/conf_ib_np2.log" 2>&1
+  r=$?; tail -3 "$OUT/conf_ib_np2.log"
+  grep -q "ib (verbs rxe0" "$OUT/conf_ib_np2.log" || { echo "no verbs INFO line"; r=1; }
+  ok $r "conformance accl np2, ACCL_TRANSPORTS=ib, up to 16 MiB ($(( $(t) - s )) s)"
+  # (2) 2 simulated hosts x 2 ranks: shm within, verbs between (default transports), sub-groups too
+  s=$(t)
+  PER=2 ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT \
+    accl-run -n 4 /tmp/as_hosts.sh accl_conformance --backend accl >"$OUT/conf_hosts_np4.log" 2>&1
+  r=$?; tail -3 "$OUT/conf_hosts_np4.log"
+  grep -q "shm (.*ib (verbs rxe0" "$OUT/conf_hosts_np4.log" || { echo "no shm+verbs INFO line"; r=1; }
+  ok $r "conformance accl np4 = 2 hosts x 2 ranks (shm + verbs) ($(( $(t) - s )) s)"
+  s=$(t)
+  PER=2 accl-run -n 4 /tmp/as_hosts.sh accl_conformance --backend accl --split >"$OUT/conf_hosts_split_np4.log" 2>&1
+  r=$?; tail -2 "$OUT/conf_hosts_split_np4.log"
+  ok $r "conformance accl --split np4 over 2 hosts ($(( $(t) - s )) s)"
+fi
+
+if has fault; then
+  s=$(t)
+  accl_fault_tests --gtest_filter='*/ib' 2>&1 | tee "$OUT/fault.log" | tail -4
+  r=${PIPESTATUS[0]}
+  grep -q "SKIPPED" "$OUT/fault.log" && { echo "verbs fault tests skipped inside the guest"; r=1; }
+  ok $r "fault tests over verbs: killed rank, never-entered op, mismatch ($(( $(t) - s )) s)"
+fi
+
+if has memlock; then
+  # An unprivileged rank whose locked-memory limit is too small for the rings.
+  su_run() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+  ACCL_TRANSPORTS=ib su_run bash -c "ulimit -l 64; exec accl-run -n 2 accl-perf --backend accl --op allreduce -b 8 -e 8" \
+    >"$OUT/memlock_ib.log" 2>&1
+  r=$?; grep -m1 "RLIMIT_MEMLOCK" "$OUT/memlock_ib.log"
+  [ $r != 0 ] && grep -q "ulimit -l unlimited" "$OUT/memlock_ib.log"; ok $? "ib only + 64 KiB memlock: clear error naming the limit"
+  ACCL_TRANSPORTS=ib,tcp ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT su_run bash -c "ulimit -l 64; exec accl-run -n 2 accl-perf --backend accl --op allreduce -b 8 -e 1024" \
+    >"$OUT/memlock_fallback.log" 2>&1
+  r=$?; grep -m1 "falling back to tcp" "$OUT/memlock_fallback.log"
+  [ $r = 0 ] && grep -q "falling back to tcp: .*RLIMIT_MEMLOCK" "$OUT/memlock_fallback.log"; ok $? "ib,tcp + 64 KiB memlock: logged fallback to tcp, run completes"
+fi
+
+if has perf; then
+  # Same guest, same run: verbs vs TCP (2 ranks, each its own host). Emulated: functional figures.
+  for tr in ib tcp; do
+    ACCL_TRANSPORTS=$tr accl-run -n 2 accl-perf --backend accl --op allreduce -b 4 -e 16M -f 4 -n 5 -w 2 -c 1 \
+      >"$OUT/perf_allreduce_$tr.log" 2>&1
+    ok $? "accl-perf allreduce over $tr"
+    ACCL_TRANSPORTS=$tr accl-run -n 2 accl-perf --backend accl --op sendrecv -b 4 -e 16M -f 4 -n 5 -w 2 -c 1 \
+      >"$OUT/perf_sendrecv_$tr.log" 2>&1
+    ok $? "accl-perf sendrecv over $tr"
+  done
+  tail -12 "$OUT/perf_allreduce_ib.log" "$OUT/perf_allreduce_tcp.log"
+fi
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
