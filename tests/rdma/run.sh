@@ -1,0 +1,27 @@
+#!/bin/bash
+# The verbs transport for real: boots a QEMU guest with soft-RoCE (rdma_rxe;
+# Debian 12's stock kernel, software emulation, no KVM needed) and runs
+# in_guest.sh there against BUILD_DIR's binaries.
+#   tests/rdma/run.sh BUILD_DIR [STAGE...]     (stages: see in_guest.sh)
+# Needs root: the first run installs QEMU and rdma-core and builds the guest
+# (kernel package + a small initramfs) into ACCL_RDMA_CACHE
+# (/var/tmp/accl-softroce). Results and logs: BUILD_DIR/rdma-results/.
+# Exit 77 (skipped) without root.
+set -euo pipefail
+B=$(realpath "${1:?usage: run.sh BUILD_DIR [STAGE...]}"); shift
+here=$(cd "$(dirname "$0")" && pwd)
+CACHE=${ACCL_RDMA_CACHE:-/var/tmp/accl-softroce}
+if [ "$(id -u)" != 0 ]; then
+  echo "SKIP: the soft-RoCE guest needs root (it installs QEMU and rdma-core)"
+  exit 77
+fi
+start=$(date +%s)
+bash "$here/softroce-vm.sh" prepare "$CACHE"
+OUT="$B/rdma-results"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+set +e
+bash "$here/softroce-vm.sh" run "$CACHE" -w "$B" -t "${ACCL_RDMA_TIMEOUT:-2700}" "$here/in_guest.sh" "$B" "$OUT" "$@"
+rc=$?
+echo "rdma: guest finished with rc=$rc after $(( $(date +%s) - start )) s; logs in $OUT"
+exit $rc
