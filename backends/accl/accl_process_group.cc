@@ -304,10 +304,6 @@ void AcclProcessGroup::logSetup() {
   os << "inline ops up to " << inlineBytes_ << " bytes";
   ACCL_INFO("INIT", os.str());
   ACCL_INFO("INIT", "network: " << nicText_);
-  bool ibOn = std::find(Config::get().transports.begin(), Config::get().transports.end(), "ib") !=
-              Config::get().transports.end();
-  if (ibOn && !tcpPeers.empty() && !tcp_->ibStatus().empty())
-    ACCL_INFO("INIT", "verbs not used with ranks " << list(tcpPeers) << ", falling back to tcp: " << tcp_->ibStatus());
   ACCL_INFO("INIT", "algorithms: " << core::describeSelection(layout_, algo_));
 }
 

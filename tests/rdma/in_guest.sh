@@ -19,6 +19,7 @@ ip link add dummy0 type dummy 2>/dev/null
 ip addr add 192.0.2.1/24 dev dummy0; ip link set dummy0 mtu 9000 up   # RoCE MTU 4096
 rdma link add rxe0 type rxe netdev dummy0; ok $? "rdma link add rxe0 on dummy0"
 for i in $(seq 50); do ibv_devinfo -v -d rxe0 2>/dev/null | grep -q '::ffff:192.0.2.1' && break; sleep 0.1; done
+G=$(ibv_devinfo -v -d rxe0 | sed -n 's/.*GID\[ *\([0-9]*\)\]:.*::ffff:192\.0\.2\.1.*/\1/p' | head -1)
 ibv_devinfo -d rxe0 | grep -E 'hca_id|state|active_mtu|link_layer'
 chmod 666 /dev/infiniband/* 2>/dev/null   # for the unprivileged (memlock) check
 export ACCL_SOCKET_IFNAME==dummy0
@@ -94,6 +95,11 @@ if has perf; then
       >"$OUT/perf_sendrecv_$tr.log" 2>&1
     ok $? "accl-perf sendrecv over $tr"
   done
+  # The raw soft-RoCE write rate in this guest, the anchor for the figures above.
+  timeout 60 ib_write_bw -d rxe0 -x "$G" -F -D 3 -s 1048576 >/tmp/wbw_srv.log 2>&1 & sp=$!; sleep 1.5
+  timeout 60 ib_write_bw -d rxe0 -x "$G" -F -D 3 -s 1048576 127.0.0.1 >"$OUT/ib_write_bw.log" 2>&1; r=$?
+  wait $sp; ok $((r|$?)) "ib_write_bw 1 MiB (raw rxe anchor)"
+  grep -A1 -E '^ #bytes' "$OUT/ib_write_bw.log" | tail -1
   for f in "$OUT"/perf_*.log; do echo "== $f"; grep -v '^\[.\] #' "$f" | tail -12; done
 fi
 echo "$pass passed, $fail failed"

@@ -831,6 +831,20 @@ void TcpTransport::setupIb(Clock::time_point deadline) {
     ib_.reset();
     throw NotSupported(o_.where + ": ACCL_TRANSPORTS requires verbs (no tcp) but it is not usable: " + ibWhy_);
   }
+  if (!tcpOnly.empty()) {
+    std::string ranks;
+    for (int p : tcpOnly) ranks += (ranks.empty() ? "" : ",") + std::to_string(p);
+    // A host without RDMA is the common case (INFO); RDMA that is there but fails is not (WARN).
+#ifdef ACCL_HAVE_IBVERBS
+    bool quiet = ib::noRdmaHere(ibWhy_);
+#else
+    bool quiet = true;
+#endif
+    if (quiet)
+      ACCL_INFO("INIT", o_.where << ": verbs not used with ranks " << ranks << ", falling back to tcp: " << ibWhy_);
+    else
+      ACCL_WARN("INIT", o_.where << ": verbs not used with ranks " << ranks << ", falling back to tcp: " << ibWhy_);
+  }
   if (ib_) {
     ibConns_.resize(o_.size);
     for (int p = 0; p < o_.size; ++p) {

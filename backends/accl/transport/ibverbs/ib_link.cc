@@ -230,6 +230,11 @@ std::string PortInfo::describe() const {
   return os.str();
 }
 
+bool noRdmaHere(const std::string& why) {
+  return why.rfind("libibverbs.so.1 cannot be loaded", 0) == 0 || why.rfind("ibv_get_device_list failed", 0) == 0 ||
+         why.rfind("no RDMA device", 0) == 0;
+}
+
 int pickGidIndex(const std::vector<std::pair<std::string, std::string>>& table) {
   int v1 = -1;
   for (size_t i = 0; i < table.size(); ++i) {
@@ -403,6 +408,10 @@ std::unique_ptr<Link> Link::connect(const Options& o, Callbacks cb, std::vector<
     pub << "no " << myError;
   }
   o.store->set("ib/" + me, toBytes(pub.str()));
+  if (!myError.empty()) {  // the peers read why from the store; nothing to wait for here
+    *why = myError;
+    return nullptr;
+  }
 
   // Both ends of a pair decide alike: a pair uses verbs iff both sides are ok.
   std::string reasons;
@@ -424,7 +433,6 @@ std::unique_ptr<Link> Link::connect(const Options& o, Callbacks cb, std::vector<
                  (v.size() > 3 ? v.substr(3) : v);
       continue;
     }
-    if (!myError.empty()) continue;
     std::istringstream in(v.substr(3));
     Remote& r = remote[p];
     int eth = 0, glob = 0;
@@ -453,10 +461,6 @@ std::unique_ptr<Link> Link::connect(const Options& o, Callbacks cb, std::vector<
       continue;
     }
     ok[p] = true;
-  }
-  if (!myError.empty()) {
-    *why = myError;
-    return nullptr;
   }
   const Api& a = *api(nullptr);
   int served = 0;

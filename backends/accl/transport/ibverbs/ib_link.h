@@ -65,6 +65,11 @@ struct Settings {
 // why none is usable (no library, no device, ENOSYS, port down, no GID).
 PortInfo choosePort(const Settings& s);
 
+// Whether `why` (from choosePort / Link::connect) says this host has no RDMA
+// at all (no libibverbs, no device, a kernel without RDMA) rather than an
+// RDMA setup that failed; the first is logged as INFO, the second as WARN.
+bool noRdmaHere(const std::string& why);
+
 // Exported for tests: the IPv4-mapped GID index rule, given each index's GID
 // text and type ("" when the entry is empty); -1 if none qualifies.
 int pickGidIndex(const std::vector<std::pair<std::string, std::string>>& table);
