@@ -20,8 +20,11 @@ bash "$here/softroce-vm.sh" prepare "$CACHE"
 OUT="$B/rdma-results"
 rm -rf "$OUT"
 mkdir -p "$OUT"
+# The guest mounts fresh tmpfs on /tmp, /var/tmp, /run and /root: a checkout
+# there is hidden from it, so the guest script runs from the (mounted) build dir.
+cp "$here/in_guest.sh" "$OUT/in_guest.sh"
 set +e
-bash "$here/softroce-vm.sh" run "$CACHE" -w "$B" -t "${ACCL_RDMA_TIMEOUT:-2700}" "$here/in_guest.sh" "$B" "$OUT" "$@"
+bash "$here/softroce-vm.sh" run "$CACHE" -w "$B" -t "${ACCL_RDMA_TIMEOUT:-2700}" "$OUT/in_guest.sh" "$B" "$OUT" "$@"
 rc=$?
 echo "rdma: guest finished with rc=$rc after $(( $(date +%s) - start )) s; logs in $OUT"
 exit $rc
