@@ -371,6 +371,12 @@ TEST(NicSelection, HcaSpecSyntax) {
   EXPECT_TRUE(matchHcaSpec("^mlx5_2,mlx5_3", "mlx5_0"));
   EXPECT_FALSE(matchHcaSpec("^=mlx5_1", "mlx5_1"));
   EXPECT_TRUE(matchHcaSpec("^=mlx5_1", "mlx5_10"));
+  // The port, for the verbs transport.
+  EXPECT_EQ(hcaSpecPort("mlx5_0:1,mlx5_1:2", "mlx5_1"), 2);
+  EXPECT_EQ(hcaSpecPort("mlx5_0:1,mlx5_1", "mlx5_1"), 0);
+  EXPECT_EQ(hcaSpecPort("=mlx5_1:2", "mlx5_10"), 0);
+  EXPECT_EQ(hcaSpecPort("^mlx5_1:2", "mlx5_0"), 0);
+  EXPECT_EQ(hcaSpecPort("", "mlx5_0"), 0);
 }
 
 TEST(NicSelection, IbHcaRestrictsTheAssignment) {

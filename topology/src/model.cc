@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
@@ -151,23 +152,37 @@ Path Topology::path(int a, int b) const {
   return p;
 }
 
-bool matchHcaSpec(const std::string& spec, const std::string& device) {
-  if (spec.empty()) return true;
-  bool exclude = spec[0] == '^';
-  std::string rest = exclude ? spec.substr(1) : spec;
+namespace {
+// The first item of `spec` (without its ^) that names `device`: its port, or
+// 0 without one; -1 if no item names the device.
+int hcaSpecItem(const std::string& spec, const std::string& device) {
+  std::string rest = spec[0] == '^' ? spec.substr(1) : spec;
   bool exact = !rest.empty() && rest[0] == '=';
   if (exact) rest = rest.substr(1);
-  bool hit = false;
   size_t pos = 0;
   while (pos <= rest.size()) {
     size_t comma = rest.find(',', pos);
     std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? rest.size() + 1 : comma + 1;
-    item = item.substr(0, item.find(':'));  // the port: chosen by the RDMA transport
-    if (item.empty()) continue;
-    if (exact ? device == item : device.compare(0, item.size(), item) == 0) hit = true;
+    size_t colon = item.find(':');
+    std::string name = item.substr(0, colon);
+    if (name.empty()) continue;
+    if (exact ? device == name : device.compare(0, name.size(), name) == 0)
+      return colon == std::string::npos ? 0 : std::atoi(item.c_str() + colon + 1);
   }
-  return exclude ? !hit : hit;
+  return -1;
+}
+}  // namespace
+
+bool matchHcaSpec(const std::string& spec, const std::string& device) {
+  if (spec.empty()) return true;
+  bool hit = hcaSpecItem(spec, device) >= 0;
+  return spec[0] == '^' ? !hit : hit;
+}
+
+int hcaSpecPort(const std::string& spec, const std::string& device) {
+  if (spec.empty() || spec[0] == '^') return 0;
+  return std::max(0, hcaSpecItem(spec, device));
 }
 
 namespace {

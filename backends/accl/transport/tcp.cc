@@ -836,14 +836,12 @@ void TcpTransport::setupIb(Clock::time_point deadline) {
     for (int p : tcpOnly) ranks += (ranks.empty() ? "" : ",") + std::to_string(p);
     // A host without RDMA is the common case (INFO); RDMA that is there but fails is not (WARN).
 #ifdef ACCL_HAVE_IBVERBS
-    bool quiet = ib::noRdmaHere(ibWhy_);
+    LogLevel level = ib::noRdmaHere(ibWhy_) ? LogLevel::Info : LogLevel::Warn;
 #else
-    bool quiet = true;
+    LogLevel level = LogLevel::Info;
 #endif
-    if (quiet)
-      ACCL_INFO("INIT", o_.where << ": verbs not used with ranks " << ranks << ", falling back to tcp: " << ibWhy_);
-    else
-      ACCL_WARN("INIT", o_.where << ": verbs not used with ranks " << ranks << ", falling back to tcp: " << ibWhy_);
+    if (logEnabled(level, "INIT"))
+      logLine(level, "INIT", o_.where + ": verbs not used with ranks " + ranks + ", falling back to tcp: " + ibWhy_);
   }
   if (ib_) {
     ibConns_.resize(o_.size);

@@ -111,8 +111,10 @@ class Topology {
 };
 
 // NCCL_IB_HCA syntax: "mlx5_0:1,mlx5_1" (prefixes), "^mlx5_2" (all but),
-// "=mlx5_0" (exact names). Ports are accepted and ignored here.
+// "=mlx5_0" (exact names). Ports are accepted and ignored here (see hcaSpecPort).
 bool matchHcaSpec(const std::string& spec, const std::string& device);
+// The port the spec names for `device` ("mlx5_0:1" -> 1), 0 when none.
+int hcaSpecPort(const std::string& spec, const std::string& device);
 
 // Loading. Every function throws accl::InvalidArgument naming the file, the
 // line and what was expected when the input is not valid.

@@ -88,22 +88,6 @@ int queryPort(const Api& a, ibv_context* ctx, uint8_t port, ibv_port_attr* attr)
   return a.queryPort(ctx, port, attr);
 }
 
-// "mlx5_0:1,mlx5_1" -> the port named for `dev` (0: any).
-int specPort(const std::string& spec, const std::string& dev) {
-  if (spec.empty() || spec[0] == '^') return 0;
-  std::string s = spec[0] == '=' ? spec.substr(1) : spec;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto c = item.find(':');
-    if (c == std::string::npos) continue;
-    std::string name = item.substr(0, c);
-    bool match = spec[0] == '=' ? dev == name : dev.compare(0, name.size(), name) == 0;
-    if (match) return std::atoi(item.c_str() + c + 1);
-  }
-  return 0;
-}
-
 std::string memlockText() {
   rlimit rl{};
   getrlimit(RLIMIT_MEMLOCK, &rl);
@@ -154,7 +138,7 @@ ibv_context* openPort(const Settings& s, PortInfo* out) {
       a->closeDevice(ctx);
       continue;
     }
-    int want = specPort(s.hcaSpec, name);
+    int want = topo::hcaSpecPort(s.hcaSpec, name);
     for (int p = 1; p <= da.phys_port_cnt; ++p) {
       if (want && p != want) continue;
       ibv_port_attr pa{};
@@ -286,6 +270,15 @@ struct Link::Qp {
   };
   std::deque<Posted> inflight;
   bool dead = false;
+
+  ~Qp() {
+    const Api* a = api(nullptr);
+    if (qp) a->destroyQp(qp);
+    if (mboxMr) a->deregMr(mboxMr);
+    if (stageMr) a->deregMr(stageMr);
+    std::free(mbox);
+    std::free(stage);
+  }
 };
 
 namespace {
@@ -468,13 +461,7 @@ std::unique_ptr<Link> Link::connect(const Options& o, Callbacks cb, std::vector<
     if (!o.peers[p] || p == o.rank) continue;
     for (int k = 0; k < L->nqp_; ++k) {
       auto& slot = L->qps_[p * L->nqp_ + k];
-      if (!ok[p]) {
-        // The peer cannot use verbs: its QPs go (the rest of the link serves others).
-        a.destroyQp(slot->qp);
-        a.deregMr(slot->mboxMr);
-        a.deregMr(slot->stageMr);
-        std::free(slot->mbox);
-        std::free(slot->stage);
+      if (!ok[p]) {  // the peer cannot use verbs: its QPs go (the rest of the link serves others)
         slot.reset();
         continue;
       }
@@ -534,14 +521,7 @@ std::unique_ptr<Link> Link::connect(const Options& o, Callbacks cb, std::vector<
 Link::~Link() {
   const Api* a = api(nullptr);
   if (!a) return;
-  for (auto& q : qps_) {
-    if (!q) continue;
-    if (q->qp) a->destroyQp(q->qp);
-    if (q->mboxMr) a->deregMr(q->mboxMr);
-    if (q->stageMr) a->deregMr(q->stageMr);
-    std::free(q->mbox);
-    std::free(q->stage);
-  }
+  qps_.clear();  // before the CQ and PD they use
   if (cq_) a->destroyCq(cq_);
   if (channel_) a->destroyCompChannel(channel_);
   if (pd_) a->deallocPd(pd_);
