@@ -52,6 +52,11 @@ if(IBVERBS_INCLUDE_DIR)
   set(_ibv_found TRUE)
 endif()
 _accl_resolve(IBVERBS "${_ibv_found}" "headers in ${IBVERBS_INCLUDE_DIR} (the accl backend's verbs transport; libibverbs is loaded at run time)")
+# UCX's memory hooks (libucm) tell the verbs registration cache when memory
+# is unmapped; header at build time, libucm.so.0 loaded at run time.
+if(ACCL_HAVE_IBVERBS)
+  find_path(UCM_INCLUDE_DIR ucm/api/ucm.h)
+endif()
 
 # torch: the python interpreter's torch (headers and libraries of the same
 # install), so that the extension matches what `import torch` loads. Its C++

@@ -11,6 +11,7 @@ PACKAGES=(
   libhwloc-dev libpugixml-dev       # topology probe, hwloc XML and NCCL topology files
   iproute2 procps                   # multi-host tests (network namespaces), process tools
   libibverbs-dev ibverbs-providers  # verbs transport (headers at build time; libibverbs1 loaded at run time)
+  libucx-dev                        # UCX's memory hooks (libucm): invalidate verbs registrations of freed buffers
   python3-torch libtorch-dev        # torch_accl (c10d adapter), BERT example
   python3-dev pybind11-dev          # building the torch_accl extension
   python3-pytest python3-setuptools python3-pip   # torch_accl tests and pip install

@@ -85,6 +85,14 @@ const std::vector<ConfigEntry>& configTable() {
       {"ACCL_IB_TIMEOUT", "int", "18", "1..31",
        "Verbs ACK timeout exponent: a write is retried after 4.096 us * 2^value (18: ~1 s), 6 times, "
        "before the QP fails and the peer is reported failed."},
+      {"ACCL_IB_ZCOPY_BYTES", "int", "16384", "0..134217728 (0: always copy)",
+       "Verbs writes with at least this much payload are made straight from the caller's buffer "
+       "(registered once and cached); smaller ones are copied into a registered staging ring. Needs "
+       "UCX's memory hooks (libucm) to see memory being freed; without them every payload is copied."},
+      {"ACCL_IB_REG_CACHE_MB", "int", "1024", "1..1048576",
+       "Most memory (MiB) the verbs registration cache keeps registered (pinned); least recently used "
+       "buffers are deregistered first, and when a registration fails for lack of lockable memory. "
+       "A buffer larger than this is copied."},
       {"ACCL_ALGO", "string", "(auto: chosen by op, size, ranks and host layout)",
        "op:algorithm pairs separated by ';', e.g. allreduce:ring;broadcast:tree. ops: allreduce, "
        "broadcast, reduce, allgather, reduce_scatter, alltoall, gather, scatter, barrier; algorithms: "
@@ -198,6 +206,8 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
   intVar("ACCL_IB_GID_INDEX", 0, 255, &c.ibGidIndex);
   intVar("ACCL_IB_QPS_PER_PEER", 1, 8, &c.ibQpsPerPeer);
   intVar("ACCL_IB_TIMEOUT", 1, 31, &c.ibTimeout);
+  intVar("ACCL_IB_ZCOPY_BYTES", 0, 128L << 20, &c.ibZcopyBytes);
+  intVar("ACCL_IB_REG_CACHE_MB", 1, 1L << 20, &c.ibRegCacheMb);
   intVar("ACCL_INLINE_BYTES", 0, 1L << 30, &c.inlineBytes);
   if (auto v = val("ACCL_SHM_CMA"); !v.empty()) {
     auto u = upper(v);
@@ -256,6 +266,8 @@ std::string Config::valueText(const std::string& name) const {
   if (name == "ACCL_IB_GID_INDEX") return ibGidIndex < 0 ? "(auto)" : std::to_string(ibGidIndex);
   if (name == "ACCL_IB_QPS_PER_PEER") return std::to_string(ibQpsPerPeer);
   if (name == "ACCL_IB_TIMEOUT") return std::to_string(ibTimeout);
+  if (name == "ACCL_IB_ZCOPY_BYTES") return std::to_string(ibZcopyBytes);
+  if (name == "ACCL_IB_REG_CACHE_MB") return std::to_string(ibRegCacheMb);
   if (name == "ACCL_SHM_CMA") return shmCma == 0 ? "auto" : shmCma > 0 ? "on" : "off";
   if (name == "ACCL_INLINE_BYTES") return std::to_string(inlineBytes);
   if (name == "ACCL_TORCH_BACKEND") return torchBackend;

@@ -241,6 +241,8 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.ib.gidIndex = cfg.ibGidIndex;
   to.ib.qpsPerPeer = cfg.ibQpsPerPeer;
   to.ib.ackTimeout = cfg.ibTimeout;
+  to.ib.zcopyBytes = static_cast<size_t>(cfg.ibZcopyBytes);
+  to.ib.regCacheBytes = static_cast<size_t>(cfg.ibRegCacheMb) << 20;
   tcp_.reset(new core::TcpTransport(to));
 
   if (shmOn && mine.size() > 1) {
@@ -293,7 +295,8 @@ void AcclProcessGroup::logSetup() {
   if (!ibPeers.empty()) {
     auto* l = tcp_->ibLink();
     os << "ib (verbs " << l->port().describe() << ", " << l->qps() << " RC QP(s) per peer, "
-       << l->chunkBytes() / 1024 << " KiB chunks, inline up to " << l->inlineLimit() << " bytes) with ranks "
+       << l->chunkBytes() / 1024 << " KiB chunks, inline up to " << l->inlineLimit() << " bytes, "
+       << l->sendMode() << ") with ranks "
        << list(ibPeers) << "; ";
   }
   if (!tcpPeers.empty())

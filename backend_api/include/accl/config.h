@@ -34,6 +34,8 @@ struct Config {
   int ibGidIndex = -1;                        // ACCL_IB_GID_INDEX (-1 = auto)
   int ibQpsPerPeer = 1;                       // ACCL_IB_QPS_PER_PEER
   int ibTimeout = 18;                         // ACCL_IB_TIMEOUT
+  int ibZcopyBytes = 16384;                   // ACCL_IB_ZCOPY_BYTES (0 = always copy)
+  int ibRegCacheMb = 1024;                    // ACCL_IB_REG_CACHE_MB
   std::string algo;                           // ACCL_ALGO (validated by the accl backend)
   std::string hostId;                         // ACCL_HOSTID
   int socketNstreams = 2;                     // ACCL_SOCKET_NSTREAMS

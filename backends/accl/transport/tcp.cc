@@ -781,7 +781,7 @@ void TcpTransport::postIb(int peer, FrameType type, uint64_t key, const void* bu
     // Chunks of big collective messages alternate between the QPs; a
     // point-to-point message stays on one, in order.
     int q = spread ? static_cast<int>(i % nq) : 0;
-    ib_->post(peer, q, h, static_cast<const char*>(buf) + off, r);
+    ib_->post(peer, q, h, static_cast<const char*>(buf) + off, r, static_cast<const char*>(buf), len);
   }
 }
 

@@ -242,6 +242,8 @@ struct Link::Frame {
   FrameHeader hdr{};
   const char* payload = nullptr;
   std::shared_ptr<void> cookie;
+  const char* msg = nullptr;  // the whole message, for its registration
+  size_t msgLen = 0;
 };
 
 struct Link::Qp {
@@ -267,6 +269,7 @@ struct Link::Qp {
   struct Posted {
     bool data;
     std::shared_ptr<void> cookie;
+    RegCache::Entry* reg = nullptr;  // the payload's registration (zero-copy)
   };
   std::deque<Posted> inflight;
   bool dead = false;
@@ -312,6 +315,25 @@ std::unique_ptr<Link> Link::connect(const Options& o, Callbacks cb, std::vector<
     for (int p = 0; p < o.size; ++p) npeers += o.peers[p] && p != o.rank;
     L->pd_ = ap->allocPd(L->ctx_);
     if (!L->pd_) throw SystemError("ibv_alloc_pd failed: " + std::string(std::strerror(errno)));
+    L->zcopyBytes_ = o.settings.zcopyBytes;
+    if (L->zcopyBytes_ == 0) {
+      L->noZcopyWhy_ = "ACCL_IB_ZCOPY_BYTES=0";
+    } else {
+      ibv_pd* pd = L->pd_;
+      auto reg = [ap, pd](void* addr, size_t len, uint32_t* lkey, int* err, std::string* why) -> void* {
+        // Read by the local HCA only: no access flags (read-only memory registers too).
+        ibv_mr* mr = ap->regMr(pd, addr, len, 0);
+        if (!mr) {
+          *err = errno;
+          *why = regError(len, *err);
+          return nullptr;
+        }
+        *lkey = mr->lkey;
+        return mr;
+      };
+      auto dereg = [ap](void* h) { ap->deregMr(static_cast<ibv_mr*>(h)); };
+      L->cache_ = RegCache::create(reg, dereg, o.settings.regCacheBytes, &L->noZcopyWhy_);
+    }
     L->channel_ = ap->createCompChannel(L->ctx_);
     if (!L->channel_) throw SystemError("ibv_create_comp_channel failed: " + std::string(std::strerror(errno)));
     int fl = fcntl(L->channel_->fd, F_GETFL);
@@ -521,7 +543,8 @@ std::unique_ptr<Link> Link::connect(const Options& o, Callbacks cb, std::vector<
 Link::~Link() {
   const Api* a = api(nullptr);
   if (!a) return;
-  qps_.clear();  // before the CQ and PD they use
+  qps_.clear();   // before the CQ and PD they use
+  cache_.reset();  // its registrations: no QP uses them now
   if (cq_) a->destroyCq(cq_);
   if (channel_) a->destroyCompChannel(channel_);
   if (pd_) a->deallocPd(pd_);
@@ -544,11 +567,19 @@ void Link::postRecv(Qp& q, int n) {
   }
 }
 
-void Link::post(int peer, int qp, const FrameHeader& hdr, const char* payload, std::shared_ptr<void> cookie) {
+void Link::post(int peer, int qp, const FrameHeader& hdr, const char* payload, std::shared_ptr<void> cookie,
+                const char* msg, size_t msgLen) {
   auto& slot = qps_[static_cast<size_t>(peer) * nqp_ + qp];
   if (!slot || slot->dead) return;  // the peer failed; its requests failed with it
-  slot->queue.push_back(Frame{hdr, payload, std::move(cookie)});
+  slot->queue.push_back(Frame{hdr, payload, std::move(cookie), msg, msgLen});
   trySend(*slot);
+}
+
+std::string Link::sendMode() const {
+  if (!cache_)
+    return "payloads copied into registered staging (" + noZcopyWhy_ + ")";
+  return "zero-copy from registered user buffers for payloads >= " + std::to_string(zcopyBytes_) +
+         " bytes, registration cache up to " + std::to_string(cache_->maxBytes() >> 20) + " MiB";
 }
 
 void Link::trySend(Qp& q) {
@@ -566,6 +597,7 @@ void Link::trySend(Qp& q) {
     ibv_sge sg[2]{};
     ibv_send_wr wr{};
     ibv_send_wr* bad = nullptr;
+    RegCache::Entry* reg = nullptr;
     wr.wr_id = static_cast<uint64_t>(q.index);
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.send_flags = IBV_SEND_SIGNALED;
@@ -587,13 +619,34 @@ void Link::trySend(Qp& q) {
     } else {
       char* s = q.stage + static_cast<size_t>(slot) * slotBytes_;
       std::memcpy(s, &f.hdr, sizeof(FrameHeader));
-      if (len) std::memcpy(s + sizeof(FrameHeader), f.payload, len);
       sg[0].addr = reinterpret_cast<uintptr_t>(s);
-      sg[0].length = static_cast<uint32_t>(total);
       sg[0].lkey = q.stageMr->lkey;
       wr.num_sge = 1;
+      if (cache_ && len >= zcopyBytes_) {
+        std::string why;
+        const char* base = f.msg ? f.msg : f.payload;
+        size_t blen = f.msg ? f.msgLen : len;
+        reg = cache_->acquire(base, blen, &why);
+        if (!reg && !zcopyFallbackLogged_) {
+          zcopyFallbackLogged_ = true;
+          ACCL_INFO("NET", o_.where << ": a zero-copy write is copied instead (logged once): " << why);
+        }
+      }
+      if (reg) {
+        sg[0].length = sizeof(FrameHeader);
+        sg[1].addr = reinterpret_cast<uintptr_t>(f.payload);
+        sg[1].length = static_cast<uint32_t>(len);
+        sg[1].lkey = reg->lkey;
+        wr.num_sge = 2;
+        ++stats_.zcopy;
+      } else {
+        if (len) std::memcpy(s + sizeof(FrameHeader), f.payload, len);
+        sg[0].length = static_cast<uint32_t>(total);
+        ++stats_.copied;
+      }
     }
     if (int rc = ibv_post_send(q.qp, &wr, &bad)) {
+      if (reg) cache_->release(reg);
       failQp(q, std::string("ibv_post_send failed: ") + std::strerror(rc));
       return;
     }
@@ -602,7 +655,7 @@ void Link::trySend(Qp& q) {
     q.reported = q.consumed;
     ++q.sent;
     ++q.dataInflight;
-    q.inflight.push_back({true, std::move(f.cookie)});
+    q.inflight.push_back({true, std::move(f.cookie), reg});
   }
 }
 
@@ -666,6 +719,7 @@ bool Link::progress() {
         q.inflight.pop_front();
         if (done.data) {
           --q.dataInflight;
+          if (done.reg) cache_->release(done.reg);
           if (cb_.sent) cb_.sent(done.cookie);
         } else {
           --q.creditInflight;

@@ -9,10 +9,15 @@
 // piggyback it on. A sender writes only into slots the receiver freed, and the
 // receiver keeps a receive posted for every write that may arrive, so no
 // receive is ever missing. Frames up to the device's inline limit go inline;
-// larger ones are written from a registered staging ring (the user's buffer
-// is never read after post() returns, so a timed-out send cannot leak into a
-// later one). Completions are polled by the owner's progress thread, which
-// spins briefly and then blocks on the completion channel (eventFd()).
+// frames with at least Settings::zcopyBytes of payload are written straight
+// from the caller's buffer (two scatter entries: the header from the staging
+// ring, the payload from the buffer's registration, kept in a RegCache that
+// drops registrations of memory the process unmaps); the rest, and every
+// frame when the cache is unavailable, are copied into a registered staging
+// ring. A frame's sent() callback comes with its write's completion, so the
+// caller's buffer is in use until then. Completions are polled by the owner's
+// progress thread, which spins briefly and then blocks on the completion
+// channel (eventFd()).
 #pragma once
 
 #include <chrono>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "accl/store.h"
+#include "transport/ibverbs/reg_cache.h"
 #include "transport/wire.h"
 
 struct ibv_context;
@@ -59,6 +65,8 @@ struct Settings {
   size_t chunkBytes = 128u << 10;  // payload bytes per write (one mailbox slot)
   int slots = 16;                   // mailbox slots per QP (the credits)
   int ackTimeout = 18;              // ACCL_IB_TIMEOUT: 4.096 us * 2^x before a retry
+  size_t zcopyBytes = 16384;        // ACCL_IB_ZCOPY_BYTES: payloads from this size are not copied (0: never)
+  size_t regCacheBytes = size_t(1) << 30;  // ACCL_IB_REG_CACHE_MB
 };
 
 // Picks device and port by `s` (ACTIVE ports only). Throws accl::Error saying
@@ -108,11 +116,19 @@ class Link {
   int qps() const { return nqp_; }
   int eventFd() const;
   size_t inlineLimit() const { return maxInline_; }
+  // How payloads are sent, for the INFO line: zero-copy with the cache's
+  // limit, or copied and why.
+  std::string sendMode() const;
+  // The registration cache (null when payloads are always copied).
+  const RegCache* regCache() const { return cache_.get(); }
 
   // Queues a frame (hdr.len <= chunkBytes()) to `peer` on QP `qp`; it is
-  // written when a credit is free. `payload` must stay valid until the frame
-  // was posted (see withdraw).
-  void post(int peer, int qp, const FrameHeader& hdr, const char* payload, std::shared_ptr<void> cookie);
+  // written when a credit is free. `payload` must stay valid until sent()
+  // reports the frame, or it was withdrawn. [msg, msg+msgLen) is the whole
+  // message the payload is part of: a zero-copy write registers all of it
+  // once (default: the payload alone).
+  void post(int peer, int qp, const FrameHeader& hdr, const char* payload, std::shared_ptr<void> cookie,
+            const char* msg = nullptr, size_t msgLen = 0);
   // Polls the completion queue; true if anything completed.
   bool progress();
   // Before blocking on eventFd(): requests a completion event; returns true
@@ -130,7 +146,7 @@ class Link {
   void drain(std::chrono::milliseconds limit);
 
   struct Stats {
-    uint64_t writes = 0, inlined = 0, creditWrites = 0, bytes = 0, waitsForCredit = 0;
+    uint64_t writes = 0, inlined = 0, zcopy = 0, copied = 0, creditWrites = 0, bytes = 0, waitsForCredit = 0;
   };
   const Stats& stats() const { return stats_; }
 
@@ -155,6 +171,10 @@ class Link {
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   std::vector<std::unique_ptr<Qp>> qps_;  // index = peer * nqp + q (null: peer not served)
+  std::unique_ptr<RegCache> cache_;       // zero-copy sends (null: copy)
+  size_t zcopyBytes_ = 0;
+  std::string noZcopyWhy_;
+  bool zcopyFallbackLogged_ = false;
   Stats stats_;
 };
 
