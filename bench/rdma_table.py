@@ -2,9 +2,10 @@
 """Markdown table of verbs vs TCP from the accl-perf logs of tests/rdma/run.sh.
 
 usage: bench/rdma_table.py BUILD/rdma-results
-Reads perf_<op>_ib.log and perf_<op>_tcp.log (same guest, same run) and prints,
-per op and size, the time and busbw over each transport and the time ratio
-tcp/ib (>1: verbs faster).
+Reads perf_<op>_ib.log (verbs, zero-copy sends), perf_<op>_ibcopy.log (verbs,
+every payload copied) and perf_<op>_tcp.log (same guest, same run) and prints,
+per op and size, the busbw of each and the time ratios copy/zero-copy and
+tcp/zero-copy (>1: zero-copy verbs faster).
 """
 import re
 import sys
@@ -36,20 +37,21 @@ def human(n):
 def main():
     d = Path(sys.argv[1] if len(sys.argv) > 1 else "build/rdma-results")
     for op in ("allreduce", "sendrecv"):
-        ib, tcp = d / f"perf_{op}_ib.log", d / f"perf_{op}_tcp.log"
-        if not ib.exists() or not tcp.exists():
+        logs = {v: d / f"perf_{op}_{v}.log" for v in ("ib", "ibcopy", "tcp")}
+        if not all(p.exists() for p in logs.values()):
             continue
-        a, b = parse(ib), parse(tcp)
+        a, c, b = (parse(logs[v]) for v in ("ib", "ibcopy", "tcp"))
         print(f"\n{op}, 2 ranks (each its own host), float32:\n")
-        print("| size | verbs time (us) | tcp time (us) | verbs busbw (MB/s) | tcp busbw (MB/s) | tcp/verbs time | #wrong |")
+        print("| size | verbs zero-copy busbw (MB/s) | verbs copy busbw (MB/s) | tcp busbw (MB/s) "
+              "| copy/zero-copy time | tcp/zero-copy time | #wrong |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
-        for s in sorted(set(a) & set(b)):
-            ta, ba, wa = a[s]
-            tb, bb, wb = b[s]
+        for s in sorted(set(a) & set(b) & set(c)):
+            ta, _, wa = a[s]
+            tc, _, wc = c[s]
+            tb, _, wb = b[s]
             # 2 ranks: busbw = algbw = bytes / time (B/us = MB/s; the log's GB/s has 2 decimals)
-            print(f"| {human(s)} | {ta:.0f} | {tb:.0f} | {s / ta:.1f} | "
-                  f"{s / tb:.1f} | {tb / ta:.2f} | {wa + wb} |")
-
+            print(f"| {human(s)} | {s / ta:.1f} | {s / tc:.1f} | {s / tb:.1f} | "
+                  f"{tc / ta:.2f} | {tb / ta:.2f} | {wa + wb + wc} |")
 
 if __name__ == "__main__":
     main()

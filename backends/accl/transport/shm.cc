@@ -318,24 +318,17 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
   for (size_t c = 0; c < n; c += chunkElems) {
     size_t m = std::min(chunkElems, n - c);
     char* d = dst + c * es;
-    bool first = true;
-    // Own input first: in place, the destination is this rank's input.
-    for (int q = 0; q < o_.localSize; ++q) {
+    // Own input first (in place, the destination is this rank's input); the
+    // first peer's chunk is reduced with it straight into the destination,
+    // without copying the own input there first.
+    const char* acc = own + (off + c) * es;
+    for (int q = 1; q < o_.localSize; ++q) {
       int p = (o_.localRank + q) % o_.localSize;
-      const char* src;
-      if (p == o_.localRank) {
-        src = own + (off + c) * es;
-      } else {
-        cmaRead(p, ctl(p).ptrIn + (off + c) * es, tmp_.data(), m * es);
-        src = tmp_.data();
-      }
-      if (first) {
-        if (d != src) std::memmove(d, src, m * es);
-        first = false;
-      } else {
-        internal::reduce(d, d, src, m, t, k);
-      }
+      cmaRead(p, ctl(p).ptrIn + (off + c) * es, tmp_.data(), m * es);
+      internal::reduce(d, acc, tmp_.data(), m, t, k);
+      acc = d;
     }
+    if (acc != d) std::memmove(d, acc, m * es);
   }
 }
 
