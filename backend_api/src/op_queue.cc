@@ -19,16 +19,6 @@ OpQueue::~OpQueue() {
   thread_.join();
 }
 
-std::shared_ptr<Work> OpQueue::enqueue(std::string description, std::function<int()> fn) {
-  auto work = std::make_shared<Work>(std::move(description));
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    queue_.emplace_back(work, std::move(fn));
-  }
-  cv_.notify_one();
-  return work;
-}
-
 namespace {
 void runInto(Work& w, const std::function<int()>& fn) {
   try {
@@ -40,19 +30,14 @@ void runInto(Work& w, const std::function<int()>& fn) {
 }
 }  // namespace
 
-std::shared_ptr<Work> OpQueue::runOrEnqueue(std::string description, std::function<int()> fn) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (busy_ || !queue_.empty()) {
-      auto work = std::make_shared<Work>(std::move(description));
-      queue_.emplace_back(work, std::move(fn));
-      cv_.notify_one();
-      return work;
-    }
-    busy_ = true;
-  }
-  auto work = std::make_shared<Work>(std::move(description));
-  runInto(*work, fn);
+bool OpQueue::startInline() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (busy_ || !queue_.empty()) return false;
+  busy_ = true;
+  return true;
+}
+
+void OpQueue::finishInline() {
   bool queued;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -60,7 +45,14 @@ std::shared_ptr<Work> OpQueue::runOrEnqueue(std::string description, std::functi
     queued = !queue_.empty();
   }
   if (queued) cv_.notify_one();  // ops queued meanwhile may start
-  return work;
+}
+
+void OpQueue::push(const std::shared_ptr<Work>& work, std::function<int()> fn) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.emplace_back(work, std::move(fn));
+  }
+  cv_.notify_one();
 }
 
 void OpQueue::loop() {

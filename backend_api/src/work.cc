@@ -5,7 +5,13 @@
 namespace accl {
 
 Work::Work(std::string description) : description_(std::move(description)) {}
+Work::Work(const char* what, uint64_t seq) : what_(what), seq_(seq) {}
 Work::~Work() = default;
+
+std::string Work::description() const {
+  if (what_) return std::string(what_) + " #" + std::to_string(seq_);
+  return description_;
+}
 
 bool Work::isCompleted() const {
   std::lock_guard<std::mutex> lk(mu_);
@@ -24,11 +30,16 @@ bool Work::test() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  if (done_.load(std::memory_order_acquire)) {  // completed: error_ is final
+    if (error_) std::rethrow_exception(error_);
+    return;
+  }
   std::unique_lock<std::mutex> lk(mu_);
   if (timeout.count() < 0) {
     cv_.wait(lk, [&] { return callbacksDone_; });
   } else if (!cv_.wait_for(lk, timeout, [&] { return callbacksDone_; })) {
-    throw Timeout("accl: " + (description_.empty() ? std::string("operation") : description_) +
+    std::string d = description();
+    throw Timeout("accl: " + (d.empty() ? std::string("operation") : d) +
                   " did not complete within " + std::to_string(timeout.count()) +
                   " ms of Work::wait()");
   }
@@ -65,12 +76,17 @@ void Work::markCompleted(std::exception_ptr error, int sourceRank) {
     error_ = std::move(error);
     sourceRank_ = sourceRank;
     cbs.swap(callbacks_);
+    if (cbs.empty()) {
+      callbacksDone_ = true;
+      done_.store(true, std::memory_order_release);
+    }
   }
-  // Callbacks run before waiters wake: after wait() returns, they have run.
-  for (auto& cb : cbs) cb(*this);
-  {
+  if (!cbs.empty()) {
+    // Callbacks run before waiters wake: after wait() returns, they have run.
+    for (auto& cb : cbs) cb(*this);
     std::lock_guard<std::mutex> lk(mu_);
     callbacksDone_ = true;
+    done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }

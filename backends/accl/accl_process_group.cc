@@ -329,9 +329,10 @@ Peers AcclProcessGroup::members(const std::vector<int>& ranks, uint32_t stepBase
   return g;
 }
 
+template <typename Body>
 std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType t, ReduceKind r,
                                                int root, size_t bytes, std::chrono::milliseconds timeout,
-                                               Body body) {
+                                               Body&& body) {
   OpDesc d;
   d.seq = seq_++;
   d.count = count;
@@ -339,19 +340,18 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
   d.dtype = static_cast<uint8_t>(t);
   d.redop = static_cast<uint8_t>(r);
   d.root = root;
-  // Cheap description (the full one, with counts and dtype, goes into errors).
-  std::string desc = std::string(toString(op)) + " #" + std::to_string(d.seq);
+  // Cheap description, formatted when needed (the full one, with counts and
+  // dtype, goes into errors).
+  auto work = std::make_shared<Work>(toString(op), d.seq);
   ACCL_TRACE("COLL", "enqueue " << core::describe(d));
-  auto fn = [this, d, timeout, body = std::move(body)]() -> int {
+  auto fn = [this, d, timeout, body = std::forward<Body>(body)]() -> int {
     const std::string& prefix = prefix_;
-    {
+    if (isBroken_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lk(brokenMu_);
-      if (!broken_.empty())
-        throw RemoteError(prefix + core::describe(d) +
-                          ": the group is unusable after an earlier failure: " + broken_);
+      throw RemoteError(prefix + core::describe(d) + ": the group is unusable after an earlier failure: " + broken_);
     }
     auto deadline = Clock::now() + timeout;
-    tcp_->beginOp(d, deadline);
+    tcp_->beginOp(d, deadline, timeout);
     try {
       body(d, deadline);
     } catch (const std::exception& e) {
@@ -360,6 +360,7 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
       {
         std::lock_guard<std::mutex> lk(brokenMu_);
         if (broken_.empty()) broken_ = msg;
+        isBroken_.store(true, std::memory_order_release);
       }
       rethrowWith(prefix);
     }
@@ -368,8 +369,8 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
     if (!layout_.singleHost()) tcp_->endOp();
     return -1;
   };
-  if (bytes <= inlineBytes_) return queue_->runOrEnqueue(desc, std::move(fn));
-  return queue_->enqueue(desc, std::move(fn));
+  if (bytes <= inlineBytes_) return queue_->runOrEnqueue(std::move(work), std::move(fn));
+  return queue_->enqueue(std::move(work), std::move(fn));
 }
 
 // ---------------------------------------------------------------- allreduce

@@ -50,12 +50,14 @@ class AcclProcessGroup : public ProcessGroup {
                                         const ProcessGroupOptions& opts) override;
 
  private:
-  using Body = std::function<void(const core::OpDesc&, core::Clock::time_point)>;
-  // Gives the op its sequence number and runs `body` in order (inline when
-  // small and the group is idle); failures get this group's context and make
-  // the group unusable (its ranks no longer agree on where they are).
+  // Gives the op its sequence number and runs `body(desc, deadline)` in
+  // order (inline when small and the group is idle); failures get this
+  // group's context and make the group unusable (its ranks no longer agree on
+  // where they are). A template so that an inline op allocates nothing but
+  // its Work (defined in the .cc, where every op uses it).
+  template <typename Body>
   std::shared_ptr<Work> submit(OpType op, size_t count, DataType t, ReduceKind r, int root,
-                               size_t bytes, std::chrono::milliseconds timeout, Body body);
+                               size_t bytes, std::chrono::milliseconds timeout, Body&& body);
   core::Peers flat(uint32_t stepBase = 0);
   core::Peers members(const std::vector<int>& ranks, uint32_t stepBase);
   void allreduceBody(const void* in, void* out, size_t count, DataType t, ReduceOp op,
@@ -77,6 +79,7 @@ class AcclProcessGroup : public ProcessGroup {
   std::atomic<uint64_t> seq_{0};
   std::mutex brokenMu_;
   std::string broken_;
+  std::atomic<bool> isBroken_{false};  // broken_ is set (checked without the lock per op)
   std::string nicText_;  // which NIC and interface this rank uses (INFO log)
   uint64_t splits_ = 0;
   std::string prefix_;  // "accl rank R/N accl: "

@@ -1,8 +1,10 @@
 // Handle of an asynchronous operation.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -18,6 +20,9 @@ constexpr std::chrono::milliseconds kNoTimeout{-1};
 class Work {
  public:
   explicit Work(std::string description = "");
+  // "<what> #<seq>", formatted only when a message needs it (`what` must be a
+  // string literal or otherwise outlive the Work).
+  Work(const char* what, uint64_t seq);
   virtual ~Work();
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
@@ -41,17 +46,20 @@ class Work {
   void onComplete(std::function<void(Work&)> cb);
   // For recv from any source: the rank the message came from (-1 until known).
   int sourceRank() const;
-  const std::string& description() const { return description_; }
+  std::string description() const;
 
   // Completes the work; used by backends. Later calls are ignored.
   void markCompleted(std::exception_ptr error = nullptr, int sourceRank = -1);
 
  private:
   std::string description_;
+  const char* what_ = nullptr;  // with seq_: the description, when description_ is empty
+  uint64_t seq_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool completed_ = false;
   bool callbacksDone_ = false;  // wait() returns only after the callbacks ran
+  std::atomic<bool> done_{false};  // callbacksDone_ for wait()'s lock-free fast path
   int sourceRank_ = -1;
   std::exception_ptr error_;
   std::vector<std::function<void(Work&)>> callbacks_;

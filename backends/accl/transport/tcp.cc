@@ -707,12 +707,12 @@ void TcpTransport::writeConn(Conn& c) {
 
 // ---------------------------------------------------------------- ops
 
-void TcpTransport::beginOp(const OpDesc& d, Clock::time_point deadline) {
+void TcpTransport::beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lk(mu_);
   cur_ = d;
   opActive_ = true;
   deadline_ = deadline;
-  opTimeout_ = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  opTimeout_ = timeout;
   entered_ = d.seq + 1;
   mismatch_.clear();
   opReqs_.clear();

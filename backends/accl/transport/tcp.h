@@ -54,7 +54,8 @@ class TcpTransport : public Transport {
   // Marks the start / end of an op: its descriptor goes into every data frame,
   // peers asking whether this rank arrived get its sequence number, and the
   // deadline bounds every wait. endOp with an error tells all peers (abort frame).
-  void beginOp(const OpDesc& d, Clock::time_point deadline);
+  // `timeout` is what `deadline` was computed from (named in timeout errors).
+  void beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout);
   void endOp(const std::string& error = "");
 
   void send(int peer, uint32_t step, const void* buf, size_t len) override;

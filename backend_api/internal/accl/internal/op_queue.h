@@ -24,14 +24,43 @@ class OpQueue {
   // Thread-safe. Returns at once; `fn` runs on the worker thread. If `fn`
   // throws, the Work completes with that exception. `fn` may return a source
   // rank (for recv from any source) or -1.
-  std::shared_ptr<Work> enqueue(std::string description, std::function<int()> fn);
+  std::shared_ptr<Work> enqueue(std::string description, std::function<int()> fn) {
+    return enqueue(std::make_shared<Work>(std::move(description)), std::move(fn));
+  }
+  std::shared_ptr<Work> enqueue(std::shared_ptr<Work> work, std::function<int()> fn) {
+    push(work, std::move(fn));
+    return work;
+  }
   // Like enqueue, but when nothing is queued or running, runs `fn` on the
   // calling thread and returns a completed Work (ops still run one at a time,
   // in order). Used for small ops, where a thread hand-off costs more than the op.
-  std::shared_ptr<Work> runOrEnqueue(std::string description, std::function<int()> fn);
+  std::shared_ptr<Work> runOrEnqueue(std::string description, std::function<int()> fn) {
+    return runOrEnqueue(std::make_shared<Work>(std::move(description)), std::move(fn));
+  }
+  // The same with a Work the caller made; `fn` is only wrapped in a
+  // std::function (an allocation) when it has to wait in the queue.
+  template <typename F>
+  std::shared_ptr<Work> runOrEnqueue(std::shared_ptr<Work> work, F&& fn) {
+    if (!startInline()) {
+      push(work, std::function<int()>(std::forward<F>(fn)));
+      return work;
+    }
+    try {
+      int src = fn();
+      work->markCompleted(nullptr, src);
+    } catch (...) {
+      work->markCompleted(std::current_exception());
+    }
+    finishInline();
+    return work;
+  }
 
  private:
   void loop();
+  // Claims the group for an inline run: false if something is queued or running.
+  bool startInline();
+  void finishInline();
+  void push(const std::shared_ptr<Work>& work, std::function<int()> fn);
 
   std::string name_;
   std::mutex mu_;
