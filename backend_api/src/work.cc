@@ -30,6 +30,7 @@ bool Work::test() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  if (!done_.load(std::memory_order_acquire) && waitHook_) waitHook_(*this);
   if (done_.load(std::memory_order_acquire)) {  // completed: error_ is final
     if (error_) std::rethrow_exception(error_);
     return;

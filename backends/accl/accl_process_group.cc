@@ -267,7 +267,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     };
     shm_.reset(new core::ShmDomain(so));
   }
-  queue_.reset(new internal::OpQueue("accl-coll"));
+  queue_.reset(new internal::OpQueue("accl-coll", /*waiterRuns=*/true));
   prefix_ = context("");
   logSetup();
 }

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "accl/errors.h"
 #include "accl/internal/op_queue.h"
@@ -63,4 +66,84 @@ TEST(OpQueue, RunsInSubmissionOrderAndStoresExceptions) {
     else works[i]->wait();
   }
   for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
+}
+
+// waiterRuns: a waiter runs the op that is next in line on its own thread
+// (no hand-off to the worker); ops still run one at a time and in order, and
+// a waiter whose op is not next (or while another runs) blocks as usual.
+TEST(OpQueue, AWaiterRunsTheNextOpItselfWithoutBreakingOrder) {
+  internal::OpQueue q("test", /*waiterRuns=*/true);
+  // Keep the worker busy so that the next op is certainly still queued.
+  std::atomic<bool> release{false};
+  auto blocker = q.enqueue("blocker", [&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return -1;
+  });
+  std::thread::id ranOn;
+  std::vector<int> order;
+  std::mutex m;
+  auto second = q.enqueue("second", [&] {
+    std::lock_guard<std::mutex> lk(m);
+    ranOn = std::this_thread::get_id();
+    order.push_back(2);
+    return -1;
+  });
+  auto third = q.enqueue("third", [&] {
+    std::lock_guard<std::mutex> lk(m);
+    order.push_back(3);
+    return -1;
+  });
+  // While the blocker runs, waiting on the third op blocks (not next, busy).
+  std::thread waiter3([&] { third->wait(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(third->isCompleted());
+  release = true;
+  blocker->wait();
+  second->wait();
+  waiter3.join();
+  ASSERT_EQ(order, (std::vector<int>{2, 3}));
+  (void)ranOn;  // the worker or this thread, whichever took it first
+  // Now with the worker idle: submit and wait at once, many times; each op
+  // runs on the waiting thread or the worker, never two at a time.
+  std::atomic<int> running{0}, overlap{0}, onWaiter{0};
+  for (int i = 0; i < 2000; ++i) {
+    auto w = q.enqueue("op", [&] {
+      if (running.fetch_add(1) != 0) ++overlap;
+      running.fetch_sub(1);
+      return -1;
+    });
+    auto me = std::this_thread::get_id();
+    auto w2 = q.enqueue("mark", [&, me] {
+      if (std::this_thread::get_id() == me) ++onWaiter;
+      return -1;
+    });
+    w->wait();
+    w2->wait();
+  }
+  EXPECT_EQ(overlap.load(), 0);
+  EXPECT_GT(onWaiter.load(), 0) << "no op ever ran on the waiting thread";
+}
+
+TEST(OpQueue, WithoutWaiterRunsEveryOpRunsOnTheWorker) {
+  internal::OpQueue q("test");
+  auto me = std::this_thread::get_id();
+  int onWaiter = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto w = q.enqueue("op", [&] {
+      if (std::this_thread::get_id() == me) ++onWaiter;
+      return -1;
+    });
+    w->wait();
+  }
+  EXPECT_EQ(onWaiter, 0);
+}
+
+TEST(OpQueue, AWaitHookOutlivingItsQueueIsHarmless) {
+  std::shared_ptr<Work> w;
+  {
+    internal::OpQueue q("test", true);
+    w = q.enqueue("op", [] { return -1; });
+  }  // the queue finished the op before it went
+  EXPECT_TRUE(w->isCompleted());
+  w->wait();
 }

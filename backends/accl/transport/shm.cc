@@ -28,7 +28,7 @@ constexpr uint32_t kShmMagic = 0x53434341;  // "ACCS"
 constexpr int kMaxLocal = 64;
 constexpr size_t kCmaMinBytes = 64u << 10;     // below this, copying through slots is faster
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
-constexpr size_t kChunk = 1024u << 10;          // cache-sized steps of single-copy reductions
+constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-copy reductions (L2-resident)
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
