@@ -108,7 +108,9 @@ const std::vector<ConfigEntry>& configTable() {
        "allows it; off: always copy through the shared segment; on: fail if unavailable."},
       {"ACCL_INLINE_BYTES", "int", "65536", "0..1073741824",
        "Ops of at most this many bytes issued while the group is idle run on the calling thread "
-       "(lowest latency; the call returns a completed Work). 0 queues every op."},
+       "(lowest latency; the call returns a completed Work). Larger ones are queued for the "
+       "group's worker thread; a thread that waits on one while it is next in line runs it "
+       "itself. 0 queues every op."},
       {"ACCL_TORCH_BACKEND", "enum", "accl", "accl, gloo, mpi, nccl",
        "Which ACCL backend runs the ops of torch's backend=\"accl\" (torch_accl). Other values "
        "route the same adapter through ACCL's gloo, mpi or nccl backend for comparisons."},
