@@ -71,6 +71,15 @@ char* mapPages(size_t bytes) {
 
 const size_t kMiB = size_t(1) << 20;
 
+// Registers [p, p+n) through the cache and lets go of it (an op that ended).
+RegCache::Entry* registerOnce(RegCache& c, const char* p, size_t n) {
+  std::string why;
+  auto* e = c.acquire(p, n, &why);
+  EXPECT_TRUE(e) << why;
+  if (e) c.release(e);
+  return e;
+}
+
 }  // namespace
 
 TEST(RegCache, ARegistrationIsReusedAcrossOpsAndCoversItsWholeMessage) {
@@ -115,16 +124,15 @@ TEST(RegCache, UnmappedMemoryIsRegisteredAgainAtTheSameAddress) {
   auto c = makeCache(d);
   CACHE_OR_SKIP(c);
   char* buf = mapPages(kMiB);
-  std::string why;
-  auto* e = c->acquire(buf, kMiB, &why);
+  auto* e = registerOnce(*c, buf, kMiB);
   ASSERT_TRUE(e);
   void* first = e->handle;
-  c->release(e);
   ASSERT_EQ(munmap(buf, kMiB), 0);
   EXPECT_EQ(c->stats().invalidations.load(), 1u);
   // New memory at the very same address (what malloc after free often gives).
   void* again = mmap(buf, kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   ASSERT_EQ(again, static_cast<void*>(buf));
+  std::string why;
   auto* e2 = c->acquire(buf, kMiB, &why);
   ASSERT_TRUE(e2);
   EXPECT_NE(e2->handle, first) << "the registration of the unmapped memory was reused";
@@ -182,10 +190,8 @@ TEST(RegCache, UnrelatedUnmapsLeaveEntriesAlone) {
   auto c = makeCache(d);
   CACHE_OR_SKIP(c);
   char* buf = mapPages(kMiB);
-  std::string why;
-  auto* e = c->acquire(buf, kMiB, &why);
+  auto* e = registerOnce(*c, buf, kMiB);
   ASSERT_TRUE(e);
-  c->release(e);
   for (int i = 0; i < 20; ++i) {
     char* other = mapPages(kMiB);
     munmap(other, kMiB);
