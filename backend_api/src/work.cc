@@ -30,7 +30,9 @@ bool Work::test() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
-  if (!done_.load(std::memory_order_acquire) && waitHook_) waitHook_(*this);
+  // Only an unbounded wait may run the op itself: a bounded one must be able
+  // to return when its time is up while the op goes on.
+  if (timeout.count() < 0 && !done_.load(std::memory_order_acquire) && waitHook_) waitHook_(*this);
   if (done_.load(std::memory_order_acquire)) {  // completed: error_ is final
     if (error_) std::rethrow_exception(error_);
     return;

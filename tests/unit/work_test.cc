@@ -147,3 +147,19 @@ TEST(OpQueue, AWaitHookOutlivingItsQueueIsHarmless) {
   EXPECT_TRUE(w->isCompleted());
   w->wait();
 }
+
+TEST(OpQueue, ABoundedWaitDoesNotRunTheOpAndTimesOutOnTime) {
+  internal::OpQueue q("test", true);
+  for (int i = 0; i < 5; ++i) {
+    // Waited on at once, as the waiter would usually win the race to run it.
+    auto slow = q.enqueue("slow", [] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return -1;
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_THROW(slow->wait(std::chrono::milliseconds(20)), Timeout);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250))
+        << "a bounded wait ran the 300 ms op itself";
+    slow->wait();
+  }
+}

@@ -50,8 +50,9 @@ class Work {
 
   // Completes the work; used by backends. Later calls are ignored.
   void markCompleted(std::exception_ptr error = nullptr, int sourceRank = -1);
-  // Used by backends, before the Work is handed out: wait() calls `hook`
-  // once before it blocks (an op queue may run the op on the waiting thread).
+  // Used by backends, before the Work is handed out: wait() without a
+  // timeout calls `hook` once before it blocks (an op queue may run the op on
+  // the waiting thread).
   void setWaitHook(std::function<void(Work&)> hook) { waitHook_ = std::move(hook); }
 
  private:
