@@ -6,6 +6,8 @@
 # backend over verbs for real; exits non-zero if any check fails.
 set -u
 B=$1; OUT=$2; shift 2
+# Settings from the host (run.sh writes them: the guest starts with a clean environment).
+[ -f "$OUT/settings.sh" ] && . "$OUT/settings.sh"
 STAGES=${*:-unit conformance fault memlock perf}
 mkdir -p "$OUT"
 export PATH="$B/bin:$PATH" ACCL_TIMEOUT=300
@@ -35,8 +37,9 @@ chmod +x /tmp/as_hosts.sh
 
 if has unit; then
   s=$(t)
-  accl_verbs_tests 2>&1 | tee "$OUT/unit.log" | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|peer gone"
+  { accl_verbs_tests; accl_net_tests --gtest_filter='*/ib'; } 2>&1 | tee "$OUT/unit.log" | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|peer gone"
   r=${PIPESTATUS[0]}
+  grep -q "FAILED" "$OUT/unit.log" && r=1
   grep -q "SKIPPED" "$OUT/unit.log" && { echo "verbs unit tests skipped inside the guest"; r=1; }
   ok $r "verbs unit tests on rxe0 ($(( $(t) - s )) s)"
 fi
@@ -66,10 +69,12 @@ fi
 
 if has fault; then
   s=$(t)
-  accl_fault_tests --gtest_filter='*/ib' 2>&1 | tee "$OUT/fault.log" | tail -4
+  # ACCL_FAULT_REPEAT rounds in a row (run.sh passes it in; default 3).
+  n=${ACCL_FAULT_REPEAT:-3}
+  accl_fault_tests --gtest_filter='*/ib' --gtest_repeat="$n" 2>&1 | tee "$OUT/fault.log" | grep -E "^\[ +(FAILED|PASSED) +\]" | sort | uniq -c
   r=${PIPESTATUS[0]}
   grep -q "SKIPPED" "$OUT/fault.log" && { echo "verbs fault tests skipped inside the guest"; r=1; }
-  ok $r "fault tests over verbs: killed rank, never-entered op, mismatch ($(( $(t) - s )) s)"
+  ok $r "fault tests over verbs, $n rounds: killed rank, never-entered op, mismatch, garbage ($(( $(t) - s )) s)"
 fi
 
 if has memlock; then

@@ -3,6 +3,7 @@
 # Debian 12's stock kernel, software emulation, no KVM needed) and runs
 # in_guest.sh there against BUILD_DIR's binaries.
 #   tests/rdma/run.sh BUILD_DIR [STAGE...]     (stages: see in_guest.sh)
+# ACCL_FAULT_REPEAT: rounds of the fault suite over verbs (default 3).
 # Needs root: the first run installs QEMU and rdma-core and builds the guest
 # (kernel package + a small initramfs) into ACCL_RDMA_CACHE
 # (/var/tmp/accl-softroce). Results and logs: BUILD_DIR/rdma-results/.
@@ -23,6 +24,7 @@ mkdir -p "$OUT"
 # The guest mounts fresh tmpfs on /tmp, /var/tmp, /run and /root: a checkout
 # there is hidden from it, so the guest script runs from the (mounted) build dir.
 cp "$here/in_guest.sh" "$OUT/in_guest.sh"
+echo "ACCL_FAULT_REPEAT=${ACCL_FAULT_REPEAT:-3}" >"$OUT/settings.sh"
 set +e
 bash "$here/softroce-vm.sh" run "$CACHE" -w "$B" -t "${ACCL_RDMA_TIMEOUT:-2700}" "$OUT/in_guest.sh" "$B" "$OUT" "$@"
 rc=$?

@@ -455,6 +455,71 @@ void TcpTransport::failPeer(int peer, const std::string& why) {
   cv_.notify_all();
 }
 
+void TcpTransport::withdrawLocked(const std::shared_ptr<Request>& r, const char* why, const char* what) {
+  if (!r->done) {
+    r->done = true;
+    if (!r->errorKind) {
+      r->errorKind = 1;
+      r->error = why;
+    }
+  }
+  if (r->isSend) {
+    // Frames not yet written are dropped; a frame half on a socket is
+    // finished from a copy (the stream stays in step, the receiver discards
+    // it); a verbs write in flight reads registered (pinned) pages.
+    if (ib_ && !ib_->withdraw(r) && what)
+      ACCL_INFO("NET", o_.where << ": " << what << " failed with part of the message written; "
+                                << "the receiver discards the rest");
+    for (auto& v : conns_)
+      for (auto& c : v) {
+        if (!c || c->closed) continue;
+        for (auto f = c->out.begin(); f != c->out.end();) {
+          if (f->req != r) {
+            ++f;
+          } else if (f->sent == 0) {
+            f = c->out.erase(f);
+          } else {
+            if (!f->owned && f->hdr.len) f->owned = std::make_shared<std::string>(f->data, f->hdr.len);
+            f->data = nullptr;
+            f->req.reset();
+            ++f;
+          }
+        }
+      }
+    return;
+  }
+  // Receives: unmatched, and a frame being read into the buffer is read to
+  // its end and discarded.
+  auto pit = posted_.find({r->peer, r->key});
+  if (pit != posted_.end() && pit->second == r) posted_.erase(pit);
+  auto tit = std::find(postedTagged_.begin(), postedTagged_.end(), r);
+  if (tit != postedTagged_.end()) postedTagged_.erase(tit);
+  auto detach = [&](Conn& c) {
+    if (c.rreq == r) {
+      c.rreq.reset();
+      c.dest = nullptr;
+    }
+    if (c.tagReq == r) {
+      c.tagReq.reset();
+      c.tagDiscard = true;
+    }
+  };
+  for (auto& v : conns_)
+    for (auto& c : v)
+      if (c) detach(*c);
+  for (auto& v : ibConns_)
+    for (auto& c : v)
+      if (c) detach(*c);
+  for (auto& kv : unexpected_)
+    if (kv.second->waiter == r) kv.second->waiter.reset();
+  for (auto& u : unexpectedTagged_)
+    if (u->waiter == r) u->waiter.reset();
+}
+
+void TcpTransport::retireOpLocked() {
+  for (auto& r : opReqs_) withdrawLocked(r, "the op failed", nullptr);
+}
+
 void TcpTransport::readConn(Conn& c) {
   for (int iter = 0; iter < 64 && !c.closed; ++iter) {
     if (c.hdrGot < sizeof(FrameHeader)) {
@@ -735,20 +800,10 @@ void TcpTransport::endOp(const std::string& error) {
   opActive_ = false;
   for (auto it = posted_.begin(); it != posted_.end();)
     it = (it->first.second >> 32) <= cur_.seq ? posted_.erase(it) : std::next(it);
-  if (!error.empty()) {
-    // The op failed: frames of it not yet on the wire are withdrawn, so that
-    // nothing reads the caller's buffers after the op returned (the peers get
-    // the abort below instead). A frame half written to a socket is finished.
-    for (auto& r : opReqs_) {
-      if (!r->isSend || r->done) continue;
-      if (ib_) ib_->withdraw(r);
-      for (auto& v : conns_)
-        for (auto& c : v)
-          if (c && !c->closed)
-            for (auto f = c->out.begin(); f != c->out.end();)
-              f = (f->req == r && f->sent == 0) ? c->out.erase(f) : std::next(f);
-    }
-  }
+  // The op failed: nothing of it touches the caller's buffers any more (the
+  // peers get the abort below instead). Usually done already by the wait
+  // that threw; errors raised outside this transport arrive here.
+  if (!error.empty()) retireOpLocked();
   opReqs_.clear();
   if (error.empty()) {
     completed_.push_back(cur_);
@@ -960,6 +1015,17 @@ void TcpTransport::noteLate(int peer, const OpDesc& theirs) {
 }
 
 void TcpTransport::throwIfFailed(const std::vector<int>& peers) {
+  try {
+    checkFailedLocked(peers);
+  } catch (...) {
+    // Before the error leaves the transport (and the algorithm's scratch
+    // buffers are freed by unwinding), every request of the op is withdrawn.
+    retireOpLocked();
+    throw;
+  }
+}
+
+void TcpTransport::checkFailedLocked(const std::vector<int>& peers) {
   if (!late_.empty()) throw InvalidArgument("mismatched collectives: " + late_);
   if (!mismatch_.empty())
     throw InvalidArgument("mismatched collectives: this rank called " + describe(cur_) +
@@ -1071,6 +1137,7 @@ void TcpTransport::throwTimeout(const std::string& waitingFor) {
   msg += absent.empty() ? "; every rank still connected entered the op" : "; ranks that did not arrive: " + absent;
   if (!gone.empty()) msg += "; ranks no longer connected: " + gone;
   if (!waitingFor.empty()) msg += "; this rank was waiting for " + waitingFor;
+  retireOpLocked();
   throw Timeout(msg);
 }
 
@@ -1155,44 +1222,14 @@ std::vector<std::function<void()>> TcpTransport::reapTagged() {
       finish = true;
       if (r->errorKind == 2) err = std::make_exception_ptr(InvalidArgument(p.what + ": " + r->error));
       else if (r->errorKind) err = std::make_exception_ptr(RemoteError(p.what + ": " + r->error));
+      if (r->errorKind) withdrawLocked(r, r->error.c_str(), p.what.c_str());
     } else if (now >= p.deadline) {
       finish = true;
       err = std::make_exception_ptr(Timeout(
           p.what + " timed out" + (r->peer >= 0 ? " waiting for rank " + std::to_string(r->peer) : std::string())));
-      // Withdraw it, so that nothing lands in (or is read from) the user's
-      // buffer after the Work failed; a message already half on the wire
-      // cannot be withdrawn, so that connection is closed.
-      auto it = std::find(postedTagged_.begin(), postedTagged_.end(), r);
-      if (it != postedTagged_.end()) postedTagged_.erase(it);
-      r->done = true;
-      r->errorKind = 1;
-      r->error = "timed out";
-      if (ib_ && !ib_->withdraw(r))
-        ACCL_INFO("NET", o_.where << ": " << p.what << " timed out with part of the message written; "
-                                  << "the receiver discards the rest");
-      for (auto& v : ibConns_)
-        for (auto& c : v)
-          if (c->tagReq == r) {
-            c->tagReq.reset();
-            c->tagDiscard = true;
-          }
-      for (auto& v : conns_)
-        for (auto& c : v) {
-          if (!c || c->closed) continue;
-          if (c->rreq == r) closeConn(*c, "a receive timed out in the middle of a message");
-          for (auto f = c->out.begin(); !c->closed && f != c->out.end();) {
-            if (f->req != r) {
-              ++f;
-            } else if (f->sent == 0) {
-              f = c->out.erase(f);
-            } else {
-              closeConn(*c, "a send timed out in the middle of a message");
-              break;
-            }
-          }
-        }
-      for (auto& u : unexpectedTagged_)
-        if (u->waiter == r) u->waiter.reset();
+      // Withdrawn, so that nothing lands in (or is read from) the user's
+      // buffer after the Work failed.
+      withdrawLocked(r, "timed out", p.what.c_str());
     }
     if (!finish) {
       ++i;

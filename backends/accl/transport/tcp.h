@@ -112,8 +112,18 @@ class TcpTransport : public Transport {
   void deliverIb(int peer, int qp, const FrameHeader& h, const char* payload);
   void postIb(int peer, FrameType type, uint64_t key, const void* buf, size_t len, const OpDesc& desc,
               const std::shared_ptr<Request>& r, bool spread);
-  // Throws the first failure relevant to the current op, if any (mu_ held).
+  // Throws the first failure relevant to the current op, if any (mu_ held),
+  // after withdrawing the op's requests (retireOpLocked).
   void throwIfFailed(const std::vector<int>& peers);
+  void checkFailedLocked(const std::vector<int>& peers);
+  // Withdraws a request (mu_ held): once this returns, nothing reads or
+  // writes its buffer. Marks it done (failed with `why` unless it failed
+  // already); `what` names it in the log when part of a send was written.
+  void withdrawLocked(const std::shared_ptr<Request>& r, const char* why, const char* what);
+  // Withdraws every request of the current op (mu_ held): called before an
+  // error of the op leaves this transport, so that buffers freed while the
+  // error unwinds (the algorithm's scratch, the caller's) are never touched.
+  void retireOpLocked();
   std::vector<std::pair<int, std::string>> queryArrivals(uint64_t seq);
 
   Options o_;

@@ -62,7 +62,9 @@ class Transport {
   virtual void recv(int peer, uint32_t step, void* buf, size_t len) = 0;
   // Waits until every send and receive posted since the last wait() is
   // complete. Throws accl::Timeout (naming the ranks that did not arrive),
-  // RemoteError (peer failed or aborted) or InvalidArgument (mismatch).
+  // RemoteError (peer failed or aborted) or InvalidArgument (mismatch). When
+  // it throws, every send and receive of the op was withdrawn first: nothing
+  // reads or writes their buffers afterwards, so they may be freed at once.
   virtual void wait() = 0;
 };
 
