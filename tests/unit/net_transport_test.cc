@@ -5,6 +5,7 @@
 // port is ACTIVE (tests/rdma runs it inside a soft-RoCE guest).
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/mman.h>
 
 #include <chrono>
@@ -43,6 +44,10 @@ struct Pair {
 };
 
 void connect(Pair& p, bool ib) {
+  // Creating the transports (over verbs: UCX's memory hooks load) changes no
+  // signal disposition of the process (SA_RESTORER is glibc's own flag).
+  struct sigaction before[NSIG];
+  for (int s = 1; s < NSIG; ++s) sigaction(s, nullptr, &before[s]);
   auto store = std::make_shared<HashStore>();
   auto make = [&](int rank) {
     TcpTransport::Options o;
@@ -64,6 +69,12 @@ void connect(Pair& p, bool ib) {
   other.join();
   if (ib) {
     ASSERT_TRUE(p.t[0]->overIb(1) && p.t[1]->overIb(0)) << p.t[0]->ibStatus();
+  }
+  for (int s = 1; s < NSIG; ++s) {
+    struct sigaction now;
+    sigaction(s, nullptr, &now);
+    EXPECT_TRUE(now.sa_handler == before[s].sa_handler && ((now.sa_flags ^ before[s].sa_flags) & ~0x04000000) == 0)
+        << "signal " << s << " (" << strsignal(s) << ") changed by creating the transport";
   }
 }
 

@@ -1,8 +1,14 @@
 #include "transport/ibverbs/mem_events.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 
+#include <cstring>
 #include <mutex>
+
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000
+#endif
 
 #ifdef ACCL_HAVE_UCM
 #include <ucm/api/ucm.h>
@@ -23,13 +29,34 @@ struct Ucm {
   std::string error;
 };
 
+// Loading libucs runs UCX's initialisation, which installs its own handlers
+// for SIGSEGV, SIGBUS, SIGILL, SIGFPE (UCX_HANDLE_ERRORS) in the process. A
+// communication library must not change how the user's process (a torch
+// job, say) handles signals: every disposition is put back as it was.
+void* dlopenKeepingSignals(const char* name) {
+  struct sigaction before[NSIG];
+  bool saved[NSIG] = {};
+  for (int s = 1; s < NSIG; ++s) saved[s] = sigaction(s, nullptr, &before[s]) == 0;
+  void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  for (int s = 1; s < NSIG; ++s) {
+    struct sigaction now;
+    if (!saved[s] || sigaction(s, nullptr, &now) != 0) continue;
+    // (glibc adds SA_RESTORER to whatever it installs: not a change.)
+    if (now.sa_handler != before[s].sa_handler ||
+        ((now.sa_flags ^ before[s].sa_flags) & ~SA_RESTORER) != 0 ||
+        std::memcmp(&now.sa_mask, &before[s].sa_mask, sizeof(now.sa_mask)) != 0)
+      sigaction(s, &before[s], nullptr);
+  }
+  return h;
+}
+
 const Ucm& ucm() {
   static Ucm u;
   static std::once_flag once;
   std::call_once(once, [] {
     // libucm resolves symbols of libucs (its module loader), so libucs is
     // loaded, which brings libucm in as its dependency. Neither is unloaded.
-    void* h = dlopen("libucs.so.0", RTLD_NOW | RTLD_LOCAL);
+    void* h = dlopenKeepingSignals("libucs.so.0");
     if (!h) {
       const char* e = dlerror();
       u.error = std::string("UCX's libucs.so.0 and libucm.so.0 cannot be loaded (") + (e ? e : "?") +
