@@ -72,7 +72,7 @@ if(NOT ACCL_WITH_TORCH STREQUAL "OFF")
     endif()
   endif()
   execute_process(COMMAND ${ACCL_PYTHON} -c
-    "import sys, sysconfig, torch\nfrom torch.utils import cpp_extension as c\nprint(torch.__version__)\nprint(int(torch._C._GLIBCXX_USE_CXX11_ABI))\nprint(':'.join(c.include_paths()))\nprint(':'.join(c.library_paths()))\nprint(sysconfig.get_paths()['include'])\nprint(sysconfig.get_config_var('EXT_SUFFIX'))"
+    "import sys, sysconfig, torch\nfrom torch.utils import cpp_extension as c\nprint(torch.__version__)\nprint(int(torch._C._GLIBCXX_USE_CXX11_ABI))\nprint(':'.join(c.include_paths()))\nprint(':'.join(c.library_paths()))\nprint(sysconfig.get_paths()['include'])\nprint(sysconfig.get_config_var('EXT_SUFFIX'))\nprint(','.join('PYBIND11_%s=\"%s\"' % (k, getattr(torch._C, '_PYBIND11_' + k)) for k in ('COMPILER_TYPE', 'STDLIB', 'BUILD_ABI') if getattr(torch._C, '_PYBIND11_' + k, None)) or '-')"
     OUTPUT_VARIABLE _accl_torch_out ERROR_QUIET RESULT_VARIABLE _accl_torch_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(_accl_torch_rc EQUAL 0)
     string(REPLACE "\n" ";" _lines "${_accl_torch_out}")
@@ -82,6 +82,14 @@ if(NOT ACCL_WITH_TORCH STREQUAL "OFF")
     list(GET _lines 3 _lib)
     list(GET _lines 4 ACCL_PYTHON_INCLUDE)
     list(GET _lines 5 ACCL_PYTHON_EXT_SUFFIX)
+    # torch's pybind11 ABI tags (torch._C._PYBIND11_*, where torch has them):
+    # the extension must be compiled with the same, or c10d's classes are
+    # unknown base types at import.
+    list(GET _lines 6 _pybind_abi)
+    set(ACCL_TORCH_PYBIND11_DEFS "")
+    if(NOT _pybind_abi STREQUAL "-")
+      string(REPLACE "," ";" ACCL_TORCH_PYBIND11_DEFS "${_pybind_abi}")
+    endif()
     string(REPLACE ":" ";" ACCL_TORCH_INCLUDE_DIRS "${_inc}")
     string(REPLACE ":" ";" ACCL_TORCH_LIBRARY_DIRS "${_lib}")
     include(CheckCXXSourceCompiles)

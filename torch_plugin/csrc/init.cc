@@ -10,11 +10,7 @@ namespace py = pybind11;
 
 namespace {
 
-#if TORCH_VERSION_MAJOR >= 2
-using Holder = c10d::Backend;
-#else
-using Holder = c10d::ProcessGroup;
-#endif
+using Holder = torch_accl::compat::Base;
 
 c10::intrusive_ptr<Holder> createExtended(const c10d::DistributedBackendOptions& o, py::object /*pgOptions*/) {
   py::gil_scoped_release nogil;

@@ -4,6 +4,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <mutex>
 #include <numeric>
 #include <sstream>
 
@@ -27,7 +28,7 @@ struct Mapped {
   throw accl::InvalidArgument(std::string(what) + " has dtype " + std::string(c10::toString(t.scalar_type())) +
                               ", which ACCL does not carry; accepted: int8, uint8, int32, int64, "
                               "float16, bfloat16, float32, float64, bool, complex64, complex128"
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#if ACCL_TORCH_HAS_UINT32
                               ", uint32, uint64"
 #endif
   );
@@ -46,7 +47,7 @@ Mapped mapDtype(const at::Tensor& t, const char* what) {
     case at::kBool: return {accl::DataType::Bool};
     case at::kComplexFloat: return {accl::DataType::Float32, 2, true};
     case at::kComplexDouble: return {accl::DataType::Float64, 2, true};
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#if ACCL_TORCH_HAS_UINT32
     case at::kUInt32: return {accl::DataType::Uint32};
     case at::kUInt64: return {accl::DataType::Uint64};
 #endif
@@ -72,10 +73,9 @@ accl::ReduceOp mapReduce(const c10d::ReduceOp& op, const at::Tensor& t) {
     case R::BXOR: return accl::ReduceKind::BXor;
     case R::PREMUL_SUM: {
       // torch keeps the factor in a supplement (a double or a one-element tensor).
-      auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-      if (!s) throw accl::InvalidArgument("PREMUL_SUM without a factor");
-      double f = s->double_factor;
-      if (!s->tensor_factors.empty()) f = s->tensor_factors[0].item<double>();
+      bool found = false;
+      double f = compat::preMulSumFactor(op, &found);
+      if (!found) throw accl::InvalidArgument("PREMUL_SUM without a factor");
       return accl::ReduceOp::premulSum(f);
     }
     default:
@@ -170,14 +170,63 @@ int64_t elementsPerRow(const at::Tensor& t) {
   return t.dim() == 0 || t.size(0) == 0 ? 0 : t.numel() / t.size(0);
 }
 
-// Runs `f` and rethrows ACCL's errors as the exceptions torch users catch
-// (RuntimeError in Python), with ACCL's message.
+// ACCL's error as the exception torch users catch, with ACCL's message: bad
+// arguments are RuntimeError, failures of the communication DistBackendError
+// (where torch has it). Anything else passes unchanged.
+std::exception_ptr toTorchError(std::exception_ptr err) {
+  try {
+    std::rethrow_exception(err);
+  } catch (const accl::InvalidArgument& e) {
+    return compat::torchError(e.what(), false);
+  } catch (const accl::NotSupported& e) {
+    return compat::torchError(e.what(), false);
+  } catch (const accl::Error& e) {
+    return compat::torchError(e.what(), true);
+  } catch (const c10::Error&) {
+    return err;
+  } catch (const std::exception& e) {
+    return compat::torchError(e.what(), false);
+  } catch (...) {
+    return err;
+  }
+}
+
+// Runs `f`; ACCL's errors leave it as toTorchError says.
 template <typename F>
 auto guarded(F&& f) -> decltype(f()) {
   try {
     return f();
-  } catch (const accl::Error& e) {
-    TORCH_CHECK(false, e.what());
+  } catch (const accl::Error&) {
+    std::rethrow_exception(toTorchError(std::current_exception()));
+  }
+}
+
+// "accl:all_reduce": the name torch.profiler shows, with torch.distributed's
+// op names (as torch's gloo shows "gloo:all_reduce").
+const char* profilingTitle(c10d::OpType type) {
+  using T = c10d::OpType;
+  switch (type) {
+    case T::BROADCAST: return "accl:broadcast";
+    case T::ALLREDUCE: return "accl:all_reduce";
+    case T::ALLREDUCE_COALESCED: return "accl:all_reduce_coalesced";
+    case T::REDUCE: return "accl:reduce";
+    case T::ALLGATHER: return "accl:all_gather";
+    case T::_ALLGATHER_BASE: return "accl:all_gather_into_tensor";
+    case T::ALLGATHER_COALESCED: return "accl:all_gather_coalesced";
+    case T::GATHER: return "accl:gather";
+    case T::SCATTER: return "accl:scatter";
+    case T::REDUCE_SCATTER: return "accl:reduce_scatter";
+    case T::_REDUCE_SCATTER_BASE: return "accl:reduce_scatter_tensor";
+    case T::ALLTOALL_BASE: return "accl:all_to_all_single";
+    case T::ALLTOALL: return "accl:all_to_all";
+    case T::SEND: return "accl:send";
+    case T::RECV: return "accl:recv";
+    case T::RECVANYSOURCE: return "accl:recv_any_source";
+    case T::BARRIER: return "accl:barrier";
+#if ACCL_TORCH_HAS_COALESCING
+    case T::COALESCED: return "accl:coalesced";
+#endif
+    default: return "accl:op";
   }
 }
 
@@ -185,8 +234,9 @@ auto guarded(F&& f) -> decltype(f()) {
 
 // ---------------------------------------------------------------- Work
 
-AcclWork::AcclWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)) {
+AcclWork::AcclWork(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+                   std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, title, inputs), outputs_(std::move(outputs)) {
   future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
 }
 
@@ -221,6 +271,31 @@ void AcclWork::start(std::vector<std::shared_ptr<accl::Work>> works, std::functi
     });
 }
 
+#if ACCL_TORCH_HAS_COALESCING
+void AcclWork::startAfter(const std::vector<c10::intrusive_ptr<AcclWork>>& parts) {
+  if (parts.empty()) {
+    onDone(nullptr, -1);
+    return;
+  }
+  struct Shared {
+    std::atomic<size_t> left;
+    std::mutex mu;
+    std::exception_ptr err;
+  };
+  auto sh = std::make_shared<Shared>();
+  sh->left = parts.size();
+  auto self = c10::intrusive_ptr<AcclWork>::unsafe_reclaim_from_nonowning(this);
+  for (auto& p : parts)
+    p->getFuture()->addCallback([self, sh](c10::ivalue::Future& f) {
+      if (f.hasError()) {
+        std::lock_guard<std::mutex> lk(sh->mu);
+        if (!sh->err) sh->err = f.exception_ptr();
+      }
+      if (--sh->left == 0) self->onDone(sh->err, -1);
+    });
+}
+#endif
+
 void AcclWork::onDone(std::exception_ptr err, int src) {
   if (!err && finish_) {
     try {
@@ -230,14 +305,10 @@ void AcclWork::onDone(std::exception_ptr err, int src) {
     }
   }
   finish_ = nullptr;  // releases the staged tensors
-  if (err) {
-    // Re-raise as the error type torch users catch, keeping ACCL's message.
-    try {
-      std::rethrow_exception(err);
-    } catch (const std::exception& e) {
-      err = std::make_exception_ptr(c10::Error(e.what(), ""));
-    } catch (...) {
-    }
+  if (err) err = toTorchError(err);
+  if (recordFunctionEndCallback_) {  // the profiler's record of this op ends here
+    recordFunctionEndCallback_();
+    recordFunctionEndCallback_ = nullptr;
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -331,10 +402,14 @@ c10::intrusive_ptr<C10dBase> ProcessGroupACCL::create(const c10::intrusive_ptr<c
 }
 
 // Issues an op: `...` fills `works` (the accl ops) and optionally `after`
-// (runs on completion, before staged outputs are copied back).
-#define ACCL_TORCH_OP(type, outputs, ...)                                               \
+// (runs on completion, before staged outputs are copied back). Collectives
+// count towards the group's sequence number; while coalescing, the op's Work
+// is also kept for endCoalescing.
+#define ACCL_TORCH_OP_OF(type, collective, outputs, ...)                                \
   guarded([&]() -> c10::intrusive_ptr<c10d::Work> {                                     \
-    auto work = c10::make_intrusive<AcclWork>(getRank(), c10d::OpType::type, outputs);  \
+    const std::vector<at::Tensor>& outs_ = outputs;                                      \
+    auto work = c10::make_intrusive<AcclWork>(getRank(), c10d::OpType::type,             \
+                                              profilingTitle(c10d::OpType::type), outs_, outs_); \
     auto stage = std::make_shared<Staging>(*pg_);                                        \
     std::vector<std::shared_ptr<accl::Work>> works;                                      \
     std::function<void()> after;                                                         \
@@ -343,8 +418,12 @@ c10::intrusive_ptr<C10dBase> ProcessGroupACCL::create(const c10::intrusive_ptr<c
       if (after) after();                                                                \
       stage->copyBack();                                                                 \
     });                                                                                  \
+    if (collective) ++collectives_;                                                      \
+    if (coalescing_) coalesced_.push_back(work);                                         \
     return work;                                                                         \
   })
+#define ACCL_TORCH_OP(type, outputs, ...) ACCL_TORCH_OP_OF(type, true, outputs, __VA_ARGS__)
+#define ACCL_TORCH_P2P(type, outputs, ...) ACCL_TORCH_OP_OF(type, false, outputs, __VA_ARGS__)
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
@@ -658,7 +737,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  return ACCL_TORCH_OP(SEND, std::vector<at::Tensor>{}, {
+  return ACCL_TORCH_P2P(SEND, std::vector<at::Tensor>{}, {
     requireOne(tensors, "send");
     accl::SendOptions o;
     o.tag = tag;
@@ -668,7 +747,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::send(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  return ACCL_TORCH_OP(RECV, tensors, {
+  return ACCL_TORCH_P2P(RECV, tensors, {
     requireOne(tensors, "recv");
     accl::RecvOptions o;
     o.tag = tag;
@@ -678,7 +757,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recv(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return ACCL_TORCH_OP(RECVANYSOURCE, tensors, {
+  return ACCL_TORCH_P2P(RECVANYSOURCE, tensors, {
     requireOne(tensors, "recv");
     accl::RecvOptions o;
     o.tag = tag;
@@ -694,5 +773,84 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::barrier(const c10d::BarrierOpti
     works.push_back(pg_->barrier(o));
   });
 }
+
+// ---------------------------------------------------------------- coalescing (torch >= 2.1)
+#if ACCL_TORCH_HAS_COALESCING
+
+void ProcessGroupACCL::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "accl: startCoalescing called twice without endCoalescing");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::endCoalescing() {
+  TORCH_CHECK(coalescing_, "accl: endCoalescing without startCoalescing");
+  coalescing_ = false;
+  auto parts = std::move(coalesced_);
+  coalesced_.clear();
+  std::vector<at::Tensor> outs;
+  for (auto& w : parts)
+    for (auto& t : w->result()) outs.push_back(t);
+  auto work = c10::make_intrusive<AcclWork>(getRank(), c10d::OpType::COALESCED,
+                                            profilingTitle(c10d::OpType::COALESCED), outs, outs);
+  work->startAfter(parts);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  return ACCL_TORCH_OP(COALESCED, outputs, {
+    if (outputs.size() != inputs.size())
+      throw accl::InvalidArgument("all_gather_into_tensor_coalesced: " + std::to_string(inputs.size()) +
+                                  " inputs but " + std::to_string(outputs.size()) + " outputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      requireSameKind(inputs[i], outputs[i], "all_gather_into_tensor_coalesced");
+      if (outputs[i].numel() != inputs[i].numel() * getSize())
+        throw accl::InvalidArgument("all_gather_into_tensor_coalesced: output " + std::to_string(i) + " has " +
+                                    std::to_string(outputs[i].numel()) + " elements, expected " +
+                                    std::to_string(inputs[i].numel() * getSize()) +
+                                    " (input elements x group size)");
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      accl::AllgatherOptions o;
+      o.timeout = opTimeout(opts.timeout, timeout_);
+      works.push_back(pg_->allgather(stage->buffer(inputs[i], false, "all_gather_into_tensor_coalesced input"),
+                                     stage->buffer(outputs[i], true, "all_gather_into_tensor_coalesced output"), o));
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  return ACCL_TORCH_OP(COALESCED, outputs, {
+    if (outputs.size() != inputs.size())
+      throw accl::InvalidArgument("reduce_scatter_tensor_coalesced: " + std::to_string(inputs.size()) +
+                                  " inputs but " + std::to_string(outputs.size()) + " outputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      requireSameKind(inputs[i], outputs[i], "reduce_scatter_tensor_coalesced");
+      if (inputs[i].numel() != outputs[i].numel() * getSize())
+        throw accl::InvalidArgument("reduce_scatter_tensor_coalesced: input " + std::to_string(i) + " has " +
+                                    std::to_string(inputs[i].numel()) + " elements, expected " +
+                                    std::to_string(outputs[i].numel() * getSize()) +
+                                    " (output elements x group size)");
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      accl::ReduceScatterOptions o;
+      o.op = mapReduce(opts.reduceOp, outputs[i]);
+      o.timeout = opTimeout(opts.timeout, timeout_);
+      works.push_back(pg_->reduceScatter(stage->buffer(inputs[i], false, "reduce_scatter_tensor_coalesced input"),
+                                         stage->buffer(outputs[i], true, "reduce_scatter_tensor_coalesced output"),
+                                         o));
+    }
+  });
+}
+
+#endif  // ACCL_TORCH_HAS_COALESCING
+
+// ---------------------------------------------------------------- sequence numbers
+
+void ProcessGroupACCL::setSequenceNumberForGroup() {}  // every rank starts at 0 and counts collectives
+
+uint64_t ProcessGroupACCL::getSequenceNumberForGroup() { return collectives_.load(); }
 
 }  // namespace torch_accl

@@ -3,14 +3,10 @@
 // includes torch headers.
 #pragma once
 
-#include <torch/version.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#if TORCH_VERSION_MAJOR >= 2
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#endif
+
+#include <atomic>
 
 #include <memory>
 #include <string>
@@ -18,20 +14,19 @@
 
 #include "accl/process_group.h"
 #include "accl/store.h"
+#include "torch_compat.h"
 
 namespace torch_accl {
 
-#if TORCH_VERSION_MAJOR >= 2
-using C10dBase = c10d::Backend;
-#else
-using C10dBase = c10d::ProcessGroup;
-#endif
+using C10dBase = compat::Base;
 
 // One torch op: one or more accl ops (coalesced lists), plus the work done
 // when they complete (copying staged results into the caller's tensors).
 class AcclWork : public c10d::Work {
  public:
-  AcclWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  // `title` ("accl:all_reduce") and `inputs` are what torch.profiler shows.
+  AcclWork(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+           std::vector<at::Tensor> outputs);
   ~AcclWork() override;
 
   bool isCompleted() override;
@@ -45,6 +40,11 @@ class AcclWork : public c10d::Work {
 
   // Called once by the adapter after every accl op was issued.
   void start(std::vector<std::shared_ptr<accl::Work>> works, std::function<void()> finish);
+  // Called once instead of start(): completes when every one of `parts`
+  // (torch ops issued while coalescing) has; fails with the first failure.
+#if ACCL_TORCH_HAS_COALESCING
+  void startAfter(const std::vector<c10::intrusive_ptr<AcclWork>>& parts);
+#endif
 
  private:
   void onDone(std::exception_ptr err, int src);
@@ -111,6 +111,26 @@ class ProcessGroupACCL : public C10dBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // Ops issued between startCoalescing and endCoalescing run as they are
+  // issued (every op is asynchronous); endCoalescing's Work completes when
+  // all of them have, as torch's _coalescing_manager and batch_isend_irecv expect.
+#if ACCL_TORCH_HAS_COALESCING
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+#if ACCL_TORCH_HAS_SUPPORTS_COALESCING
+  bool supportsCoalescing() const override { return true; }
+#endif
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+#endif
+  // The group's collective count, the same on every rank (torch compares it
+  // across ranks to find desynchronised collectives).
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
 
   // The creator torch calls (register_backend); the extended form carries the
   // group's global ranks and name.
@@ -121,6 +141,9 @@ class ProcessGroupACCL : public C10dBase {
   std::shared_ptr<accl::ProcessGroup> pg_;
   std::vector<int64_t> globalRanks_;
   std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> collectives_{0};
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<AcclWork>> coalesced_;
 };
 
 // accl::Store over a torch store (the rendezvous torch already set up).

@@ -424,6 +424,13 @@ void TcpTransport::closeConn(Conn& c, const std::string& why) {
   if (c.fd >= 0) {  // a verbs receive state has no socket: the peer fails
     epoll_ctl(epollFd_, EPOLL_CTL_DEL, c.fd, nullptr);
     ::close(c.fd);
+    // A peer served over verbs closes its sockets only after its writes
+    // completed (Link::drain): their receive completions may be queued here
+    // still, behind the socket's end. Deliver them first, so that a peer
+    // that finished its last op and exited does not fail that op here.
+    if (ib_ && overIb(c.peer) && peerFailed_[c.peer].empty())
+      while (ib_->progress()) {
+      }
   }
   failPeer(c.peer, why);
 }
