@@ -18,17 +18,38 @@ PACKAGES=(
   bible-kjv                         # the BERT example's default corpus (public-domain text)
 )
 
+# torch 2.x for torch_accl's second build and tests, pinned: an unpinned
+# `pip install torch` pulls several GB of CUDA packages. It goes to the python3
+# first on PATH; where that is Debian's own (which keeps torch 1.13), to a venv.
+TORCH2=${ACCL_TORCH2_VERSION:-2.13.0}
+TORCH2_VENV=${ACCL_TORCH2_VENV:-/var/tmp/accl-torch2-venv}
+setup_torch2() {
+  local py
+  py=$(command -v python3 || true)
+  if [ -z "$py" ] || [ "$("$py" -c 'import sys; print(sys.executable)')" = /usr/bin/python3 ]; then
+    [ -x "$TORCH2_VENV/bin/python" ] || /usr/bin/python3 -m venv "$TORCH2_VENV"
+    py=$TORCH2_VENV/bin/python
+  fi
+  if "$py" -c "import sys, torch, pytest; sys.exit(torch.__version__.split('+')[0] != '$TORCH2')" 2>/dev/null; then
+    echo "setup: torch $TORCH2 present for $py"
+    return
+  fi
+  echo "setup: installing torch==$TORCH2 (CPU) and pytest for $py"
+  "$py" -m pip install -q --disable-pip-version-check "torch==$TORCH2" pytest
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "setup: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+setup_torch2
