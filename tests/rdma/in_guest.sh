@@ -37,7 +37,8 @@ chmod +x /tmp/as_hosts.sh
 
 if has unit; then
   s=$(t)
-  { accl_verbs_tests; accl_net_tests --gtest_filter='*/ib'; } 2>&1 | tee "$OUT/unit.log" | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|peer gone"
+  # The transport's fault tests (late frames, a peer that exits) run ACCL_FAULT_REPEAT rounds.
+  { accl_verbs_tests; accl_net_tests --gtest_filter='*/ib' --gtest_repeat="${ACCL_FAULT_REPEAT:-3}"; } 2>&1 | tee "$OUT/unit.log" | grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|peer gone"
   r=${PIPESTATUS[0]}
   grep -q "FAILED" "$OUT/unit.log" && r=1
   grep -q "SKIPPED" "$OUT/unit.log" && { echo "verbs unit tests skipped inside the guest"; r=1; }

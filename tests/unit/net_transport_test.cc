@@ -16,6 +16,7 @@
 #include "accl/errors.h"
 #include "accl/process_group.h"
 #include "accl/store.h"
+#include "signal_snapshot.h"
 #include "transport/ibverbs/ib_link.h"
 #include "transport/tcp.h"
 
@@ -46,9 +47,7 @@ struct Pair {
 void connect(Pair& p, bool ib) {
   // Creating the transports (over verbs: UCX's memory hooks load) changes no
   // signal disposition of the process (SA_RESTORER is glibc's own flag).
-  struct sigaction before[NSIG];
-  bool known[NSIG] = {};  // (glibc refuses its own internal signals)
-  for (int s = 1; s < NSIG; ++s) known[s] = sigaction(s, nullptr, &before[s]) == 0;
+  SignalSnapshot before;
   auto store = std::make_shared<HashStore>();
   auto make = [&](int rank) {
     TcpTransport::Options o;
@@ -71,12 +70,7 @@ void connect(Pair& p, bool ib) {
   if (ib) {
     ASSERT_TRUE(p.t[0]->overIb(1) && p.t[1]->overIb(0)) << p.t[0]->ibStatus();
   }
-  for (int s = 1; s < NSIG; ++s) {
-    struct sigaction now;
-    if (!known[s] || sigaction(s, nullptr, &now) != 0) continue;
-    EXPECT_TRUE(now.sa_handler == before[s].sa_handler && ((now.sa_flags ^ before[s].sa_flags) & ~0x04000000) == 0)
-        << "signal " << s << " (" << strsignal(s) << ") changed by creating the transport";
-  }
+  for (auto& c : before.changed()) ADD_FAILURE() << "changed by creating the transport: " << c;
 }
 
 OpDesc op(uint64_t seq, size_t count) {

@@ -10,23 +10,14 @@
 #include <cstring>
 #include <string>
 
+#include "signal_snapshot.h"
 #include "transport/ibverbs/mem_events.h"
 
 using accl::core::ib::UnmapHook;
 
-#ifndef SA_RESTORER
-#define SA_RESTORER 0x04000000
-#endif
-
 namespace {
 void noop(void*, uintptr_t, uintptr_t) {}
 void userHandler(int) {}
-
-std::string describe(int s, const struct sigaction& a) {
-  return std::string(strsignal(s)) + ": handler " +
-         (a.sa_handler == SIG_DFL ? "default" : a.sa_handler == SIG_IGN ? "ignore" : "a function") +
-         ", flags " + std::to_string(a.sa_flags);
-}
 }  // namespace
 
 TEST(UcmSignals, InstallingTheMemoryHooksChangesNoSignalDisposition) {
@@ -35,22 +26,13 @@ TEST(UcmSignals, InstallingTheMemoryHooksChangesNoSignalDisposition) {
   struct sigaction mine {};
   mine.sa_handler = userHandler;
   sigaction(SIGUSR2, &mine, nullptr);
-  struct sigaction before[NSIG];
-  bool known[NSIG] = {};  // (glibc refuses its own internal signals)
-  for (int s = 1; s < NSIG; ++s) known[s] = sigaction(s, nullptr, &before[s]) == 0;
+  SignalSnapshot before;
 
   std::string why;
   auto hook = UnmapHook::install(&noop, nullptr, &why);
   if (!hook) GTEST_SKIP() << "UCX's memory hooks are unavailable here: " << why;
   ASSERT_NE(dlopen("libucs.so.0", RTLD_NOW | RTLD_NOLOAD), nullptr) << "the hooks did not load libucs";
 
-  for (int s = 1; s < NSIG; ++s) {
-    struct sigaction now;
-    if (!known[s] || sigaction(s, nullptr, &now) != 0) continue;
-    // SA_RESTORER is glibc's own flag on whatever it installs.
-    EXPECT_TRUE(now.sa_handler == before[s].sa_handler &&
-                ((now.sa_flags ^ before[s].sa_flags) & ~SA_RESTORER) == 0)
-        << "changed by loading UCX: " << describe(s, before[s]) << " -> " << describe(s, now);
-  }
+  for (auto& c : before.changed()) ADD_FAILURE() << "changed by loading UCX: " << c;
   hook.reset();
 }

@@ -150,6 +150,28 @@ void requireSameKind(const at::Tensor& a, const at::Tensor& b, const char* op) {
                                 std::string(c10::toString(b.scalar_type())) + ")");
 }
 
+#if ACCL_TORCH_HAS_COALESCING
+// Lists of the *_tensor_coalesced ops: pair i has one dtype, and the larger
+// side (outputs of an allgather, inputs of a reduce-scatter) holds group size
+// times the other's elements.
+void requireGroupSizedPairs(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                            bool outputsLarger, int size, const char* op) {
+  if (outputs.size() != inputs.size())
+    throw accl::InvalidArgument(std::string(op) + ": " + std::to_string(inputs.size()) + " inputs but " +
+                                std::to_string(outputs.size()) + " outputs");
+  const auto& big = outputsLarger ? outputs : inputs;
+  const auto& small = outputsLarger ? inputs : outputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    requireSameKind(inputs[i], outputs[i], op);
+    if (big[i].numel() != small[i].numel() * size)
+      throw accl::InvalidArgument(std::string(op) + ": " + (outputsLarger ? "output " : "input ") +
+                                  std::to_string(i) + " has " + std::to_string(big[i].numel()) +
+                                  " elements, expected " + std::to_string(small[i].numel() * size) + " (" +
+                                  (outputsLarger ? "input" : "output") + " elements x group size)");
+  }
+}
+#endif
+
 // Lists of tensors travel as one flat buffer, in list order.
 void pack(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
   int64_t at = 0;
@@ -800,17 +822,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::endCoalescing() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   return ACCL_TORCH_OP(COALESCED, outputs, {
-    if (outputs.size() != inputs.size())
-      throw accl::InvalidArgument("all_gather_into_tensor_coalesced: " + std::to_string(inputs.size()) +
-                                  " inputs but " + std::to_string(outputs.size()) + " outputs");
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      requireSameKind(inputs[i], outputs[i], "all_gather_into_tensor_coalesced");
-      if (outputs[i].numel() != inputs[i].numel() * getSize())
-        throw accl::InvalidArgument("all_gather_into_tensor_coalesced: output " + std::to_string(i) + " has " +
-                                    std::to_string(outputs[i].numel()) + " elements, expected " +
-                                    std::to_string(inputs[i].numel() * getSize()) +
-                                    " (input elements x group size)");
-    }
+    requireGroupSizedPairs(inputs, outputs, true, getSize(), "all_gather_into_tensor_coalesced");
     for (size_t i = 0; i < inputs.size(); ++i) {
       accl::AllgatherOptions o;
       o.timeout = opTimeout(opts.timeout, timeout_);
@@ -823,17 +835,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_into_tensor_coalesced
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   return ACCL_TORCH_OP(COALESCED, outputs, {
-    if (outputs.size() != inputs.size())
-      throw accl::InvalidArgument("reduce_scatter_tensor_coalesced: " + std::to_string(inputs.size()) +
-                                  " inputs but " + std::to_string(outputs.size()) + " outputs");
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      requireSameKind(inputs[i], outputs[i], "reduce_scatter_tensor_coalesced");
-      if (inputs[i].numel() != outputs[i].numel() * getSize())
-        throw accl::InvalidArgument("reduce_scatter_tensor_coalesced: input " + std::to_string(i) + " has " +
-                                    std::to_string(inputs[i].numel()) + " elements, expected " +
-                                    std::to_string(outputs[i].numel() * getSize()) +
-                                    " (output elements x group size)");
-    }
+    requireGroupSizedPairs(inputs, outputs, false, getSize(), "reduce_scatter_tensor_coalesced");
     for (size_t i = 0; i < inputs.size(); ++i) {
       accl::ReduceScatterOptions o;
       o.op = mapReduce(opts.reduceOp, outputs[i]);

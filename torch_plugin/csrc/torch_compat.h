@@ -24,10 +24,8 @@ namespace compat {
 // a plugin is a Backend. torch 1.13's plugin is the ProcessGroup itself.
 #if ACCL_TORCH_AT_LEAST(2, 0)
 using Base = c10d::Backend;
-constexpr bool kBackendApi = true;
 #else
 using Base = c10d::ProcessGroup;
-constexpr bool kBackendApi = false;
 #endif
 
 // Coalescing (startCoalescing/endCoalescing), the *_tensor_coalesced ops and
@@ -35,8 +33,6 @@ constexpr bool kBackendApi = false;
 #define ACCL_TORCH_HAS_COALESCING ACCL_TORCH_AT_LEAST(2, 1)
 // supportsCoalescing() (torch asks before using endCoalescing's Work).
 #define ACCL_TORCH_HAS_SUPPORTS_COALESCING ACCL_TORCH_AT_LEAST(2, 4)
-// Backend::split (init_device_mesh / new_group after init with device_id).
-#define ACCL_TORCH_HAS_SPLIT ACCL_TORCH_AT_LEAST(2, 8)
 // Unsigned 32/64-bit tensors.
 #define ACCL_TORCH_HAS_UINT32 ACCL_TORCH_AT_LEAST(2, 3)
 
