@@ -1,9 +1,13 @@
 #include "process_group_accl.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <sstream>
@@ -795,6 +799,139 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::barrier(const c10d::BarrierOpti
     works.push_back(pg_->barrier(o));
   });
 }
+
+// Tag of monitoredBarrier's messages; user tags below it are untouched.
+constexpr int kMonitoredTag = std::numeric_limits<int>::max() - 1;
+
+void ProcessGroupACCL::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  guarded([&] {
+    auto timeout = opTimeout(opts.timeout, timeout_);
+    const int64_t call = ++monitoredBarriers_;
+    auto token = at::empty({1}, at::kLong);
+    auto tokenBuf = [&](at::Tensor& t) { return accl::Buffer(t.data_ptr(), 1, accl::DataType::Int64); };
+    accl::SendOptions so;
+    so.tag = kMonitoredTag;
+    so.timeout = timeout;
+    if (getRank() != 0) {
+      token.fill_(call);
+      pg_->send(tokenBuf(token), 0, so)->wait();
+      // Rank 0 answers once every rank arrived; an answer of an earlier,
+      // failed call is skipped.
+      auto until = std::chrono::steady_clock::now() + timeout;
+      do {
+        accl::RecvOptions ro;
+        ro.tag = kMonitoredTag;
+        ro.timeout = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  until - std::chrono::steady_clock::now()),
+                              std::chrono::milliseconds(1));
+        auto w = pg_->recv(tokenBuf(token), 0, ro);
+        try {
+          w->wait();
+        } catch (const accl::Timeout&) {
+          throw accl::Timeout("monitored_barrier: rank " + std::to_string(getRank()) +
+                              " was not released by rank 0 within " + std::to_string(timeout.count()) +
+                              " ms (rank 0 names the ranks that did not arrive)");
+        }
+      } while (token.item<int64_t>() < call);
+      return 0;
+    }
+    // Rank 0: one receive per rank, all with the same deadline.
+    auto until = std::chrono::steady_clock::now() + timeout;
+    std::vector<int> missing;
+    std::string causes;
+    for (int r = 1; r < getSize(); ++r) {
+      bool arrived = false;
+      std::string cause;
+      while (!arrived && cause.empty()) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        accl::RecvOptions ro;
+        ro.tag = kMonitoredTag;
+        ro.timeout = std::max(left, std::chrono::milliseconds(1));
+        auto w = pg_->recv(tokenBuf(token), r, ro);
+        try {
+          w->wait();
+          arrived = token.item<int64_t>() >= call;  // else a report of an earlier call
+        } catch (const accl::Timeout&) {
+          cause = "timeout";
+        } catch (const accl::Error& e) {
+          cause = e.what();
+        }
+      }
+      if (arrived) continue;
+      missing.push_back(r);
+      if (cause != "timeout") causes += std::string("; rank ") + std::to_string(r) + ": " + cause;
+      if (!waitAllRanks) break;
+    }
+    if (!missing.empty()) {
+      std::string who;
+      for (int r : missing) {
+        who += (who.empty() ? "" : ", ") + std::to_string(r);
+        if (!globalRanks_.empty() && globalRanks_[static_cast<size_t>(r)] != r)
+          who += " (global rank " + std::to_string(globalRanks_[static_cast<size_t>(r)]) + ")";
+      }
+      throw accl::Timeout(std::string(missing.size() == 1 ? "Rank " : "Ranks ") + who +
+                          " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms" +
+                          (waitAllRanks ? "" : " (the first rank found; wait_all_ranks=True lists all)") + causes);
+    }
+    token.fill_(call);
+    std::vector<std::shared_ptr<accl::Work>> acks;
+    for (int r = 1; r < getSize(); ++r) acks.push_back(pg_->send(tokenBuf(token), r, so));
+    for (auto& w : acks) w->wait();
+    return 0;
+  });
+}
+
+// ---------------------------------------------------------------- split (torch >= 2.8)
+#if ACCL_TORCH_HAS_SPLIT
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupACCL::getBackendOptions() {
+  auto o = c10::make_intrusive<c10d::Backend::Options>("accl", timeout_);
+  o->global_ranks_in_group.assign(globalRanks_.begin(), globalRanks_.end());
+  return o;
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupACCL::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                         const std::vector<int>& ranks,
+                                                         const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  return guarded([&]() -> c10::intrusive_ptr<c10d::Backend> {
+    auto at = std::find(ranks.begin(), ranks.end(), getRank());
+    if (at == ranks.end()) return nullptr;
+    std::vector<int64_t> global;
+    for (int r : ranks) {
+      if (r < 0 || r >= getSize())
+        throw accl::InvalidArgument("split: rank " + std::to_string(r) + " is not in this group of " +
+                                    std::to_string(getSize()));
+      global.push_back(globalRanks_.empty() ? r : globalRanks_[static_cast<size_t>(r)]);
+    }
+    auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
+    std::string name = opts ? opts->group_name : std::string();
+    // torch's splitGroup asks every device type's backend for its split; this
+    // one Backend serves cpu and cuda, and some torch versions ask it twice.
+    // The second ask gets the group the first one made.
+    std::string key = name + "/";
+    for (int r : ranks) key += std::to_string(r) + ",";
+    std::lock_guard<std::mutex> lk(splitMu_);
+    for (auto it = splits_.begin(); it != splits_.end();) {
+      auto alive = it->second.lock();
+      if (!alive) {
+        it = splits_.erase(it);
+        continue;
+      }
+      if (it->first == key) return alive;
+      ++it;
+    }
+    // torch hands every split the same store prefix (the new group's name):
+    // one more level keeps sibling splits of one name apart.
+    auto own = c10::make_intrusive<c10d::PrefixStore>("accl-split/" + key, store);
+    auto child = c10::make_intrusive<ProcessGroupACCL>(own, static_cast<int>(at - ranks.begin()),
+                                                       static_cast<int>(ranks.size()), timeout, std::move(global),
+                                                       name);
+    splits_.emplace_back(key, c10::weak_intrusive_ptr<ProcessGroupACCL>(child));
+    return child;
+  });
+}
+
+#endif  // ACCL_TORCH_HAS_SPLIT
 
 // ---------------------------------------------------------------- coalescing (torch >= 2.1)
 #if ACCL_TORCH_HAS_COALESCING

@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <mutex>
+#include <utility>
 
 #include <memory>
 #include <string>
@@ -111,6 +113,11 @@ class ProcessGroupACCL : public C10dBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // Blocking. Every rank reports to rank 0 within the timeout (opts' or the
+  // group's); rank 0 names the ranks that did not (the first one, or all of
+  // them with waitAllRanks) and releases the others only when all arrived,
+  // as torch's gloo does. Point-to-point on a reserved tag (kMonitoredTag).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
   // Ops issued between startCoalescing and endCoalescing run as they are
   // issued (every op is asynchronous); endCoalescing's Work completes when
   // all of them have, as torch's _coalescing_manager and batch_isend_irecv expect.
@@ -127,6 +134,16 @@ class ProcessGroupACCL : public C10dBase {
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
 #endif
+#if ACCL_TORCH_HAS_SPLIT
+  // A sub-group of `ranks` (this group's numbering, sorted) connected through
+  // `store` (torch gives each split its own); nullptr on ranks not in `ranks`.
+  // Only the members take part. Blocking.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+#endif
   // The group's collective count, the same on every rank (torch compares it
   // across ranks to find desynchronised collectives).
   void setSequenceNumberForGroup() override;
@@ -142,6 +159,11 @@ class ProcessGroupACCL : public C10dBase {
   std::vector<int64_t> globalRanks_;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> collectives_{0};
+  int64_t monitoredBarriers_ = 0;
+#if ACCL_TORCH_HAS_SPLIT
+  std::mutex splitMu_;
+  std::vector<std::pair<std::string, c10::weak_intrusive_ptr<ProcessGroupACCL>>> splits_;  // by name/ranks
+#endif  // calls so far (stale reports of a failed call are skipped)
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<AcclWork>> coalesced_;
 };

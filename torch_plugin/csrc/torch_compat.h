@@ -35,6 +35,9 @@ using Base = c10d::ProcessGroup;
 #define ACCL_TORCH_HAS_SUPPORTS_COALESCING ACCL_TORCH_AT_LEAST(2, 4)
 // Unsigned 32/64-bit tensors.
 #define ACCL_TORCH_HAS_UINT32 ACCL_TORCH_AT_LEAST(2, 3)
+// Backend::split and getBackendOptions (torch.distributed.split_group, and
+// new_group / init_device_mesh after init_process_group(device_id=...)).
+#define ACCL_TORCH_HAS_SPLIT ACCL_TORCH_AT_LEAST(2, 8)
 
 // The PREMUL_SUM factor: a vector of tensors in 1.13, one tensor (or a
 // double) in 2.x.

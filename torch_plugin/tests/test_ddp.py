@@ -29,10 +29,11 @@ class Net(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-def train(ctx, group, steps, find_unused=False, hook=None, no_sync_every=0, members=None):
+def train(ctx, group, steps, find_unused=False, hook=None, no_sync_every=0, members=None, static_graph=False):
     torch.manual_seed(1234)
     model = Net(unused_branch=find_unused)
-    ddp = DDP(model, process_group=group, find_unused_parameters=find_unused, bucket_cap_mb=0.01)
+    ddp = DDP(model, process_group=group, find_unused_parameters=find_unused, bucket_cap_mb=0.01,
+              static_graph=static_graph)
     if hook is not None:
         ddp.register_comm_hook(group, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
@@ -90,6 +91,10 @@ def w_no_sync(ctx):
     return compare(ctx, no_sync_every=3)
 
 
+def w_static(ctx):
+    return compare(ctx, static_graph=True)
+
+
 def w_subgroup(ctx):
     members = [0, 2]
     sub_accl = dist.new_group(members)
@@ -100,7 +105,8 @@ def w_subgroup(ctx):
     return True
 
 
-@pytest.mark.parametrize("case", [w_plain, w_unused, w_hook, w_no_sync, w_subgroup],
-                         ids=["plain", "find_unused_parameters", "fp16_comm_hook", "no_sync", "subgroup"])
+@pytest.mark.parametrize("case", [w_plain, w_unused, w_hook, w_no_sync, w_static, w_subgroup],
+                         ids=["plain", "find_unused_parameters", "fp16_comm_hook", "no_sync", "static_graph",
+                              "subgroup"])
 def test_ddp_matches_gloo(cluster, case):
     cluster.run(case)

@@ -6,6 +6,10 @@
 Importing registers the backend (once; importing again or calling
 register() again does nothing). ACCL_TORCH_BACKEND=gloo|mpi|nccl runs the
 same adapter over another ACCL backend, for comparisons.
+
+torch.distributed.monitored_barrier accepts only gloo groups; register()
+also lets it take "accl" groups (every other group goes to torch's own
+function unchanged). torch_accl.monitored_barrier is the same function.
 """
 import ctypes
 import inspect
@@ -14,7 +18,7 @@ import os
 import torch
 import torch.distributed as dist
 
-__all__ = ["register", "backends", "version", "BACKEND_NAME"]
+__all__ = ["register", "backends", "version", "monitored_barrier", "BACKEND_NAME"]
 
 BACKEND_NAME = "accl"
 
@@ -52,9 +56,34 @@ def _load_extension():
 _C = _load_extension()
 
 
+_torch_monitored_barrier = dist.distributed_c10d.monitored_barrier
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier, for "accl" groups too.
+
+    Every rank reports to rank 0 within `timeout` (default: the group's);
+    rank 0 raises naming the first rank that did not (every one with
+    wait_all_ranks=True), the others raise when rank 0 does not release
+    them. Groups of other backends go to torch's own function.
+    """
+    c10d = dist.distributed_c10d
+    if group is not None and c10d._rank_not_in_group(group):
+        return _torch_monitored_barrier(group, timeout, wait_all_ranks)
+    pg = group if group is not None else c10d._get_default_group()
+    if dist.get_backend(pg) != BACKEND_NAME:
+        return _torch_monitored_barrier(group, timeout, wait_all_ranks)
+    if timeout is None:  # the binding's default (None, or a negative timedelta on 1.13): the group's
+        return pg.monitored_barrier(wait_all_ranks=wait_all_ranks)
+    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
 def register():
     """Registers backend "accl" with torch.distributed (idempotent)."""
     plugins = getattr(dist.Backend, "_plugins", {})
+    if dist.monitored_barrier is _torch_monitored_barrier:
+        dist.monitored_barrier = monitored_barrier
+        dist.distributed_c10d.monitored_barrier = monitored_barrier
     if BACKEND_NAME.upper() in plugins:
         return
     kwargs = {}
