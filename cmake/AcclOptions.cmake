@@ -37,8 +37,20 @@ endif()
 _accl_resolve(CUDA "${CUDAToolkit_FOUND}" "CUDA ${CUDAToolkit_VERSION} (the nccl backend)")
 
 if(NOT ACCL_WITH_NCCL STREQUAL "OFF")
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  # The system's NCCL (CUDA toolkit, libnccl-dev), else PyPI's nvidia-nccl-cuXX
+  # (the NCCL that torch's CUDA wheels load) in the python3 on PATH.
+  find_program(_accl_python3 python3)
+  set(_accl_pip_nccl "")
+  foreach(py ${_accl_python3} ${ACCL_PYTHON_EXTRA})
+    if(NOT _accl_pip_nccl)
+      execute_process(COMMAND ${py} -c "import nvidia.nccl as n; print(list(n.__path__)[0])"
+        OUTPUT_VARIABLE _accl_pip_nccl ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+    endif()
+  endforeach()
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include
+    ${_accl_pip_nccl}/include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64
+    ${_accl_pip_nccl}/lib)
 endif()
 if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
   set(_nccl_found TRUE)

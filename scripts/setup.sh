@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config git
+  patchelf                          # the torch_accl wheel: $ORIGIN run paths
   googletest libgtest-dev           # unit and conformance tests
   libgloo-dev                       # gloo backend
   libopenmpi-dev openmpi-bin        # mpi backend and mpirun
@@ -32,10 +33,28 @@ setup_torch2() {
   fi
   if "$py" -c "import sys, torch, pytest; sys.exit(torch.__version__.split('+')[0] != '$TORCH2')" 2>/dev/null; then
     echo "setup: torch $TORCH2 present for $py"
+    setup_nccl "$py"
     return
   fi
   echo "setup: installing torch==$TORCH2 (CPU) and pytest for $py"
   "$py" -m pip install -q --disable-pip-version-check "torch==$TORCH2" pytest
+  setup_nccl "$py"
+}
+
+# NCCL's headers and library for compiling the nccl backend, where the CUDA
+# toolkit is here but NCCL is not: PyPI's nvidia-nccl-cu13 (pinned), which the
+# build finds in the same interpreter.
+NCCL_WHEEL=${ACCL_NCCL_WHEEL_VERSION:-2.30.7}
+setup_nccl() {
+  local py=$1
+  command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+  for d in /usr/include /usr/local/cuda/include; do [ -f $d/nccl.h ] && return 0; done
+  if "$py" -c "import nvidia.nccl" 2>/dev/null; then
+    echo "setup: NCCL headers present (nvidia-nccl-cu13 for $py)"
+    return
+  fi
+  echo "setup: installing nvidia-nccl-cu13==$NCCL_WHEEL for $py (NCCL headers for the nccl backend)"
+  "$py" -m pip install -q --disable-pip-version-check "nvidia-nccl-cu13==$NCCL_WHEEL"
 }
 
 missing=()

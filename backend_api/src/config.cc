@@ -114,6 +114,10 @@ const std::vector<ConfigEntry>& configTable() {
       {"ACCL_TORCH_BACKEND", "enum", "accl", "accl, gloo, mpi, nccl",
        "Which ACCL backend runs the ops of torch's backend=\"accl\" (torch_accl). Other values "
        "route the same adapter through ACCL's gloo, mpi or nccl backend for comparisons."},
+      {"ACCL_TORCH_CUDA", "enum", "auto", "auto, nccl, stage",
+       "Where torch_accl sends CUDA tensors when the backend in ACCL_TORCH_BACKEND addresses host memory "
+       "only: nccl = ACCL's nccl backend (like cpu:gloo,cuda:nccl), stage = copied to the host, run there "
+       "and copied back (slow; logged once at WARN), auto = nccl where that backend is usable, else stage."},
       {"ACCL_PLUGIN_PATH", "list", "(directory of libaccl)", "colon-separated directories",
        "Where backend modules libaccl-backend-<name>.so are searched after libaccl's own directory."},
       {"ACCL_STORE_PORT", "int", "(MASTER_PORT; MASTER_PORT+1 under torchrun's agent store)",
@@ -222,6 +226,12 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
     if (l != "accl" && l != "gloo" && l != "mpi" && l != "nccl") invalid("ACCL_TORCH_BACKEND", v, "accl, gloo, mpi, nccl");
     c.torchBackend = l;
   }
+  if (auto v = val("ACCL_TORCH_CUDA"); !v.empty()) {
+    std::string l;
+    for (char ch : v) l += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (l != "auto" && l != "nccl" && l != "stage") invalid("ACCL_TORCH_CUDA", v, "auto, nccl, stage");
+    c.torchCuda = l;
+  }
   c.pluginPath = val("ACCL_PLUGIN_PATH");
   intVar("ACCL_STORE_PORT", 1, 65535, &c.storePort);
   c.storeFile = val("ACCL_STORE_FILE");
@@ -273,6 +283,7 @@ std::string Config::valueText(const std::string& name) const {
   if (name == "ACCL_SHM_CMA") return shmCma == 0 ? "auto" : shmCma > 0 ? "on" : "off";
   if (name == "ACCL_INLINE_BYTES") return std::to_string(inlineBytes);
   if (name == "ACCL_TORCH_BACKEND") return torchBackend;
+  if (name == "ACCL_TORCH_CUDA") return torchCuda;
   if (name == "ACCL_PLUGIN_PATH") return pluginPath.empty() ? "(unset)" : pluginPath;
   if (name == "ACCL_STORE_PORT") return storePort ? std::to_string(storePort) : "(derived)";
   if (name == "ACCL_STORE_FILE") return storeFile.empty() ? "(unset)" : storeFile;

@@ -95,7 +95,6 @@ NcclProcessGroup::~NcclProcessGroup() {
     else ncclCommAbort(comm_);
   }
   if (stream_) cudaStreamDestroy(stream_);
-  if (before_) cudaEventDestroy(before_);
   if (done_) cudaEventDestroy(done_);
   if (scratch_) cudaFree(scratch_);
 }
@@ -164,7 +163,6 @@ void NcclProcessGroup::ensureComm(Clock::time_point deadline) {
   }
   settle(what, deadline);
   if ((e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)) != cudaSuccess ||
-      (e = cudaEventCreateWithFlags(&before_, cudaEventDisableTiming)) != cudaSuccess ||
       (e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming)) != cudaSuccess ||
       (e = cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(int))) != cudaSuccess)
     throw SystemError(what + ": " + cudaText(e));
@@ -212,19 +210,40 @@ ncclRedOp_t NcclProcessGroup::redOp(const ReduceOp& op, DataType t, bool* create
   throw Internal("unmapped reduce op");
 }
 
-std::shared_ptr<Work> NcclProcessGroup::run(OpType op, size_t count, const Device& device,
-                                            std::chrono::milliseconds timeout, Launch launch) {
-  if (device.type == DeviceType::CUDA) {
+std::shared_ptr<Work> NcclProcessGroup::run(OpType op, size_t count, const Device& device, const OpOptions& o,
+                                            Launch launch) {
+  auto timeout = effectiveTimeout(o);
+  int dev;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    if (device_ < 0) device_ = device.index;
-    else if (device.index != device_)
-      throw InvalidArgument(context(std::string(toString(op)) + ": buffers on cuda:" + std::to_string(device.index) +
-                                    ", but this group runs on cuda:" + std::to_string(device_) +
-                                    " (the device of its first op); one group serves one device"));
+    if (device.type == DeviceType::CUDA) {
+      if (device_ < 0) device_ = device.index;
+      else if (device.index != device_)
+        throw InvalidArgument(context(std::string(toString(op)) + ": buffers on cuda:" + std::to_string(device.index) +
+                                      ", but this group runs on cuda:" + std::to_string(device_) +
+                                      " (the device of its first op); one group serves one device"));
+    }
+    dev = device_;
   }
   std::string what = context(std::string(toString(op)) + " #" + std::to_string(seq_++) + " (" +
                              std::to_string(count) + " elements)");
-  return queue_->enqueue(what, [this, what, timeout, launch = std::move(launch)]() -> int {
+  // The op starts after what the caller queued on its stream so far: an event
+  // recorded now, on the caller's thread (not when the worker gets to it).
+  std::shared_ptr<CUevent_st> before;
+  if (dev >= 0) {
+    int was = -1;
+    cudaGetDevice(&was);
+    cudaSetDevice(dev);
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+      before.reset(ev, [](cudaEvent_t x) { cudaEventDestroy(x); });
+      e = cudaEventRecord(ev, o.stream ? static_cast<cudaStream_t>(o.stream) : cudaStreamLegacy);
+    }
+    if (was >= 0) cudaSetDevice(was);
+    if (e != cudaSuccess) throw SystemError(what + ": recording the caller's stream: " + cudaText(e));
+  }
+  return queue_->enqueue(what, [this, what, timeout, before, launch = std::move(launch)]() -> int {
     auto deadline = Clock::now() + timeout;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -232,9 +251,8 @@ std::shared_ptr<Work> NcclProcessGroup::run(OpType op, size_t count, const Devic
     }
     ensureComm(deadline);
     cudaSetDevice(device_);
-    // After the work the caller queued on the device's default stream.
-    cudaError_t e = cudaEventRecord(before_, cudaStreamLegacy);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream_, before_, 0);
+    cudaError_t e = cudaSuccess;
+    if (before) e = cudaStreamWaitEvent(stream_, before.get(), 0);
     if (e != cudaSuccess) throw SystemError(what + ": " + cudaText(e));
     launch(what);
     settle(what, deadline);
@@ -256,7 +274,7 @@ std::shared_ptr<Work> NcclProcessGroup::run(OpType op, size_t count, const Devic
 
 std::shared_ptr<Work> NcclProcessGroup::doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) {
   if (auto why = unsupported(o.op, in.dtype); !why.empty()) notSupported(OpType::Allreduce, why);
-  return run(OpType::Allreduce, in.count, in.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Allreduce, in.count, in.device, o, [=](const std::string& what) {
     bool created;
     ncclRedOp_t op = redOp(o.op, in.dtype, &created);
     check(ncclAllReduce(in.data, out.data, in.count, ncclType(in.dtype), op, comm_, stream_), what);
@@ -265,14 +283,14 @@ std::shared_ptr<Work> NcclProcessGroup::doAllreduce(Buffer in, Buffer out, const
 }
 
 std::shared_ptr<Work> NcclProcessGroup::doBroadcast(Buffer buf, const BroadcastOptions& o) {
-  return run(OpType::Broadcast, buf.count, buf.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Broadcast, buf.count, buf.device, o, [=](const std::string& what) {
     check(ncclBroadcast(buf.data, buf.data, buf.count, ncclType(buf.dtype), o.root, comm_, stream_), what);
   });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::doReduce(Buffer in, Buffer out, const ReduceOptions& o) {
   if (auto why = unsupported(o.op, in.dtype); !why.empty()) notSupported(OpType::Reduce, why);
-  return run(OpType::Reduce, in.count, in.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Reduce, in.count, in.device, o, [=](const std::string& what) {
     bool created;
     ncclRedOp_t op = redOp(o.op, in.dtype, &created);
     void* recv = rank() == o.root || out.data ? out.data : in.data;
@@ -282,14 +300,14 @@ std::shared_ptr<Work> NcclProcessGroup::doReduce(Buffer in, Buffer out, const Re
 }
 
 std::shared_ptr<Work> NcclProcessGroup::doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) {
-  return run(OpType::Allgather, in.count, in.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Allgather, in.count, in.device, o, [=](const std::string& what) {
     check(ncclAllGather(in.data, out.data, in.count, ncclType(in.dtype), comm_, stream_), what);
   });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                                      const AllgatherOptions& o) {
-  return run(OpType::Allgatherv, out.count, in.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Allgatherv, out.count, in.device, o, [=](const std::string& what) {
     // One broadcast per rank, fused into one launch.
     check(ncclGroupStart(), what);
     size_t off = 0;
@@ -305,7 +323,7 @@ std::shared_ptr<Work> NcclProcessGroup::doAllgatherv(Buffer in, Buffer out, cons
 
 std::shared_ptr<Work> NcclProcessGroup::doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) {
   if (auto why = unsupported(o.op, in.dtype); !why.empty()) notSupported(OpType::ReduceScatter, why);
-  return run(OpType::ReduceScatter, in.count, in.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::ReduceScatter, in.count, in.device, o, [=](const std::string& what) {
     bool created;
     ncclRedOp_t op = redOp(o.op, in.dtype, &created);
     check(ncclReduceScatter(in.data, out.data, out.count, ncclType(in.dtype), op, comm_, stream_), what);
@@ -316,7 +334,7 @@ std::shared_ptr<Work> NcclProcessGroup::doReduceScatter(Buffer in, Buffer out, c
 std::shared_ptr<Work> NcclProcessGroup::doReduceScatterv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                                          const ReduceScatterOptions& o) {
   if (auto why = unsupported(o.op, in.dtype); !why.empty()) notSupported(OpType::ReduceScatterv, why);
-  return run(OpType::ReduceScatterv, in.count, in.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::ReduceScatterv, in.count, in.device, o, [=](const std::string& what) {
     bool created;
     ncclRedOp_t op = redOp(o.op, in.dtype, &created);
     // One reduce per rank (rank r is the root of chunk r), fused into one launch.
@@ -340,7 +358,7 @@ std::shared_ptr<Work> NcclProcessGroup::doAlltoall(Buffer in, Buffer out, const 
 
 std::shared_ptr<Work> NcclProcessGroup::doAlltoallv(Buffer in, const std::vector<size_t>& sendCounts, Buffer out,
                                                     const std::vector<size_t>& recvCounts, const AlltoallOptions& o) {
-  return run(OpType::Alltoallv, in.count, in.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Alltoallv, in.count, in.device, o, [=](const std::string& what) {
     const char* src = static_cast<const char*>(in.data);
     void* copy = nullptr;
     if (in.data == out.data && in.count) {  // in place: send from a copy
@@ -365,7 +383,7 @@ std::shared_ptr<Work> NcclProcessGroup::doAlltoallv(Buffer in, const std::vector
 }
 
 std::shared_ptr<Work> NcclProcessGroup::doGather(Buffer in, Buffer out, const GatherOptions& o) {
-  return run(OpType::Gather, in.count, in.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Gather, in.count, in.device, o, [=](const std::string& what) {
     ncclDataType_t t = ncclType(in.dtype);
     size_t c = in.count;
     check(ncclGroupStart(), what);
@@ -386,7 +404,7 @@ std::shared_ptr<Work> NcclProcessGroup::doGather(Buffer in, Buffer out, const Ga
 }
 
 std::shared_ptr<Work> NcclProcessGroup::doScatter(Buffer in, Buffer out, const ScatterOptions& o) {
-  return run(OpType::Scatter, out.count, out.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Scatter, out.count, out.device, o, [=](const std::string& what) {
     ncclDataType_t t = ncclType(out.dtype);
     size_t c = out.count;
     check(ncclGroupStart(), what);
@@ -407,14 +425,14 @@ std::shared_ptr<Work> NcclProcessGroup::doScatter(Buffer in, Buffer out, const S
 }
 
 std::shared_ptr<Work> NcclProcessGroup::doBarrier(const BarrierOptions& o) {
-  return run(OpType::Barrier, 0, Device{}, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Barrier, 0, Device{}, o, [=](const std::string& what) {
     check(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_), what);
   });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
   if (o.tag != 0) notSupported(OpType::Send, "tag " + std::to_string(o.tag) + " (NCCL matches point-to-point by order only; accepted: tag 0)");
-  return run(OpType::Send, buf.count, buf.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Send, buf.count, buf.device, o, [=](const std::string& what) {
     check(ncclSend(buf.data, buf.count, ncclType(buf.dtype), dst, comm_, stream_), what);
   });
 }
@@ -422,7 +440,7 @@ std::shared_ptr<Work> NcclProcessGroup::doSend(Buffer buf, int dst, const SendOp
 std::shared_ptr<Work> NcclProcessGroup::doRecv(Buffer buf, int src, const RecvOptions& o) {
   if (src == kAnySource) notSupported(OpType::Recv, "receiving from any source (NCCL needs the peer's rank)");
   if (o.tag != 0) notSupported(OpType::Recv, "tag " + std::to_string(o.tag) + " (NCCL matches point-to-point by order only; accepted: tag 0)");
-  return run(OpType::Recv, buf.count, buf.device, effectiveTimeout(o), [=](const std::string& what) {
+  return run(OpType::Recv, buf.count, buf.device, o, [=](const std::string& what) {
     check(ncclRecv(buf.data, buf.count, ncclType(buf.dtype), src, comm_, stream_), what);
   });
 }

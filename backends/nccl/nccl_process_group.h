@@ -2,7 +2,8 @@
 // A thin adapter: one NCCL communicator per group, created at the group's
 // first op on the device of that op's buffers (as torch's ProcessGroupNCCL
 // does), one CUDA stream per group. Each op is ordered after the work already
-// queued on the device's default stream; Work::wait() returns when the result
+// queued on the caller's stream when it was issued (OpOptions::stream; the
+// legacy default stream when none is given); Work::wait() returns when the result
 // is in device memory. Point-to-point follows NCCL's rule: a send completes
 // when the peer has posted the matching recv, so two ranks that send to each
 // other must not both send first.
@@ -55,8 +56,7 @@ class NcclProcessGroup : public ProcessGroup {
   // and queues `launch` to run after the communicator exists; the worker then
   // waits for the stream until done or the deadline (which aborts the
   // communicator and breaks the group).
-  std::shared_ptr<Work> run(OpType op, size_t count, const Device& device, std::chrono::milliseconds timeout,
-                            Launch launch);
+  std::shared_ptr<Work> run(OpType op, size_t count, const Device& device, const OpOptions& o, Launch launch);
   void ensureComm(std::chrono::steady_clock::time_point deadline);
   // Waits while the non-blocking communicator is still starting or enqueuing.
   void settle(const std::string& what, std::chrono::steady_clock::time_point deadline);
@@ -70,7 +70,7 @@ class NcclProcessGroup : public ProcessGroup {
   std::string broken_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t before_ = nullptr, done_ = nullptr;
+  cudaEvent_t done_ = nullptr;
   int* scratch_ = nullptr;  // one int on the device (barrier)
   std::unique_ptr<internal::OpQueue> queue_;
   std::atomic<uint64_t> seq_{0};

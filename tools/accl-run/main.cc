@@ -53,7 +53,8 @@ void usage(FILE* f) {
                "  -n, --nproc N       number of ranks (1..1024)\n"
                "  --master-addr ADDR  address of rank 0's store (default 127.0.0.1)\n"
                "  --master-port PORT  port of rank 0's store (default: a free port)\n"
-               "  --grace SECONDS     after a failure, wait this long after SIGTERM before SIGKILL (default 5)\n"
+               "  --grace SECONDS     after a failure (the other ranks first get 1 s to exit on their own),\n"
+               "                      wait this long after SIGTERM before SIGKILL (default 5)\n"
                "  --no-prefix         do not prefix output lines with [rank]\n"
                "  --netns NS0,NS1,... simulate hosts: ranks are split in equal blocks over these network\n"
                "                      namespaces (ip netns), LOCAL_RANK/LOCAL_WORLD_SIZE count within a\n"
@@ -270,12 +271,17 @@ int main(int argc, char** argv) {
     for (auto& rk : ranks)
       if (rk.running) kill(-rk.pid, sig);
   };
+  // After a rank fails, the others get a short window to finish on their
+  // own before SIGTERM: a rank that failed at the same moment (often the one
+  // with the root cause, e.g. the store's host) then still prints its error.
+  const auto reportWindow = std::chrono::milliseconds(1000);
+  std::chrono::steady_clock::time_point termAt = std::chrono::steady_clock::time_point::max();
   auto startStop = [&](int code) {
     if (stopping) return;
     stopping = true;
     if (exitCode == 0) exitCode = code;
-    signalAll(SIGTERM);
-    killAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(grace * 1000));
+    termAt = std::chrono::steady_clock::now() + reportWindow;
+    killAt = std::chrono::steady_clock::time_point::max();
   };
 
   char buf[65536];
@@ -312,9 +318,10 @@ int main(int argc, char** argv) {
         if (sig == SIGCHLD) continue;
         std::fprintf(stderr, "accl-run: received signal %d (%s); forwarding to all ranks\n", sig, strsignal(sig));
         signalAll(sig);
-        if (!stopping) {
+        termAt = std::chrono::steady_clock::time_point::max();  // already signalled
+        if (!stopping || killAt == std::chrono::steady_clock::time_point::max()) {
           stopping = true;
-          exitCode = 128 + sig;
+          if (exitCode == 0) exitCode = 128 + sig;
           killAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(grace * 1000));
         }
       }
@@ -346,6 +353,11 @@ int main(int argc, char** argv) {
           startStop(exitCodeOf(status));
         }
       }
+    }
+    if (stopping && std::chrono::steady_clock::now() >= termAt) {
+      termAt = std::chrono::steady_clock::time_point::max();
+      signalAll(SIGTERM);
+      killAt = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(grace * 1000));
     }
     if (stopping && std::chrono::steady_clock::now() >= killAt) {
       bool any = false;

@@ -4,6 +4,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/autograd/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 
 #include "accl/config.h"
 #include "accl/errors.h"
+#include "accl/logging.h"
 #include "accl/registry.h"
 
 namespace torch_accl {
@@ -130,7 +134,8 @@ class Staging {
     auto m = mapDtype(f, what);
     return accl::Buffer(f.data_ptr(), static_cast<size_t>(f.numel() * m.factor), m.dtype, deviceOf(f));
   }
-  // Work after completion: copy staged outputs back.
+  // Work after completion: copy staged outputs back (on the completing
+  // thread, under the stream and grad mode AcclWork::onDone sets).
   void copyBack() {
     for (auto& p : back_) p.first.copy_(p.second.view(p.first.sizes()));
   }
@@ -261,9 +266,13 @@ const char* profilingTitle(c10d::OpType type) {
 // ---------------------------------------------------------------- Work
 
 AcclWork::AcclWork(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
-                   std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type, title, inputs), outputs_(std::move(outputs)) {
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+                   std::vector<at::Tensor> outputs, c10::optional<c10::Stream> stream)
+    : c10d::Work(rank, type, title, inputs), outputs_(std::move(outputs)), stream_(stream) {
+  // A future of device tensors knows their device, so that then() callbacks
+  // and wait() on it are ordered after the copy back on the user's stream.
+  std::vector<c10::Device> devices;
+  if (stream_) devices.push_back(stream_->device());
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
 }
 
 AcclWork::~AcclWork() = default;
@@ -323,6 +332,11 @@ void AcclWork::startAfter(const std::vector<c10::intrusive_ptr<AcclWork>>& parts
 #endif
 
 void AcclWork::onDone(std::exception_ptr err, int src) {
+  // Staged results go back on the stream that was current when the op was
+  // issued (this thread's own would be the default stream), without autograd
+  // (outputs may be leaves that require grad).
+  c10::OptionalStreamGuard onUserStream(stream_);
+  at::NoGradGuard noGrad;
   if (!err && finish_) {
     try {
       finish_();
@@ -415,6 +429,7 @@ ProcessGroupACCL::ProcessGroupACCL(const c10::intrusive_ptr<c10d::Store>& store,
     o.name = groupName.empty() ? "torch" : "torch:" + groupName;
     auto st = std::make_shared<TorchStore>(store);
     st->setTimeout(timeout);
+    store_ = st;
     pg_ = accl::createProcessGroup(accl::Config::get().torchBackend, st, rank, size, o);
     return 0;
   });
@@ -427,16 +442,99 @@ c10::intrusive_ptr<C10dBase> ProcessGroupACCL::create(const c10::intrusive_ptr<c
   return c10::make_intrusive<ProcessGroupACCL>(store, rank, size, timeout);
 }
 
-// Issues an op: `...` fills `works` (the accl ops) and optionally `after`
+// ---------------------------------------------------------------- CUDA tensors
+
+void ProcessGroupACCL::decideCuda() {
+  if (cudaDecided_) return;
+  cudaDecided_ = true;
+  if (pg_->supportsDevice(accl::Device::cuda(0))) {
+    cudaPath_ = "direct";
+    cudaWhy_ = "ACCL's " + pg_->backendName() + " backend addresses device memory";
+    return;
+  }
+  const std::string& mode = accl::Config::get().torchCuda;
+  if (mode == "stage") {
+    cudaPath_ = "stage";
+    cudaWhy_ = "ACCL_TORCH_CUDA=stage";
+    return;
+  }
+  std::string reason = "ACCL was built without it";
+  for (auto& b : accl::listBackends()) {
+    if (b.name != "nccl") continue;
+    if (b.usable) {
+      cudaPath_ = "nccl";
+      cudaWhy_ = "ACCL's nccl backend is usable";
+      return;
+    }
+    reason = b.reason;
+  }
+  if (mode == "nccl")
+    throw accl::NotSupported("ACCL_TORCH_CUDA=nccl, but ACCL's nccl backend is not usable here: " + reason +
+                             "; accepted here: ACCL_TORCH_CUDA=stage (device tensors copied through host "
+                             "memory) or auto");
+  cudaPath_ = "stage";
+  cudaWhy_ = "ACCL's nccl backend is not usable here: " + reason;
+}
+
+std::string ProcessGroupACCL::cudaPath() {
+  std::lock_guard<std::mutex> lk(cudaMu_);
+  decideCuda();
+  return cudaPath_ + " (" + cudaWhy_ + ")";
+}
+
+ProcessGroupACCL::Route ProcessGroupACCL::route(const std::vector<at::Tensor>& tensors) {
+  const at::Tensor* dev = nullptr;
+  for (auto& t : tensors)
+    if (t.defined() && !t.is_cpu()) {
+      dev = &t;
+      break;
+    }
+  if (!dev) return {pg_.get(), nullptr, c10::nullopt};
+  // The stream current for the tensor's device now: the op is ordered after
+  // it, and staged results are copied back on it.
+  c10::impl::VirtualGuardImpl impl(dev->device().type());
+  c10::Stream user = impl.getStream(dev->device());
+  std::lock_guard<std::mutex> lk(cudaMu_);
+  decideCuda();
+  if (cudaPath_ == "direct") return {pg_.get(), compat::nativeStream(user), user};
+  if (cudaPath_ == "nccl") {
+    if (!cudaPg_) {
+      // Created by every rank at its first op on device tensors, on the
+      // group's own store under "cuda/".
+      accl::ProcessGroupOptions o;
+      o.timeout = timeout_;
+      o.name = pg_->options().name + ":cuda";
+      cudaPg_ = accl::createProcessGroup("nccl", std::make_shared<accl::PrefixStore>("cuda/", store_), getRank(),
+                                         getSize(), o);
+      ACCL_INFO("TORCH", "torch_accl: device tensors of group '" << o.name << "' go to ACCL's nccl backend");
+    }
+    return {cudaPg_.get(), compat::nativeStream(user), user};
+  }
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    ACCL_WARN("TORCH", "torch_accl: device tensors are staged through host memory (copied to the host, run by "
+                           "ACCL's " << pg_->backendName() << " backend, copied back), which is much slower than "
+                           "a device path: " << cudaWhy_
+                           << ". ACCL_TORCH_CUDA=nccl sends them to ACCL's nccl backend where it is usable.");
+  });
+  return {pg_.get(), nullptr, user};
+}
+
+// Issues an op: `...` fills `works` (the accl ops, issued on `pg` with
+// `stream`, as route() chose for the op's tensors) and optionally `after`
 // (runs on completion, before staged outputs are copied back). Collectives
 // count towards the group's sequence number; while coalescing, the op's Work
 // is also kept for endCoalescing.
 #define ACCL_TORCH_OP_OF(type, collective, outputs, ...)                                \
   guarded([&]() -> c10::intrusive_ptr<c10d::Work> {                                     \
     const std::vector<at::Tensor>& outs_ = outputs;                                      \
+    Route route_ = route(outs_);                                                         \
+    accl::ProcessGroup* pg = route_.pg;                                                  \
+    void* stream = route_.stream;                                                        \
     auto work = c10::make_intrusive<AcclWork>(getRank(), c10d::OpType::type,             \
-                                              profilingTitle(c10d::OpType::type), outs_, outs_); \
-    auto stage = std::make_shared<Staging>(*pg_);                                        \
+                                              profilingTitle(c10d::OpType::type), outs_, outs_, \
+                                              route_.userStream);                        \
+    auto stage = std::make_shared<Staging>(*pg);                                         \
     std::vector<std::shared_ptr<accl::Work>> works;                                      \
     std::function<void()> after;                                                         \
     __VA_ARGS__                                                                          \
@@ -458,7 +556,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::broadcast(std::vector<at::Tenso
     accl::BroadcastOptions o;
     o.root = static_cast<int>(opts.rootRank);
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->broadcast(stage->buffer(tensors[0], true, "broadcast tensor"), o));
+    o.stream = stream;
+    works.push_back(pg->broadcast(stage->buffer(tensors[0], true, "broadcast tensor"), o));
   });
 }
 
@@ -469,7 +568,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce(std::vector<at::Tenso
     accl::AllreduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->allreduce(stage->buffer(tensors[0], true, "all_reduce tensor"), o));
+    o.stream = stream;
+    works.push_back(pg->allreduce(stage->buffer(tensors[0], true, "all_reduce tensor"), o));
   });
 }
 
@@ -488,7 +588,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce_coalesced(std::vector
     accl::AllreduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->allreduce(stage->bufferOfFlat(flat, "all_reduce_coalesced tensor"), o));
+    o.stream = stream;
+    works.push_back(pg->allreduce(stage->bufferOfFlat(flat, "all_reduce_coalesced tensor"), o));
     auto outs = tensors;
     after = [flat, outs]() mutable { unpack(flat, outs); };
   });
@@ -502,8 +603,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce(std::vector<at::Tensor>&
     o.op = mapReduce(opts.reduceOp, tensors[0]);
     o.root = static_cast<int>(opts.rootRank);
     o.timeout = opTimeout(opts.timeout, timeout_);
+    o.stream = stream;
     auto b = stage->buffer(tensors[0], true, "reduce tensor");
-    works.push_back(pg_->reduce(b, b, o));
+    works.push_back(pg->reduce(b, b, o));
   });
 }
 
@@ -527,7 +629,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather(std::vector<std::vect
     at::Tensor flat = stage->flat(in, in.numel() * getSize());
     accl::AllgatherOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->allgather(stage->buffer(in, false, "all_gather input"),
+    o.stream = stream;
+    works.push_back(pg->allgather(stage->buffer(in, false, "all_gather input"),
                                    stage->bufferOfFlat(flat, "all_gather output"), o));
     auto outs = outputs[0];
     after = [flat, outs]() mutable { unpack(flat, outs); };
@@ -544,7 +647,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_allgather_base(at::Tensor& out
                                   " (input elements x group size)");
     accl::AllgatherOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->allgather(stage->buffer(input, false, "all_gather_into_tensor input"),
+    o.stream = stream;
+    works.push_back(pg->allgather(stage->buffer(input, false, "all_gather_into_tensor input"),
                                    stage->buffer(output, true, "all_gather_into_tensor output"), o));
   });
 }
@@ -564,7 +668,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_coalesced(
       at::Tensor flat = stage->flat(in, in.numel() * getSize());
       accl::AllgatherOptions o;
       o.timeout = opTimeout(opts.timeout, timeout_);
-      works.push_back(pg_->allgather(stage->buffer(in, false, "all_gather_coalesced input"),
+      o.stream = stream;
+      works.push_back(pg->allgather(stage->buffer(in, false, "all_gather_coalesced input"),
                                      stage->bufferOfFlat(flat, "all_gather_coalesced output"), o));
       flats.emplace_back(flat, i);
     }
@@ -599,9 +704,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::gather(std::vector<std::vector<
     accl::GatherOptions o;
     o.root = root;
     o.timeout = opTimeout(opts.timeout, timeout_);
+    o.stream = stream;
     auto ob = stage->bufferOfFlat(flat, "gather output");
     if (!isRoot) ob = accl::Buffer(nullptr, 0, ob.dtype, ob.device);
-    works.push_back(pg_->gather(stage->buffer(in, false, "gather input"), ob, o));
+    works.push_back(pg->gather(stage->buffer(in, false, "gather input"), ob, o));
     if (isRoot) {
       auto outs = outputs[0];
       after = [flat, outs]() mutable { unpack(flat, outs); };
@@ -634,9 +740,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::scatter(std::vector<at::Tensor>
     accl::ScatterOptions o;
     o.root = root;
     o.timeout = opTimeout(opts.timeout, timeout_);
+    o.stream = stream;
     auto ib = stage->bufferOfFlat(flat, "scatter input");
     if (!isRoot) ib = accl::Buffer(nullptr, 0, ib.dtype, ib.device);
-    works.push_back(pg_->scatter(ib, stage->buffer(out, true, "scatter output"), o));
+    works.push_back(pg->scatter(ib, stage->buffer(out, true, "scatter output"), o));
   });
 }
 
@@ -661,7 +768,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter(std::vector<at::
     accl::ReduceScatterOptions o;
     o.op = mapReduce(opts.reduceOp, out);
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->reduceScatter(stage->bufferOfFlat(flat, "reduce_scatter input"),
+    o.stream = stream;
+    works.push_back(pg->reduceScatter(stage->bufferOfFlat(flat, "reduce_scatter input"),
                                        stage->buffer(out, true, "reduce_scatter output"), o));
   });
 }
@@ -677,7 +785,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_reduce_scatter_base(at::Tensor
     accl::ReduceScatterOptions o;
     o.op = mapReduce(opts.reduceOp, output);
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->reduceScatter(stage->buffer(input, false, "reduce_scatter_tensor input"),
+    o.stream = stream;
+    works.push_back(pg->reduceScatter(stage->buffer(input, false, "reduce_scatter_tensor input"),
                                        stage->buffer(output, true, "reduce_scatter_tensor output"), o));
   });
 }
@@ -690,13 +799,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall_base(at::Tensor& outpu
     requireSameKind(input, output, "all_to_all_single");
     accl::AlltoallOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
+    o.stream = stream;
     auto in = stage->buffer(input, false, "all_to_all_single input");
     auto out = stage->buffer(output, true, "all_to_all_single output");
     if (outputSplits.empty() && inputSplits.empty()) {
       if (input.numel() != output.numel())
         throw accl::InvalidArgument("all_to_all_single: input and output sizes differ (" +
                                     std::to_string(input.numel()) + " vs " + std::to_string(output.numel()) + ")");
-      works.push_back(pg_->alltoall(in, out, o));
+      works.push_back(pg->alltoall(in, out, o));
     } else {
       // Splits count rows along dim 0; an empty list means equal splits.
       auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* what) {
@@ -728,7 +838,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall_base(at::Tensor& outpu
       };
       auto sc = counts(inputSplits, input, "input");
       auto rc = counts(outputSplits, output, "output");
-      works.push_back(pg_->alltoallv(in, sc, out, rc, o));
+      works.push_back(pg->alltoallv(in, sc, out, rc, o));
     }
   });
 }
@@ -755,7 +865,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor
     pack(sflat, inputs);
     accl::AlltoallOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->alltoallv(stage->bufferOfFlat(sflat, "all_to_all input"), sc,
+    o.stream = stream;
+    works.push_back(pg->alltoallv(stage->bufferOfFlat(sflat, "all_to_all input"), sc,
                                    stage->bufferOfFlat(rflat, "all_to_all output"), rc, o));
     auto outs = outputs;
     after = [rflat, outs]() mutable { unpack(rflat, outs); };
@@ -763,12 +874,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  return ACCL_TORCH_P2P(SEND, std::vector<at::Tensor>{}, {
+  return ACCL_TORCH_P2P(SEND, tensors, {
     requireOne(tensors, "send");
     accl::SendOptions o;
     o.tag = tag;
     o.timeout = timeout_;
-    works.push_back(pg_->send(stage->buffer(tensors[0], false, "send tensor"), dstRank, o));
+    o.stream = stream;
+    works.push_back(pg->send(stage->buffer(tensors[0], false, "send tensor"), dstRank, o));
   });
 }
 
@@ -778,7 +890,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recv(std::vector<at::Tensor>& t
     accl::RecvOptions o;
     o.tag = tag;
     o.timeout = timeout_;
-    works.push_back(pg_->recv(stage->buffer(tensors[0], true, "recv tensor"), srcRank, o));
+    o.stream = stream;
+    works.push_back(pg->recv(stage->buffer(tensors[0], true, "recv tensor"), srcRank, o));
   });
 }
 
@@ -788,7 +901,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recvAnysource(std::vector<at::T
     accl::RecvOptions o;
     o.tag = tag;
     o.timeout = timeout_;
-    works.push_back(pg_->recv(stage->buffer(tensors[0], true, "recv tensor"), accl::kAnySource, o));
+    o.stream = stream;
+    works.push_back(pg->recv(stage->buffer(tensors[0], true, "recv tensor"), accl::kAnySource, o));
   });
 }
 
@@ -796,7 +910,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::barrier(const c10d::BarrierOpti
   return ACCL_TORCH_OP(BARRIER, std::vector<at::Tensor>{}, {
     accl::BarrierOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
-    works.push_back(pg_->barrier(o));
+    o.stream = stream;
+    works.push_back(pg->barrier(o));
   });
 }
 
@@ -963,7 +1078,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_into_tensor_coalesced
     for (size_t i = 0; i < inputs.size(); ++i) {
       accl::AllgatherOptions o;
       o.timeout = opTimeout(opts.timeout, timeout_);
-      works.push_back(pg_->allgather(stage->buffer(inputs[i], false, "all_gather_into_tensor_coalesced input"),
+      o.stream = stream;
+      works.push_back(pg->allgather(stage->buffer(inputs[i], false, "all_gather_into_tensor_coalesced input"),
                                      stage->buffer(outputs[i], true, "all_gather_into_tensor_coalesced output"), o));
     }
   });
@@ -977,7 +1093,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter_tensor_coalesced
       accl::ReduceScatterOptions o;
       o.op = mapReduce(opts.reduceOp, outputs[i]);
       o.timeout = opTimeout(opts.timeout, timeout_);
-      works.push_back(pg_->reduceScatter(stage->buffer(inputs[i], false, "reduce_scatter_tensor_coalesced input"),
+      o.stream = stream;
+      works.push_back(pg->reduceScatter(stage->buffer(inputs[i], false, "reduce_scatter_tensor_coalesced input"),
                                          stage->buffer(outputs[i], true, "reduce_scatter_tensor_coalesced output"),
                                          o));
     }

@@ -27,8 +27,10 @@ using C10dBase = compat::Base;
 class AcclWork : public c10d::Work {
  public:
   // `title` ("accl:all_reduce") and `inputs` are what torch.profiler shows.
+  // `stream`: for ops on device tensors, the stream current when the op was
+  // issued (staged results are copied back on it; the future has its device).
   AcclWork(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
-           std::vector<at::Tensor> outputs);
+           std::vector<at::Tensor> outputs, c10::optional<c10::Stream> stream = c10::nullopt);
   ~AcclWork() override;
 
   bool isCompleted() override;
@@ -53,6 +55,7 @@ class AcclWork : public c10d::Work {
 
   std::function<void()> finish_;
   std::vector<at::Tensor> outputs_;
+  c10::optional<c10::Stream> stream_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -73,6 +76,11 @@ class ProcessGroupACCL : public C10dBase {
   // The SDK backend that runs the ops (accl, gloo, mpi or nccl).
   const std::string& sdkBackend() const { return pg_->backendName(); }
   const std::vector<int64_t>& globalRanks() const { return globalRanks_; }
+  // Where device (CUDA) tensors go, and why: "direct" (the SDK backend
+  // addresses device memory), "nccl" (ACCL's nccl backend, like
+  // cpu:gloo,cuda:nccl) or "stage" (copied through host memory), as
+  // ACCL_TORCH_CUDA (auto, nccl, stage) and this host decide.
+  std::string cudaPath();
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
@@ -155,7 +163,21 @@ class ProcessGroupACCL : public C10dBase {
                                             std::chrono::milliseconds timeout);
 
  private:
+  // The group and stream an op on `tensors` runs on.
+  struct Route {
+    accl::ProcessGroup* pg;
+    void* stream;                          // OpOptions::stream
+    c10::optional<c10::Stream> userStream;  // set for device tensors
+  };
+  Route route(const std::vector<at::Tensor>& tensors);
+  void decideCuda();  // under cudaMu_
+
   std::shared_ptr<accl::ProcessGroup> pg_;
+  std::shared_ptr<accl::Store> store_;
+  std::mutex cudaMu_;
+  bool cudaDecided_ = false;
+  std::string cudaPath_, cudaWhy_;
+  std::shared_ptr<accl::ProcessGroup> cudaPg_;  // the nccl group, created at the first device op
   std::vector<int64_t> globalRanks_;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> collectives_{0};

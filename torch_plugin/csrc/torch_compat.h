@@ -3,6 +3,7 @@
 #pragma once
 
 #include <torch/version.h>
+#include <c10/core/Stream.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -51,6 +52,18 @@ inline double preMulSumFactor(const c10d::ReduceOp& op, bool* found) {
   if (!s->tensor_factors.empty()) return s->tensor_factors[0].item<double>();
 #endif
   return s->double_factor;
+}
+
+// The native handle (a cudaStream_t) of a device stream, which ACCL's CUDA
+// ops are ordered after. torch < 2.3 has no device-generic accessor: nullptr,
+// the legacy default stream.
+inline void* nativeStream(const c10::Stream& s) {
+#if ACCL_TORCH_AT_LEAST(2, 3)
+  return s.native_handle();
+#else
+  (void)s;
+  return nullptr;
+#endif
 }
 
 // The exception torch users catch for `msg`. A failure of the communication

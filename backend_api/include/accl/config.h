@@ -42,6 +42,7 @@ struct Config {
   int shmCma = 0;                             // ACCL_SHM_CMA: 0 auto, 1 on, -1 off
   int inlineBytes = 65536;                    // ACCL_INLINE_BYTES
   std::string torchBackend = "accl";          // ACCL_TORCH_BACKEND
+  std::string torchCuda = "auto";             // ACCL_TORCH_CUDA: auto, nccl, stage
   std::string pluginPath;                     // ACCL_PLUGIN_PATH
   int storePort = 0;                          // ACCL_STORE_PORT (0 = derive)
   std::string storeFile;                      // ACCL_STORE_FILE

@@ -20,6 +20,11 @@ constexpr int kAnySource = -1;
 // ProcessGroupOptions::timeout). When it passes, the op's Work fails with Timeout.
 struct OpOptions {
   std::chrono::milliseconds timeout{0};
+  // CUDA buffers: the stream (a cudaStream_t) whose work queued so far the op
+  // is ordered after, as NCCL's stream argument; nullptr: the device's legacy
+  // default stream. The caller keeps it alive until the op completes.
+  // Backends of host memory ignore it.
+  void* stream = nullptr;
 };
 struct AllreduceOptions : OpOptions {
   ReduceOp op{};
