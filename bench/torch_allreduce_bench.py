@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """torch.distributed all_reduce (float32 sum) with backend="accl" against torch's
-own gloo, in the same processes on the same tensors, sizes interleaved (best
-of --reps runs of --iters each). One process per rank with the torchrun
+own gloo and against the same ACCL group called directly (the C++ level, what
+accl-perf measures: no torch Work, future or dispatcher), in the same processes
+on the same tensors, sizes interleaved (best of --reps runs). One process per rank with the torchrun
 environment (accl-run and torchrun set it):
 
     accl-run -n 2 /usr/bin/python3 bench/torch_allreduce_bench.py --min 8 --max 128M
 
 Prints on rank 0: bytes, time of each, time ratio gloo/accl (>1: accl faster),
-busbw of each and busbw ratio accl/gloo; `wrong` counts result mismatches."""
+busbw of each, busbw ratios accl/gloo and accl/C++ (1.00: the adapter costs
+nothing); `wrong` counts result mismatches."""
 import argparse
 import os
 import time
@@ -36,19 +38,27 @@ def main():
     gloo = dist.new_group(backend="gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
 
+    sdk = dist.distributed_c10d._get_default_group()
+    if hasattr(sdk, "_get_backend"):  # torch 2.x: the accl Backend behind the ProcessGroup
+        sdk = sdk._get_backend(torch.device("cpu"))
+
     def timed(t, group, iters):
-        dist.barrier(group=group)
+        dist.barrier(group=group if group != "sdk" else None)
         t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(t, group=group)
+        if group == "sdk":
+            for _ in range(iters):
+                sdk._sdk_all_reduce(t)
+        else:
+            for _ in range(iters):
+                dist.all_reduce(t, group=group)
         el = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(el, op=dist.ReduceOp.MAX, group=group)
+        dist.all_reduce(el, op=dist.ReduceOp.MAX, group=group if group != "sdk" else None)
         return el.item() / iters
 
     if rank == 0:
         print(f"# torch all_reduce float32 sum, {n} ranks, torch {torch.__version__}; best of {a.reps}")
-        print(f"# {'bytes':>10} {'gloo_us':>10} {'accl_us':>10} {'t_ratio':>8} {'gloo_busbw':>11} "
-              f"{'accl_busbw':>11} {'bw_ratio':>8} {'wrong':>5}")
+        print(f"# {'bytes':>10} {'gloo_us':>10} {'accl_us':>10} {'cxx_us':>10} {'t_ratio':>8} {'gloo_busbw':>11} "
+              f"{'accl_busbw':>11} {'cxx_busbw':>10} {'bw_ratio':>8} {'vs_cxx':>7} {'wrong':>5}")
     b = a.min
     while b <= a.max:
         count = max(b // 4, 1)
@@ -57,21 +67,25 @@ def main():
         t.fill_(1.0)
         probe = timed(t, gloo, 2)
         iters = max(3, min(2000, int(a.time_budget / max(probe, 1e-7))))
-        best = {"gloo": float("inf"), "accl": float("inf")}
+        best = {"gloo": float("inf"), "accl": float("inf"), "cxx": float("inf")}
         wrong = 0
         for _ in range(a.reps):
-            for name, grp in (("gloo", gloo), ("accl", None)):
+            for name, grp in (("gloo", gloo), ("accl", None), ("cxx", "sdk")):
                 t.fill_(1.0)
                 best[name] = min(best[name], timed(t, grp, iters))
-                # The value after `iters` in-place sums of ones: n^iters, exact while it fits.
+                # A sum of ones is the group size on every element.
                 x = torch.full((count,), 1.0)
-                dist.all_reduce(x, group=grp)
+                if grp == "sdk":
+                    sdk._sdk_all_reduce(x)
+                else:
+                    dist.all_reduce(x, group=grp)
                 wrong += int((x != n).sum().item())
         if rank == 0:
             bw = {k: count * 4 / v / 1e9 * 2 * (n - 1) / n for k, v in best.items()}
             print(f"  {count * 4:>10} {best['gloo'] * 1e6:>10.2f} {best['accl'] * 1e6:>10.2f} "
-                  f"{best['gloo'] / best['accl']:>8.2f} {bw['gloo']:>11.3f} {bw['accl']:>11.3f} "
-                  f"{bw['accl'] / bw['gloo']:>8.2f} {wrong:>5}", flush=True)
+                  f"{best['cxx'] * 1e6:>10.2f} {best['gloo'] / best['accl']:>8.2f} {bw['gloo']:>11.3f} "
+                  f"{bw['accl']:>11.3f} {bw['cxx']:>10.3f} {bw['accl'] / bw['gloo']:>8.2f} "
+                  f"{bw['accl'] / bw['cxx']:>7.2f} {wrong:>5}", flush=True)
         b *= a.factor
     dist.destroy_process_group()
 

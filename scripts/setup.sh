@@ -16,6 +16,7 @@ PACKAGES=(
   python3-torch libtorch-dev        # torch_accl (c10d adapter), BERT example
   python3-dev pybind11-dev          # building the torch_accl extension
   python3-pytest python3-setuptools python3-pip   # torch_accl tests and pip install
+  python3-venv                      # the wheel test installs into a fresh venv
   bible-kjv                         # the BERT example's default corpus (public-domain text)
 )
 

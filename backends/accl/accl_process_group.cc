@@ -674,7 +674,13 @@ struct Registrar {
   Registrar() {
     BackendInfo info;
     info.name = "accl";
-    info.description = "ACCL's own: shared memory within a host, TCP between hosts (CPU buffers)";
+#if ACCL_HAVE_IBVERBS
+    info.description =
+        "ACCL's own: shared memory within a host, RDMA verbs (where a device is usable) or TCP between hosts "
+        "(CPU buffers)";
+#else
+    info.description = "ACCL's own: shared memory within a host, TCP between hosts (built without verbs; CPU buffers)";
+#endif
     info.factory = [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& opts) {
       return std::make_shared<AcclProcessGroup>(std::move(store), rank, size, opts);
     };

@@ -1,4 +1,4 @@
-// The accl backend: shared memory within a host, TCP between hosts, every
+// The accl backend: shared memory within a host, RDMA verbs or TCP between hosts, every
 // collective, algorithm selection, deadlines on everything.
 #pragma once
 

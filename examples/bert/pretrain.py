@@ -11,6 +11,7 @@ of Google's create_pretraining_data.py); without --corpus the King James
 Bible from Debian's bible-kjv package is used (public domain).
 """
 import argparse
+import resource
 import os
 import shutil
 import subprocess
@@ -51,6 +52,11 @@ def parse_args():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads per rank (0: cores / local ranks)")
     p.add_argument("--timeout", type=float, default=600, help="collective timeout in seconds")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="auto: cuda when torch sees a GPU (each rank takes GPU LOCAL_RANK), else cpu")
+    p.add_argument("--amp", default="auto", choices=["auto", "bf16", "fp16", "off"],
+                   help="mixed precision on cuda (auto: bf16 where the GPU has it, else fp16 with loss scaling); "
+                        "cpu runs in float32")
     return p.parse_args()
 
 
@@ -115,6 +121,13 @@ class CommTimer:
         return total
 
 
+def make_scaler(enabled):
+    """Loss scaling for fp16 (a no-op otherwise), on torch 1.13 and 2.x."""
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
 def progress(step, total, width=24):
     k = int(width * step / max(total, 1))
     return "[" + "#" * k + "." * (width - k) + "]"
@@ -127,6 +140,27 @@ def main():
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     threads = args.threads or max(1, (os.cpu_count() or 1) // local_world)
     torch.set_num_threads(threads)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        if not torch.cuda.is_available():
+            sys.exit("pretrain.py: --device cuda, but torch sees no GPU (torch.cuda.is_available() is False)")
+        if local_rank >= torch.cuda.device_count():
+            sys.exit(f"pretrain.py: LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) visible; "
+                     "start one rank per GPU (torchrun --nproc-per-node = GPUs per node)")
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        if args.backend == "nccl":
+            sys.exit("pretrain.py: --backend nccl needs GPUs (--device cuda); on CPU use accl, gloo or mpi")
+        device = torch.device("cpu")
+    amp = args.amp
+    if not use_cuda:
+        amp = "off"
+    elif amp == "auto":
+        amp = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+    scaler = make_scaler(amp == "fp16")
     if args.backend == "accl":
         import torch_accl  # noqa: F401  registers backend "accl"
     if "MASTER_ADDR" not in os.environ:
@@ -151,7 +185,7 @@ def main():
 
     torch.manual_seed(args.seed)  # the same initial weights everywhere (DDP also broadcasts them)
     cfg = make_config(args.config, len(tok.vocab))
-    model = BertForPreTraining(cfg)
+    model = BertForPreTraining(cfg).to(device)
     nparams = sum(p.numel() for p in model.parameters())
     lr = args.lr or {"tiny": 1e-3, "mini": 5e-4, "base": 1e-4, "large": 1e-4}[args.config]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -159,12 +193,12 @@ def main():
     if args.resume:
         if not args.checkpoint or not os.path.exists(args.checkpoint):
             sys.exit(f"pretrain.py: --resume needs an existing --checkpoint (got {args.checkpoint})")
-        ck = torch.load(args.checkpoint, map_location="cpu")
+        ck = torch.load(args.checkpoint, map_location=device)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optim"])
         start = ck["step"]
         log(f"resumed from {args.checkpoint} at step {start}")
-    ddp = DDP(model, bucket_cap_mb=25)
+    ddp = DDP(model, bucket_cap_mb=25, device_ids=[local_rank] if use_cuda else None)
     timer = CommTimer(None, world)
     ddp.register_comm_hook(None, timer.hook)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -173,7 +207,8 @@ def main():
     log(f"BERT {args.config}: {cfg.layers} layers, hidden {cfg.hidden}, {cfg.heads} heads, "
         f"{nparams / 1e6:.1f}M parameters, vocab {len(tok.vocab)}; {world} rank(s), backend {args.backend}, "
         f"batch {args.batch_size} x {args.grad_accum} accumulation x {world} ranks, seq {args.seq_len}, "
-        f"{threads} thread(s) per rank; corpus {', '.join(corpus)} ({len(docs)} documents)")
+        f"{threads} thread(s) per rank, device {device.type}" + (f", amp {amp}" if use_cuda else "") +
+        f"; corpus {', '.join(corpus)} ({len(docs)} documents)")
 
     def save(step):
         if rank == 0 and args.checkpoint:
@@ -184,20 +219,28 @@ def main():
 
     ddp.train()
     t_log, samples, comm, first_loss, loss_sum, n_sum = time.perf_counter(), 0, 0.0, None, 0.0, 0
+    def forward_backward(b):
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss, mlm, nsp = ddp(**b)
+        scaler.scale(loss / args.grad_accum).backward()
+        return loss, mlm, nsp
+
+    t_run, steps_run = time.perf_counter(), 0
     for step in range(start, args.steps):
         for micro in range(args.grad_accum):
-            b = data.batch(args.batch_size)
+            b = {k: v.to(device, non_blocking=True) for k, v in data.batch(args.batch_size).items()}
             if micro < args.grad_accum - 1:
                 with ddp.no_sync():
-                    loss, mlm, nsp = ddp(**b)
-                    (loss / args.grad_accum).backward()
+                    loss, mlm, nsp = forward_backward(b)
             else:
-                loss, mlm, nsp = ddp(**b)
-                (loss / args.grad_accum).backward()
+                loss, mlm, nsp = forward_backward(b)
             samples += args.batch_size * world
+        scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        scaler.step(opt)
+        scaler.update()
         sched.step()
+        steps_run += 1
         opt.zero_grad(set_to_none=True)
         comm += timer.take()
         lv = loss.item()
@@ -213,7 +256,11 @@ def main():
         if args.save_every and done % args.save_every == 0:
             save(done)
     save(args.steps)
-    log(f"done: first loss {first_loss:.4f}, last loss {lv:.4f}")
+    per_step = (time.perf_counter() - t_run) / max(steps_run, 1)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    gpu = f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**20:.0f} MiB" if use_cuda else ""
+    log(f"done: first loss {first_loss:.4f}, last loss {lv:.4f}; {per_step:.2f} s per step, "
+        f"peak RSS {rss:.0f} MiB (rank 0){gpu}")
     dist.destroy_process_group()
 
 

@@ -36,7 +36,10 @@ PYBIND11_MODULE(_C, m) {
                              "The ACCL backend that runs the ops (accl, gloo, mpi or nccl).")
       .def_property_readonly("global_ranks", &torch_accl::ProcessGroupACCL::globalRanks)
       .def_property_readonly("cuda_path", &torch_accl::ProcessGroupACCL::cudaPath,
-                             "Where CUDA tensors go (direct, nccl or stage) and why (ACCL_TORCH_CUDA).");
+                             "Where CUDA tensors go (direct, nccl or stage) and why (ACCL_TORCH_CUDA).")
+      .def("_sdk_all_reduce", &torch_accl::ProcessGroupACCL::sdkAllreduce, py::arg("tensor"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Benchmarks only: in-place float32 sum on the ACCL group directly, blocking.");
   m.def("create_extended", &createExtended, py::arg("dist_backend_opts"), py::arg("pg_options"));
   m.def("create", &createBasic, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"));
   m.attr("torch_version") = TORCH_VERSION;

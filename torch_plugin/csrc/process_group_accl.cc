@@ -283,6 +283,10 @@ void AcclWork::start(std::vector<std::shared_ptr<accl::Work>> works, std::functi
     onDone(nullptr, -1);
     return;
   }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    works_ = works;
+  }
   // The last accl op to complete finishes the torch op, on the thread that
   // completes it. The accl ops hold this Work (through their callbacks) until
   // then, not the other way round.
@@ -355,6 +359,7 @@ void AcclWork::onDone(std::exception_ptr err, int src) {
     error_ = err;
     source_ = src;
     done_ = true;
+    works_.clear();  // their callbacks hold this Work: no cycle once done
   }
   cv_.notify_all();
   if (err) future_->setError(err);
@@ -379,7 +384,22 @@ int AcclWork::sourceRank() const {
 }
 std::vector<at::Tensor> AcclWork::result() { return outputs_; }
 
+void AcclWork::runHere() {
+  std::vector<std::shared_ptr<accl::Work>> works;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    works = works_;
+  }
+  for (auto& w : works) {
+    try {
+      w->wait();
+    } catch (...) {  // the error reaches this Work through onDone
+    }
+  }
+}
+
 bool AcclWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) runHere();
   std::unique_lock<std::mutex> lk(mu_);
   if (timeout.count() > 0) {
     if (!cv_.wait_for(lk, timeout, [&] { return done_; }))
@@ -482,6 +502,16 @@ std::string ProcessGroupACCL::cudaPath() {
   return cudaPath_ + " (" + cudaWhy_ + ")";
 }
 
+void ProcessGroupACCL::sdkAllreduce(const at::Tensor& t) {
+  TORCH_CHECK(t.is_cpu() && t.is_contiguous() && t.scalar_type() == at::kFloat,
+              "sdk_all_reduce: a contiguous CPU float32 tensor is accepted, got ", t.toString());
+  guarded([&] {
+    accl::AllreduceOptions o;
+    pg_->allreduce(accl::Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), accl::DataType::Float32), o)->wait();
+    return 0;
+  });
+}
+
 ProcessGroupACCL::Route ProcessGroupACCL::route(const std::vector<at::Tensor>& tensors) {
   const at::Tensor* dev = nullptr;
   for (auto& t : tensors)
@@ -525,7 +555,7 @@ ProcessGroupACCL::Route ProcessGroupACCL::route(const std::vector<at::Tensor>& t
 // (runs on completion, before staged outputs are copied back). Collectives
 // count towards the group's sequence number; while coalescing, the op's Work
 // is also kept for endCoalescing.
-#define ACCL_TORCH_OP_OF(type, collective, outputs, ...)                                \
+#define ACCL_TORCH_OP_OF(type, collective, async, outputs, ...)                         \
   guarded([&]() -> c10::intrusive_ptr<c10d::Work> {                                     \
     const std::vector<at::Tensor>& outs_ = outputs;                                      \
     Route route_ = route(outs_);                                                         \
@@ -544,10 +574,13 @@ ProcessGroupACCL::Route ProcessGroupACCL::route(const std::vector<at::Tensor>& t
     });                                                                                  \
     if (collective) ++collectives_;                                                      \
     if (coalescing_) coalesced_.push_back(work);                                         \
+    else if (!async) work->runHere();                                                    \
     return work;                                                                         \
   })
-#define ACCL_TORCH_OP(type, outputs, ...) ACCL_TORCH_OP_OF(type, true, outputs, __VA_ARGS__)
-#define ACCL_TORCH_P2P(type, outputs, ...) ACCL_TORCH_OP_OF(type, false, outputs, __VA_ARGS__)
+// A call torch marks synchronous (async_op=False, torch >= 2.7) runs here and
+// now, on the calling thread, as the SDK's own blocking calls do.
+#define ACCL_TORCH_OP(type, outputs, ...) ACCL_TORCH_OP_OF(type, true, compat::isAsync(opts), outputs, __VA_ARGS__)
+#define ACCL_TORCH_P2P(type, outputs, ...) ACCL_TORCH_OP_OF(type, false, true, outputs, __VA_ARGS__)
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {

@@ -42,6 +42,9 @@ class AcclWork : public c10d::Work {
   void abort() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
+  // Runs the ACCL ops that are still queued on this thread and returns when
+  // they completed (their errors reach this Work as on any other thread).
+  void runHere();
   // Called once by the adapter after every accl op was issued.
   void start(std::vector<std::shared_ptr<accl::Work>> works, std::function<void()> finish);
   // Called once instead of start(): completes when every one of `parts`
@@ -54,6 +57,7 @@ class AcclWork : public c10d::Work {
   void onDone(std::exception_ptr err, int src);
 
   std::function<void()> finish_;
+  std::vector<std::shared_ptr<accl::Work>> works_;  // until done (wait() runs queued ones)
   std::vector<at::Tensor> outputs_;
   c10::optional<c10::Stream> stream_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -81,6 +85,10 @@ class ProcessGroupACCL : public C10dBase {
   // cpu:gloo,cuda:nccl) or "stage" (copied through host memory), as
   // ACCL_TORCH_CUDA (auto, nccl, stage) and this host decide.
   std::string cudaPath();
+  // Sums a contiguous CPU float32 tensor in place on the SDK group directly
+  // (no torch Work, future or staging), blocking: the C++ level that
+  // bench/torch_allreduce_bench.py compares the adapter against.
+  void sdkAllreduce(const at::Tensor& t);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;

@@ -10,6 +10,8 @@
 
 #include <exception>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #define ACCL_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -39,6 +41,18 @@ using Base = c10d::ProcessGroup;
 // Backend::split and getBackendOptions (torch.distributed.split_group, and
 // new_group / init_device_mesh after init_process_group(device_id=...)).
 #define ACCL_TORCH_HAS_SPLIT ACCL_TORCH_AT_LEAST(2, 8)
+
+// Whether torch asked for an asynchronous op: the options' asyncOp where they
+// have it (torch >= 2.7 sets it from async_op), else true.
+template <typename O, typename = void>
+struct HasAsyncOp : std::false_type {};
+template <typename O>
+struct HasAsyncOp<O, std::void_t<decltype(std::declval<const O&>().asyncOp)>> : std::true_type {};
+template <typename O>
+bool isAsync(const O& o) {
+  if constexpr (HasAsyncOp<O>::value) return o.asyncOp;
+  else return true;
+}
 
 // The PREMUL_SUM factor: a vector of tensors in 1.13, one tensor (or a
 // double) in 2.x.
