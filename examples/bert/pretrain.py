@@ -241,6 +241,8 @@ def main():
         scaler.update()
         sched.step()
         steps_run += 1
+        if steps_run == 1:
+            t_first = time.perf_counter()  # steady state: the steps after the first
         opt.zero_grad(set_to_none=True)
         comm += timer.take()
         lv = loss.item()
@@ -256,10 +258,12 @@ def main():
         if args.save_every and done % args.save_every == 0:
             save(done)
     save(args.steps)
-    per_step = (time.perf_counter() - t_run) / max(steps_run, 1)
+    t_end = time.perf_counter()
+    per_step = (t_end - t_run) / max(steps_run, 1)
+    steady = f" ({(t_end - t_first) / (steps_run - 1):.2f} s after the first)" if steps_run > 1 else ""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     gpu = f", peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**20:.0f} MiB" if use_cuda else ""
-    log(f"done: first loss {first_loss:.4f}, last loss {lv:.4f}; {per_step:.2f} s per step, "
+    log(f"done: first loss {first_loss:.4f}, last loss {lv:.4f}; {per_step:.2f} s per step{steady}, "
         f"peak RSS {rss:.0f} MiB (rank 0){gpu}")
     dist.destroy_process_group()
 
