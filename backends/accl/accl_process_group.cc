@@ -332,7 +332,7 @@ Peers AcclProcessGroup::members(const std::vector<int>& ranks, uint32_t stepBase
 template <typename Body>
 std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType t, ReduceKind r,
                                                int root, size_t bytes, std::chrono::milliseconds timeout,
-                                               Body&& body) {
+                                               bool blocking, Body&& body) {
   OpDesc d;
   d.seq = seq_++;
   d.count = count;
@@ -369,7 +369,9 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
     if (!layout_.singleHost()) tcp_->endOp();
     return -1;
   };
-  if (bytes <= inlineBytes_) return queue_->runOrEnqueue(std::move(work), std::move(fn));
+  // Small ops, and ops whose caller waits at once, run on the calling thread
+  // when the group is idle (no thread hand-off).
+  if (bytes <= inlineBytes_ || blocking) return queue_->runOrEnqueue(std::move(work), std::move(fn));
   return queue_->enqueue(std::move(work), std::move(fn));
 }
 
@@ -432,7 +434,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
 
 std::shared_ptr<Work> AcclProcessGroup::doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) {
   size_t bytes = in.count * dataTypeSize(in.dtype);
-  return submit(OpType::Allreduce, in.count, in.dtype, o.op.kind, -1, bytes, effectiveTimeout(o),
+  return submit(OpType::Allreduce, in.count, in.dtype, o.op.kind, -1, bytes, effectiveTimeout(o), o.blocking,
                 [this, in, out, op = o.op](const OpDesc& d, Clock::time_point dl) {
                   allreduceBody(in.data, out.data, in.count, in.dtype, op, d, dl);
                 });
@@ -442,7 +444,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAllreduce(Buffer in, Buffer out, const
 
 std::shared_ptr<Work> AcclProcessGroup::doBroadcast(Buffer buf, const BroadcastOptions& o) {
   size_t bytes = buf.count * dataTypeSize(buf.dtype);
-  return submit(OpType::Broadcast, buf.count, buf.dtype, ReduceKind::Sum, o.root, bytes, effectiveTimeout(o),
+  return submit(OpType::Broadcast, buf.count, buf.dtype, ReduceKind::Sum, o.root, bytes, effectiveTimeout(o), o.blocking,
                 [this, buf, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   Algo a = core::choose(Coll::Broadcast, bytes, layout_, algo_);
                   if (a == Algo::Shm) {
@@ -473,7 +475,7 @@ std::shared_ptr<Work> AcclProcessGroup::doBroadcast(Buffer buf, const BroadcastO
 
 std::shared_ptr<Work> AcclProcessGroup::doReduce(Buffer in, Buffer out, const ReduceOptions& o) {
   size_t es = dataTypeSize(in.dtype), bytes = in.count * es;
-  return submit(OpType::Reduce, in.count, in.dtype, o.op.kind, o.root, bytes, effectiveTimeout(o),
+  return submit(OpType::Reduce, in.count, in.dtype, o.op.kind, o.root, bytes, effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, es, op = o.op, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   ReduceKind k = internal::elementwiseKind(op.kind);
                   Algo a = core::choose(Coll::Reduce, bytes, layout_, algo_);
@@ -518,7 +520,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAllgather(Buffer in, Buffer out, const
 std::shared_ptr<Work> AcclProcessGroup::doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                                      const AllgatherOptions& o) {
   size_t es = dataTypeSize(in.dtype), total = out.count * es;
-  return submit(OpType::Allgatherv, out.count, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o),
+  return submit(OpType::Allgatherv, out.count, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, counts, es, total](const OpDesc& d, Clock::time_point dl) {
                   auto bytes = scaled(counts, es);
                   size_t displ = 0;
@@ -539,7 +541,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAllgatherv(Buffer in, Buffer out, cons
 std::shared_ptr<Work> AcclProcessGroup::doReduceScatterv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                                          const ReduceScatterOptions& o) {
   size_t es = dataTypeSize(in.dtype), total = in.count * es;
-  return submit(OpType::ReduceScatterv, in.count, in.dtype, o.op.kind, -1, total, effectiveTimeout(o),
+  return submit(OpType::ReduceScatterv, in.count, in.dtype, o.op.kind, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, counts, es, total, op = o.op](const OpDesc& d, Clock::time_point dl) {
                   ReduceKind k = internal::elementwiseKind(op.kind);
                   size_t displ = 0;
@@ -571,7 +573,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAlltoallv(Buffer in, const std::vector
                                                     const std::vector<size_t>& recvCounts,
                                                     const AlltoallOptions& o) {
   size_t es = dataTypeSize(in.dtype), total = in.count * es;
-  return submit(OpType::Alltoallv, 0, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o),
+  return submit(OpType::Alltoallv, 0, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, sendCounts, recvCounts, es](const OpDesc& d, Clock::time_point dl) {
                   auto sb = scaled(sendCounts, es), rb = scaled(recvCounts, es);
                   if (layout_.singleHost()) {
@@ -593,7 +595,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAlltoallv(Buffer in, const std::vector
 
 std::shared_ptr<Work> AcclProcessGroup::doGather(Buffer in, Buffer out, const GatherOptions& o) {
   size_t es = dataTypeSize(in.dtype), bytes = in.count * es;
-  return submit(OpType::Gather, in.count, in.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o),
+  return submit(OpType::Gather, in.count, in.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   std::vector<size_t> b(size(), bytes);
                   if (layout_.singleHost()) {
@@ -607,7 +609,7 @@ std::shared_ptr<Work> AcclProcessGroup::doGather(Buffer in, Buffer out, const Ga
 
 std::shared_ptr<Work> AcclProcessGroup::doScatter(Buffer in, Buffer out, const ScatterOptions& o) {
   size_t es = dataTypeSize(out.dtype), bytes = out.count * es;
-  return submit(OpType::Scatter, out.count, out.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o),
+  return submit(OpType::Scatter, out.count, out.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   std::vector<size_t> b(size(), bytes);
                   if (layout_.singleHost()) {
@@ -620,7 +622,7 @@ std::shared_ptr<Work> AcclProcessGroup::doScatter(Buffer in, Buffer out, const S
 }
 
 std::shared_ptr<Work> AcclProcessGroup::doBarrier(const BarrierOptions& o) {
-  return submit(OpType::Barrier, 0, DataType::Uint8, ReduceKind::Sum, -1, 0, effectiveTimeout(o),
+  return submit(OpType::Barrier, 0, DataType::Uint8, ReduceKind::Sum, -1, 0, effectiveTimeout(o), o.blocking,
                 [this](const OpDesc& d, Clock::time_point dl) {
                   Algo a = core::choose(Coll::Barrier, 0, layout_, algo_);
                   if (a == Algo::Shm) {

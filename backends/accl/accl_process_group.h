@@ -57,7 +57,7 @@ class AcclProcessGroup : public ProcessGroup {
   // its Work (defined in the .cc, where every op uses it).
   template <typename Body>
   std::shared_ptr<Work> submit(OpType op, size_t count, DataType t, ReduceKind r, int root,
-                               size_t bytes, std::chrono::milliseconds timeout, Body&& body);
+                               size_t bytes, std::chrono::milliseconds timeout, bool blocking, Body&& body);
   core::Peers flat(uint32_t stepBase = 0);
   core::Peers members(const std::vector<int>& ranks, uint32_t stepBase);
   void allreduceBody(const void* in, void* out, size_t count, DataType t, ReduceOp op,

@@ -565,6 +565,7 @@ ProcessGroupACCL::Route ProcessGroupACCL::route(const std::vector<at::Tensor>& t
                                               profilingTitle(c10d::OpType::type), outs_, outs_, \
                                               route_.userStream);                        \
     auto stage = std::make_shared<Staging>(*pg);                                         \
+    const bool blocking = !(async) && !coalescing_; /* OpOptions::blocking */            \
     std::vector<std::shared_ptr<accl::Work>> works;                                      \
     std::function<void()> after;                                                         \
     __VA_ARGS__                                                                          \
@@ -574,7 +575,7 @@ ProcessGroupACCL::Route ProcessGroupACCL::route(const std::vector<at::Tensor>& t
     });                                                                                  \
     if (collective) ++collectives_;                                                      \
     if (coalescing_) coalesced_.push_back(work);                                         \
-    else if (!async) work->runHere();                                                    \
+    else if (blocking) work->runHere();                                                  \
     return work;                                                                         \
   })
 // A call torch marks synchronous (async_op=False, torch >= 2.7) runs here and
@@ -590,6 +591,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::broadcast(std::vector<at::Tenso
     o.root = static_cast<int>(opts.rootRank);
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->broadcast(stage->buffer(tensors[0], true, "broadcast tensor"), o));
   });
 }
@@ -602,6 +604,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce(std::vector<at::Tenso
     o.op = mapReduce(opts.reduceOp, tensors[0]);
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->allreduce(stage->buffer(tensors[0], true, "all_reduce tensor"), o));
   });
 }
@@ -622,6 +625,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce_coalesced(std::vector
     o.op = mapReduce(opts.reduceOp, tensors[0]);
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->allreduce(stage->bufferOfFlat(flat, "all_reduce_coalesced tensor"), o));
     auto outs = tensors;
     after = [flat, outs]() mutable { unpack(flat, outs); };
@@ -637,6 +641,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce(std::vector<at::Tensor>&
     o.root = static_cast<int>(opts.rootRank);
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     auto b = stage->buffer(tensors[0], true, "reduce tensor");
     works.push_back(pg->reduce(b, b, o));
   });
@@ -663,6 +668,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather(std::vector<std::vect
     accl::AllgatherOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->allgather(stage->buffer(in, false, "all_gather input"),
                                    stage->bufferOfFlat(flat, "all_gather output"), o));
     auto outs = outputs[0];
@@ -681,6 +687,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_allgather_base(at::Tensor& out
     accl::AllgatherOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->allgather(stage->buffer(input, false, "all_gather_into_tensor input"),
                                    stage->buffer(output, true, "all_gather_into_tensor output"), o));
   });
@@ -702,6 +709,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_coalesced(
       accl::AllgatherOptions o;
       o.timeout = opTimeout(opts.timeout, timeout_);
       o.stream = stream;
+      o.blocking = blocking;
+    o.blocking = blocking;
       works.push_back(pg->allgather(stage->buffer(in, false, "all_gather_coalesced input"),
                                      stage->bufferOfFlat(flat, "all_gather_coalesced output"), o));
       flats.emplace_back(flat, i);
@@ -738,6 +747,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::gather(std::vector<std::vector<
     o.root = root;
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     auto ob = stage->bufferOfFlat(flat, "gather output");
     if (!isRoot) ob = accl::Buffer(nullptr, 0, ob.dtype, ob.device);
     works.push_back(pg->gather(stage->buffer(in, false, "gather input"), ob, o));
@@ -774,6 +784,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::scatter(std::vector<at::Tensor>
     o.root = root;
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     auto ib = stage->bufferOfFlat(flat, "scatter input");
     if (!isRoot) ib = accl::Buffer(nullptr, 0, ib.dtype, ib.device);
     works.push_back(pg->scatter(ib, stage->buffer(out, true, "scatter output"), o));
@@ -802,6 +813,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter(std::vector<at::
     o.op = mapReduce(opts.reduceOp, out);
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->reduceScatter(stage->bufferOfFlat(flat, "reduce_scatter input"),
                                        stage->buffer(out, true, "reduce_scatter output"), o));
   });
@@ -819,6 +831,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_reduce_scatter_base(at::Tensor
     o.op = mapReduce(opts.reduceOp, output);
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->reduceScatter(stage->buffer(input, false, "reduce_scatter_tensor input"),
                                        stage->buffer(output, true, "reduce_scatter_tensor output"), o));
   });
@@ -833,6 +846,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall_base(at::Tensor& outpu
     accl::AlltoallOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     auto in = stage->buffer(input, false, "all_to_all_single input");
     auto out = stage->buffer(output, true, "all_to_all_single output");
     if (outputSplits.empty() && inputSplits.empty()) {
@@ -899,6 +913,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor
     accl::AlltoallOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->alltoallv(stage->bufferOfFlat(sflat, "all_to_all input"), sc,
                                    stage->bufferOfFlat(rflat, "all_to_all output"), rc, o));
     auto outs = outputs;
@@ -913,6 +928,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::send(std::vector<at::Tensor>& t
     o.tag = tag;
     o.timeout = timeout_;
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->send(stage->buffer(tensors[0], false, "send tensor"), dstRank, o));
   });
 }
@@ -924,6 +940,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recv(std::vector<at::Tensor>& t
     o.tag = tag;
     o.timeout = timeout_;
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->recv(stage->buffer(tensors[0], true, "recv tensor"), srcRank, o));
   });
 }
@@ -935,6 +952,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recvAnysource(std::vector<at::T
     o.tag = tag;
     o.timeout = timeout_;
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->recv(stage->buffer(tensors[0], true, "recv tensor"), accl::kAnySource, o));
   });
 }
@@ -944,6 +962,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::barrier(const c10d::BarrierOpti
     accl::BarrierOptions o;
     o.timeout = opTimeout(opts.timeout, timeout_);
     o.stream = stream;
+    o.blocking = blocking;
     works.push_back(pg->barrier(o));
   });
 }
@@ -1112,6 +1131,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_into_tensor_coalesced
       accl::AllgatherOptions o;
       o.timeout = opTimeout(opts.timeout, timeout_);
       o.stream = stream;
+      o.blocking = blocking;
+    o.blocking = blocking;
       works.push_back(pg->allgather(stage->buffer(inputs[i], false, "all_gather_into_tensor_coalesced input"),
                                      stage->buffer(outputs[i], true, "all_gather_into_tensor_coalesced output"), o));
     }
@@ -1127,6 +1148,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter_tensor_coalesced
       o.op = mapReduce(opts.reduceOp, outputs[i]);
       o.timeout = opTimeout(opts.timeout, timeout_);
       o.stream = stream;
+      o.blocking = blocking;
+    o.blocking = blocking;
       works.push_back(pg->reduceScatter(stage->buffer(inputs[i], false, "reduce_scatter_tensor_coalesced input"),
                                          stage->buffer(outputs[i], true, "reduce_scatter_tensor_coalesced output"),
                                          o));

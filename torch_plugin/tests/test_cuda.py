@@ -120,22 +120,23 @@ def check_device_ops(res, ws):
         assert torch.all(out["leaf"] == ws)
 
 
-@needs_gpu
-def test_staged_device_tensors_follow_the_current_stream():
-    c = Cluster(2, env={"ACCL_TORCH_CUDA": "stage"})
+def run_2_ranks(cuda_path, fn):
+    """fn on 2 fresh ranks with ACCL_TORCH_CUDA=cuda_path; their results."""
+    c = Cluster(2, env={"ACCL_TORCH_CUDA": cuda_path})
     try:
-        check_device_ops(c.run(_device_ops), 2)
+        return c.run(fn)
     finally:
         c.close()
+
+
+@needs_gpu
+def test_staged_device_tensors_follow_the_current_stream():
+    check_device_ops(run_2_ranks("stage", _device_ops), 2)
 
 
 @needs_2_gpus
 def test_device_tensors_through_the_nccl_backend():
-    c = Cluster(2, env={"ACCL_TORCH_CUDA": "nccl"})
-    try:
-        check_device_ops(c.run(_device_ops), 2)
-    finally:
-        c.close()
+    check_device_ops(run_2_ranks("nccl", _device_ops), 2)
 
 
 def _ddp_cuda(ctx):
@@ -157,14 +158,40 @@ def _ddp_cuda(ctx):
 
 @needs_gpu
 def test_ddp_on_device_tensors_keeps_replicas_equal():
-    env = {"ACCL_TORCH_CUDA": "nccl" if GPUS >= 2 else "stage"}
-    c = Cluster(2, env=env)
-    try:
-        res = c.run(_ddp_cuda)
-        assert torch.equal(res[0], res[1])
-    finally:
-        c.close()
+    res = run_2_ranks("nccl" if GPUS >= 2 else "stage", _ddp_cuda)
+    assert torch.equal(res[0], res[1])
 
 
 if os.environ.get("ACCL_REQUIRE_GPU") == "1" and GPUS < 1:  # a GPU host's CI: a skip would hide a failure
     raise RuntimeError("ACCL_REQUIRE_GPU=1 but torch sees no CUDA device")
+
+
+def _bound_device(rank, world_size, port):
+    import datetime
+    import torch_accl  # noqa: F401
+    from torch.distributed.device_mesh import init_device_mesh
+    dev = torch.device("cuda", rank)
+    torch.cuda.set_device(dev)
+    # Bound to a device, torch creates sub-groups by splitting the default one.
+    dist.init_process_group("accl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=60), device_id=dev)
+    try:
+        sub = dist.new_group([0, 1])
+        mesh = init_device_mesh("cuda", (world_size,), mesh_dim_names=("dp",))
+        t = torch.full((4,), rank + 1.0, device=dev)
+        dist.all_reduce(t, group=sub)
+        u = torch.full((4,), rank + 1.0, device=dev)
+        dist.all_reduce(u, group=mesh.get_group("dp"))
+        return t.cpu().tolist(), u.cpu().tolist()
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_2_gpus
+@pytest.mark.skipif(tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 8),
+                    reason=f"torch {torch.__version__}: Backend.split needs torch >= 2.8")
+def test_new_group_and_device_mesh_after_init_with_device_id():
+    res = spawn(2, _bound_device, timeout=120)
+    assert all(code == 0 for code, _ in res), res
+    for _, (t, u) in res:
+        assert t == [3.0] * 4 and u == [3.0] * 4

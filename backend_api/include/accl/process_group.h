@@ -25,6 +25,10 @@ struct OpOptions {
   // default stream. The caller keeps it alive until the op completes.
   // Backends of host memory ignore it.
   void* stream = nullptr;
+  // The caller waits for this op right away (a blocking call): a backend may
+  // run it on the calling thread when the group is idle, instead of handing it
+  // to its worker thread and back. The returned Work is then complete.
+  bool blocking = false;
 };
 struct AllreduceOptions : OpOptions {
   ReduceOp op{};
