@@ -272,7 +272,8 @@ AcclWork::AcclWork(int rank, c10d::OpType type, const char* title, const std::ve
   // and wait() on it are ordered after the copy back on the user's stream.
   std::vector<c10::Device> devices;
   if (stream_) devices.push_back(stream_->device());
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+  static const c10::TypePtr kTensorList = c10::ListType::create(c10::TensorType::get());
+  future_ = c10::make_intrusive<c10::ivalue::Future>(kTensorList, devices);
 }
 
 AcclWork::~AcclWork() = default;
