@@ -566,7 +566,13 @@ ProcessGroupACCL::Route ProcessGroupACCL::route(const std::vector<at::Tensor>& t
                                               profilingTitle(c10d::OpType::type), outs_, outs_, \
                                               route_.userStream);                        \
     auto stage = std::make_shared<Staging>(*pg);                                         \
-    const bool blocking = !(async) && !coalescing_; /* OpOptions::blocking */            \
+    const bool blocking = !(async) && !coalescing_;                                      \
+    /* Every accl op of this torch op: its deadline, stream and blocking. */              \
+    auto setOptions = [&](accl::OpOptions& o, std::chrono::milliseconds t) {              \
+      o.timeout = opTimeout(t, timeout_);                                                \
+      o.stream = stream;                                                                 \
+      o.blocking = blocking;                                                             \
+    };                                                                                   \
     std::vector<std::shared_ptr<accl::Work>> works;                                      \
     std::function<void()> after;                                                         \
     __VA_ARGS__                                                                          \
@@ -590,9 +596,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::broadcast(std::vector<at::Tenso
     requireOne(tensors, "broadcast");
     accl::BroadcastOptions o;
     o.root = static_cast<int>(opts.rootRank);
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->broadcast(stage->buffer(tensors[0], true, "broadcast tensor"), o));
   });
 }
@@ -603,9 +607,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce(std::vector<at::Tenso
     requireOne(tensors, "all_reduce");
     accl::AllreduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->allreduce(stage->buffer(tensors[0], true, "all_reduce tensor"), o));
   });
 }
@@ -624,9 +626,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce_coalesced(std::vector
     pack(flat, tensors);
     accl::AllreduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->allreduce(stage->bufferOfFlat(flat, "all_reduce_coalesced tensor"), o));
     auto outs = tensors;
     after = [flat, outs]() mutable { unpack(flat, outs); };
@@ -640,9 +640,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce(std::vector<at::Tensor>&
     accl::ReduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
     o.root = static_cast<int>(opts.rootRank);
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     auto b = stage->buffer(tensors[0], true, "reduce tensor");
     works.push_back(pg->reduce(b, b, o));
   });
@@ -667,9 +665,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather(std::vector<std::vect
     }
     at::Tensor flat = stage->flat(in, in.numel() * getSize());
     accl::AllgatherOptions o;
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->allgather(stage->buffer(in, false, "all_gather input"),
                                    stage->bufferOfFlat(flat, "all_gather output"), o));
     auto outs = outputs[0];
@@ -686,9 +682,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_allgather_base(at::Tensor& out
                                   " elements, expected " + std::to_string(input.numel() * getSize()) +
                                   " (input elements x group size)");
     accl::AllgatherOptions o;
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->allgather(stage->buffer(input, false, "all_gather_into_tensor input"),
                                    stage->buffer(output, true, "all_gather_into_tensor output"), o));
   });
@@ -708,10 +702,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_coalesced(
       const at::Tensor& in = inputs[i];
       at::Tensor flat = stage->flat(in, in.numel() * getSize());
       accl::AllgatherOptions o;
-      o.timeout = opTimeout(opts.timeout, timeout_);
-      o.stream = stream;
-      o.blocking = blocking;
-    o.blocking = blocking;
+      setOptions(o, opts.timeout);
       works.push_back(pg->allgather(stage->buffer(in, false, "all_gather_coalesced input"),
                                      stage->bufferOfFlat(flat, "all_gather_coalesced output"), o));
       flats.emplace_back(flat, i);
@@ -746,9 +737,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::gather(std::vector<std::vector<
     at::Tensor flat = stage->flat(in, isRoot ? in.numel() * getSize() : 0);
     accl::GatherOptions o;
     o.root = root;
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     auto ob = stage->bufferOfFlat(flat, "gather output");
     if (!isRoot) ob = accl::Buffer(nullptr, 0, ob.dtype, ob.device);
     works.push_back(pg->gather(stage->buffer(in, false, "gather input"), ob, o));
@@ -783,9 +772,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::scatter(std::vector<at::Tensor>
     }
     accl::ScatterOptions o;
     o.root = root;
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     auto ib = stage->bufferOfFlat(flat, "scatter input");
     if (!isRoot) ib = accl::Buffer(nullptr, 0, ib.dtype, ib.device);
     works.push_back(pg->scatter(ib, stage->buffer(out, true, "scatter output"), o));
@@ -812,9 +799,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter(std::vector<at::
     pack(flat, inputs[0]);
     accl::ReduceScatterOptions o;
     o.op = mapReduce(opts.reduceOp, out);
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->reduceScatter(stage->bufferOfFlat(flat, "reduce_scatter input"),
                                        stage->buffer(out, true, "reduce_scatter output"), o));
   });
@@ -830,9 +815,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_reduce_scatter_base(at::Tensor
                                   " (output elements x group size)");
     accl::ReduceScatterOptions o;
     o.op = mapReduce(opts.reduceOp, output);
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->reduceScatter(stage->buffer(input, false, "reduce_scatter_tensor input"),
                                        stage->buffer(output, true, "reduce_scatter_tensor output"), o));
   });
@@ -845,9 +828,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall_base(at::Tensor& outpu
   return ACCL_TORCH_OP(ALLTOALL_BASE, std::vector<at::Tensor>{output}, {
     requireSameKind(input, output, "all_to_all_single");
     accl::AlltoallOptions o;
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     auto in = stage->buffer(input, false, "all_to_all_single input");
     auto out = stage->buffer(output, true, "all_to_all_single output");
     if (outputSplits.empty() && inputSplits.empty()) {
@@ -912,9 +893,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor
     at::Tensor sflat = stage->flat(inputs[0], st), rflat = stage->flat(outputs[0], rt);
     pack(sflat, inputs);
     accl::AlltoallOptions o;
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->alltoallv(stage->bufferOfFlat(sflat, "all_to_all input"), sc,
                                    stage->bufferOfFlat(rflat, "all_to_all output"), rc, o));
     auto outs = outputs;
@@ -927,9 +906,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::send(std::vector<at::Tensor>& t
     requireOne(tensors, "send");
     accl::SendOptions o;
     o.tag = tag;
-    o.timeout = timeout_;
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, timeout_);
     works.push_back(pg->send(stage->buffer(tensors[0], false, "send tensor"), dstRank, o));
   });
 }
@@ -939,9 +916,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recv(std::vector<at::Tensor>& t
     requireOne(tensors, "recv");
     accl::RecvOptions o;
     o.tag = tag;
-    o.timeout = timeout_;
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, timeout_);
     works.push_back(pg->recv(stage->buffer(tensors[0], true, "recv tensor"), srcRank, o));
   });
 }
@@ -951,9 +926,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recvAnysource(std::vector<at::T
     requireOne(tensors, "recv");
     accl::RecvOptions o;
     o.tag = tag;
-    o.timeout = timeout_;
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, timeout_);
     works.push_back(pg->recv(stage->buffer(tensors[0], true, "recv tensor"), accl::kAnySource, o));
   });
 }
@@ -961,9 +934,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recvAnysource(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::barrier(const c10d::BarrierOptions& opts) {
   return ACCL_TORCH_OP(BARRIER, std::vector<at::Tensor>{}, {
     accl::BarrierOptions o;
-    o.timeout = opTimeout(opts.timeout, timeout_);
-    o.stream = stream;
-    o.blocking = blocking;
+    setOptions(o, opts.timeout);
     works.push_back(pg->barrier(o));
   });
 }
@@ -974,60 +945,49 @@ constexpr int kMonitoredTag = std::numeric_limits<int>::max() - 1;
 void ProcessGroupACCL::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   guarded([&] {
     auto timeout = opTimeout(opts.timeout, timeout_);
+    auto until = std::chrono::steady_clock::now() + timeout;
     const int64_t call = ++monitoredBarriers_;
     auto token = at::empty({1}, at::kLong);
-    auto tokenBuf = [&](at::Tensor& t) { return accl::Buffer(t.data_ptr(), 1, accl::DataType::Int64); };
-    accl::SendOptions so;
-    so.tag = kMonitoredTag;
-    so.timeout = timeout;
-    if (getRank() != 0) {
-      token.fill_(call);
-      pg_->send(tokenBuf(token), 0, so)->wait();
-      // Rank 0 answers once every rank arrived; an answer of an earlier,
-      // failed call is skipped.
-      auto until = std::chrono::steady_clock::now() + timeout;
+    const accl::Buffer tokenBuf(token.data_ptr(), 1, accl::DataType::Int64);
+    // Receives from `peer` until a token of this call arrives (one of an
+    // earlier, failed call is skipped); accl::Timeout when `until` passes.
+    auto receiveThisCall = [&](int peer) {
       do {
         accl::RecvOptions ro;
         ro.tag = kMonitoredTag;
         ro.timeout = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
                                   until - std::chrono::steady_clock::now()),
                               std::chrono::milliseconds(1));
-        auto w = pg_->recv(tokenBuf(token), 0, ro);
-        try {
-          w->wait();
-        } catch (const accl::Timeout&) {
-          throw accl::Timeout("monitored_barrier: rank " + std::to_string(getRank()) +
-                              " was not released by rank 0 within " + std::to_string(timeout.count()) +
-                              " ms (rank 0 names the ranks that did not arrive)");
-        }
+        pg_->recv(tokenBuf, peer, ro)->wait();
       } while (token.item<int64_t>() < call);
+    };
+    accl::SendOptions so;
+    so.tag = kMonitoredTag;
+    so.timeout = timeout;
+    if (getRank() != 0) {
+      token.fill_(call);
+      pg_->send(tokenBuf, 0, so)->wait();
+      try {
+        receiveThisCall(0);  // rank 0 answers once every rank arrived
+      } catch (const accl::Timeout&) {
+        throw accl::Timeout("monitored_barrier: rank " + std::to_string(getRank()) +
+                            " was not released by rank 0 within " + std::to_string(timeout.count()) +
+                            " ms (rank 0 names the ranks that did not arrive)");
+      }
       return 0;
     }
-    // Rank 0: one receive per rank, all with the same deadline.
-    auto until = std::chrono::steady_clock::now() + timeout;
+    // Rank 0: every rank within the same deadline.
     std::vector<int> missing;
     std::string causes;
     for (int r = 1; r < getSize(); ++r) {
-      bool arrived = false;
-      std::string cause;
-      while (!arrived && cause.empty()) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-        accl::RecvOptions ro;
-        ro.tag = kMonitoredTag;
-        ro.timeout = std::max(left, std::chrono::milliseconds(1));
-        auto w = pg_->recv(tokenBuf(token), r, ro);
-        try {
-          w->wait();
-          arrived = token.item<int64_t>() >= call;  // else a report of an earlier call
-        } catch (const accl::Timeout&) {
-          cause = "timeout";
-        } catch (const accl::Error& e) {
-          cause = e.what();
-        }
+      try {
+        receiveThisCall(r);
+        continue;
+      } catch (const accl::Timeout&) {
+      } catch (const accl::Error& e) {
+        causes += "; rank " + std::to_string(r) + ": " + e.what();
       }
-      if (arrived) continue;
       missing.push_back(r);
-      if (cause != "timeout") causes += std::string("; rank ") + std::to_string(r) + ": " + cause;
       if (!waitAllRanks) break;
     }
     if (!missing.empty()) {
@@ -1043,7 +1003,7 @@ void ProcessGroupACCL::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
     }
     token.fill_(call);
     std::vector<std::shared_ptr<accl::Work>> acks;
-    for (int r = 1; r < getSize(); ++r) acks.push_back(pg_->send(tokenBuf(token), r, so));
+    for (int r = 1; r < getSize(); ++r) acks.push_back(pg_->send(tokenBuf, r, so));
     for (auto& w : acks) w->wait();
     return 0;
   });
@@ -1130,10 +1090,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_into_tensor_coalesced
     requireGroupSizedPairs(inputs, outputs, true, getSize(), "all_gather_into_tensor_coalesced");
     for (size_t i = 0; i < inputs.size(); ++i) {
       accl::AllgatherOptions o;
-      o.timeout = opTimeout(opts.timeout, timeout_);
-      o.stream = stream;
-      o.blocking = blocking;
-    o.blocking = blocking;
+      setOptions(o, opts.timeout);
       works.push_back(pg->allgather(stage->buffer(inputs[i], false, "all_gather_into_tensor_coalesced input"),
                                      stage->buffer(outputs[i], true, "all_gather_into_tensor_coalesced output"), o));
     }
@@ -1147,10 +1104,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter_tensor_coalesced
     for (size_t i = 0; i < inputs.size(); ++i) {
       accl::ReduceScatterOptions o;
       o.op = mapReduce(opts.reduceOp, outputs[i]);
-      o.timeout = opTimeout(opts.timeout, timeout_);
-      o.stream = stream;
-      o.blocking = blocking;
-    o.blocking = blocking;
+      setOptions(o, opts.timeout);
       works.push_back(pg->reduceScatter(stage->buffer(inputs[i], false, "reduce_scatter_tensor_coalesced input"),
                                          stage->buffer(outputs[i], true, "reduce_scatter_tensor_coalesced output"),
                                          o));
