@@ -156,6 +156,13 @@ if(NOT ACCL_WITH_TORCH STREQUAL "OFF")
       foreach(v VERSION SHORT PYTHON INCLUDE_DIRS LIBRARY_DIRS EXT_SUFFIX PYBIND11_DEFS)
         set(ACCL_TORCH_${t}_${v} "${_t_${v}}")
       endforeach()
+      # Where its package is staged: python/ for the first (PYTHONPATH=<build>/python),
+      # python-torch<major.minor>/ for the others.
+      if(_i EQUAL 0)
+        set(ACCL_TORCH_${t}_DIR ${CMAKE_BINARY_DIR}/python)
+      else()
+        set(ACCL_TORCH_${t}_DIR ${CMAKE_BINARY_DIR}/python-torch${_t_SHORT})
+      endif()
       list(APPEND ACCL_TORCH_BUILDS ${t})
       list(APPEND _seen ${_t_SHORT})
       math(EXPR _i "${_i} + 1")
@@ -182,10 +189,11 @@ _accl_resolve(TORCH "${_torch_found}" "${_torch_detail}")
 if(NOT _torch_found AND _torch_why AND NOT ACCL_WITH_TORCH STREQUAL "OFF")
   set(ACCL_DETAIL_TORCH "not built: ${_torch_why}")
 endif()
-# What scripts/test.sh reports (and requires in CI).
+# What scripts/test.sh reports (and requires in CI) and where setup.py finds
+# a build's extension: version=interpreter=staging directory, one per line.
 set(_built "")
 foreach(t ${ACCL_TORCH_BUILDS})
-  list(APPEND _built "${ACCL_TORCH_${t}_VERSION}=${ACCL_TORCH_${t}_PYTHON}")
+  list(APPEND _built "${ACCL_TORCH_${t}_VERSION}=${ACCL_TORCH_${t}_PYTHON}=${ACCL_TORCH_${t}_DIR}")
 endforeach()
 file(WRITE ${CMAKE_BINARY_DIR}/torch-builds.txt "")
 foreach(b ${_built})

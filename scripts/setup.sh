@@ -34,11 +34,10 @@ setup_torch2() {
   fi
   if "$py" -c "import sys, torch, pytest; sys.exit(torch.__version__.split('+')[0] != '$TORCH2')" 2>/dev/null; then
     echo "setup: torch $TORCH2 present for $py"
-    setup_nccl "$py"
-    return
+  else
+    echo "setup: installing torch==$TORCH2 (CPU) and pytest for $py"
+    "$py" -m pip install -q --disable-pip-version-check "torch==$TORCH2" pytest
   fi
-  echo "setup: installing torch==$TORCH2 (CPU) and pytest for $py"
-  "$py" -m pip install -q --disable-pip-version-check "torch==$TORCH2" pytest
   setup_nccl "$py"
 }
 

@@ -20,7 +20,7 @@ rc=0
 ctest --output-on-failure --timeout 3000 "$@" || rc=$?
 # Which torch versions torch_accl was built and tested against.
 if [ -s torch-builds.txt ]; then
-  while IFS='=' read -r ver py; do
+  while IFS='=' read -r ver py _dir; do
     short=$(echo "$ver" | grep -oE '^[0-9]+\.[0-9]+')
     n=$(ctest -N -R "^torch\.${short//./\\.}\." | grep -c "Test *#" || true)
     echo "test.sh: torch_accl built for torch $ver ($py), $n pytest suites registered"

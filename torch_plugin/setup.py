@@ -49,18 +49,16 @@ def torch_minor():
 
 
 def staged_dir(build, short):
-    """The build's staged torch_accl for this torch: python-torch<short>, or
-    python for the build's first torch (torch-builds.txt, first line)."""
-    own = os.path.join(build, f"python-torch{short}")
-    if os.path.isdir(own):
-        return own
-    builds = os.path.join(build, "torch-builds.txt")
-    first = open(builds).readline() if os.path.exists(builds) else ""
-    if first.startswith(short + "."):
-        return os.path.join(build, "python")
+    """Where the build staged torch_accl for this torch (its torch-builds.txt:
+    version=interpreter=directory per line)."""
+    path = os.path.join(build, "torch-builds.txt")
+    lines = open(path).read().split() if os.path.exists(path) else []
+    for line in lines:
+        ver, _, rest = line.partition("=")
+        if ver.startswith(short + "."):
+            return rest.rpartition("=")[2]
     raise SystemExit(f"torch_accl: the build in {build} has no extension for torch {short} "
-                     f"(its torch builds: {open(builds).read().split() if os.path.exists(builds) else 'none'}); "
-                     "unset ACCL_BUILD_DIR for a build of its own")
+                     f"(its torch builds: {lines or 'none'}); unset ACCL_BUILD_DIR for a build of its own")
 
 
 def run_path(path, rpath):
