@@ -2,14 +2,18 @@
 """torch.distributed all_reduce (float32 sum) with backend="accl" against torch's
 own gloo and against the same ACCL group called directly (the C++ level, what
 accl-perf measures: no torch Work, future or dispatcher), in the same processes
-on the same tensors, sizes interleaved (best of --reps runs). One process per rank with the torchrun
-environment (accl-run and torchrun set it):
+on the same tensors. For each size the three paths run in rounds of one block each
+(~--block-ms of calls), in a rotating order, so that a change in the machine's load
+falls on all three alike; a path's time is the median of its blocks, and accl/C++ is
+the median of the per-round ratios (the spread of those ratios is printed beside it).
+One process per rank with the torchrun environment (accl-run and torchrun set it):
 
     accl-run -n 2 /usr/bin/python3 bench/torch_allreduce_bench.py --min 8 --max 128M
 
 Prints on rank 0: bytes, time of each, time ratio gloo/accl (>1: accl faster),
 busbw of each, busbw ratios accl/gloo and accl/C++ (1.00: the adapter costs
-nothing); `wrong` counts result mismatches."""
+nothing) with the range of the per-round accl/C++ ratios; `wrong` counts result
+mismatches (a sum of ones checked on every path after the timing)."""
 import argparse
 import os
 import time
@@ -29,8 +33,9 @@ def main():
     p.add_argument("--min", type=size_arg, default=8)
     p.add_argument("--max", type=size_arg, default=128 << 20)
     p.add_argument("--factor", type=int, default=4)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--time-budget", type=float, default=0.2, help="seconds per measurement (sets iterations)")
+    p.add_argument("--rounds", type=int, default=15, help="at least this many rounds per size")
+    p.add_argument("--block-ms", type=float, default=3.0, help="milliseconds per block (sets iterations)")
+    p.add_argument("--time-budget", type=float, default=1.0, help="seconds of rounds per size, at least")
     a = p.parse_args()
     import torch_accl  # noqa: F401
     torch.set_num_threads(1)
@@ -42,50 +47,74 @@ def main():
     if hasattr(sdk, "_get_backend"):  # torch 2.x: the accl Backend behind the ProcessGroup
         sdk = sdk._get_backend(torch.device("cpu"))
 
-    def timed(t, group, iters):
-        dist.barrier(group=group if group != "sdk" else None)
-        t0 = time.perf_counter()
-        if group == "sdk":
+    def run(t, name, iters):
+        if name == "cxx":
             for _ in range(iters):
                 sdk._sdk_all_reduce(t)
         else:
+            grp = gloo if name == "gloo" else None
             for _ in range(iters):
-                dist.all_reduce(t, group=group)
-        el = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(el, op=dist.ReduceOp.MAX, group=group if group != "sdk" else None)
-        return el.item() / iters
+                dist.all_reduce(t, group=grp)
 
+    def block(t, name, iters):
+        """Seconds per call over `iters` calls, as this rank saw them."""
+        t0 = time.perf_counter()
+        run(t, name, iters)
+        return (time.perf_counter() - t0) / iters
+
+    names = ("gloo", "accl", "cxx")
     if rank == 0:
-        print(f"# torch all_reduce float32 sum, {n} ranks, torch {torch.__version__}; best of {a.reps}")
+        print(f"# torch all_reduce float32 sum, {n} ranks, torch {torch.__version__}; median of "
+              f"interleaved blocks (~{a.block_ms:g} ms each, >= {a.rounds} rounds); "
+              f"vs_cxx = median of paired block ratios [min, max]")
         print(f"# {'bytes':>10} {'gloo_us':>10} {'accl_us':>10} {'cxx_us':>10} {'t_ratio':>8} {'gloo_busbw':>11} "
-              f"{'accl_busbw':>11} {'cxx_busbw':>10} {'bw_ratio':>8} {'vs_cxx':>7} {'wrong':>5}")
+              f"{'accl_busbw':>11} {'cxx_busbw':>10} {'bw_ratio':>8} {'vs_cxx':>7} {'vs_cxx_range':>13} {'wrong':>5}")
     b = a.min
     while b <= a.max:
         count = max(b // 4, 1)
         t = torch.empty(count, dtype=torch.float32)
-        # Iterations from a quick gloo probe, the same for both.
         t.fill_(1.0)
-        probe = timed(t, gloo, 2)
-        iters = max(3, min(2000, int(a.time_budget / max(probe, 1e-7))))
-        best = {"gloo": float("inf"), "accl": float("inf"), "cxx": float("inf")}
+        # Iterations per block from a probe of each path, agreed by all ranks (the
+        # slowest rank's probe), so that every rank runs the same number of calls.
+        iters = {}
+        for name in names:
+            run(t, name, 2)
+            probe = torch.tensor([block(t, name, 3)], dtype=torch.float64)
+            dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=gloo)
+            iters[name] = max(1, min(5000, int(a.block_ms * 1e-3 / max(probe.item(), 1e-7))))
+        # Rounds: each runs one block of every path, in a rotating order, so that drift
+        # in the machine's load falls on all paths alike. Each rank keeps its own block
+        # times; the slowest rank's time of each block is the block's time.
+        samples = {k: [] for k in names}
+        t_end = time.perf_counter() + a.time_budget
+        r = 0
+        while True:
+            order = names[r % 3:] + names[:r % 3]
+            for name in order:
+                samples[name].append(block(t, name, iters[name]))
+            r += 1
+            stop = torch.tensor([1.0 if (r >= a.rounds and time.perf_counter() > t_end) or r >= 400 else 0.0])
+            dist.all_reduce(stop, op=dist.ReduceOp.MIN, group=gloo)
+            if stop.item() > 0:
+                break
+        times = torch.tensor([samples[k] for k in names], dtype=torch.float64)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=gloo)
+        med = {k: times[i].median().item() for i, k in enumerate(names)}
+        pair = times[1] / times[2]  # accl / C++ time per round: > 1 means torch slower
+        vs_cxx = 1.0 / pair.median().item()
+        lo, hi = 1.0 / pair.max().item(), 1.0 / pair.min().item()
+        # A sum of ones is the group size on every element.
         wrong = 0
-        for _ in range(a.reps):
-            for name, grp in (("gloo", gloo), ("accl", None), ("cxx", "sdk")):
-                t.fill_(1.0)
-                best[name] = min(best[name], timed(t, grp, iters))
-                # A sum of ones is the group size on every element.
-                x = torch.full((count,), 1.0)
-                if grp == "sdk":
-                    sdk._sdk_all_reduce(x)
-                else:
-                    dist.all_reduce(x, group=grp)
-                wrong += int((x != n).sum().item())
+        for name in names:
+            x = torch.full((count,), 1.0)
+            run(x, name, 1)
+            wrong += int((x != n).sum().item())
         if rank == 0:
-            bw = {k: count * 4 / v / 1e9 * 2 * (n - 1) / n for k, v in best.items()}
-            print(f"  {count * 4:>10} {best['gloo'] * 1e6:>10.2f} {best['accl'] * 1e6:>10.2f} "
-                  f"{best['cxx'] * 1e6:>10.2f} {best['gloo'] / best['accl']:>8.2f} {bw['gloo']:>11.3f} "
+            bw = {k: count * 4 / v / 1e9 * 2 * (n - 1) / n for k, v in med.items()}
+            print(f"  {count * 4:>10} {med['gloo'] * 1e6:>10.2f} {med['accl'] * 1e6:>10.2f} "
+                  f"{med['cxx'] * 1e6:>10.2f} {med['gloo'] / med['accl']:>8.2f} {bw['gloo']:>11.3f} "
                   f"{bw['accl']:>11.3f} {bw['cxx']:>10.3f} {bw['accl'] / bw['gloo']:>8.2f} "
-                  f"{bw['accl'] / bw['cxx']:>7.2f} {wrong:>5}", flush=True)
+                  f"{vs_cxx:>7.2f} {f'[{lo:.2f},{hi:.2f}]':>13} {wrong:>5}", flush=True)
         b *= a.factor
     dist.destroy_process_group()
 

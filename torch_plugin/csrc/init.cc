@@ -38,10 +38,15 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("cuda_path", &torch_accl::ProcessGroupACCL::cudaPath,
                              "Where CUDA tensors go (direct, nccl or stage) and why (ACCL_TORCH_CUDA).")
       .def("_sdk_all_reduce", &torch_accl::ProcessGroupACCL::sdkAllreduce, py::arg("tensor"),
-           py::call_guard<py::gil_scoped_release>(),
-           "Benchmarks only: in-place float32 sum on the ACCL group directly, blocking.");
+           py::arg("inline") = false, py::call_guard<py::gil_scoped_release>(),
+           "Benchmarks only: in-place float32 sum on the ACCL group directly, waited for; inline=True "
+           "runs it on the calling thread (OpOptions::blocking) as a synchronous torch call does.");
   m.def("create_extended", &createExtended, py::arg("dist_backend_opts"), py::arg("pg_options"));
   m.def("create", &createBasic, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"));
+  m.def("_prepare_exit", [](double waitSeconds) {
+    py::gil_scoped_release nogil;
+    torch_accl::prepareExit(std::chrono::milliseconds(static_cast<int64_t>(waitSeconds * 1000)));
+  }, py::arg("wait_seconds"), "atexit hook: completions stop touching torch objects (see prepareExit).");
   m.attr("torch_version") = TORCH_VERSION;
   m.attr("cxx11_abi") = static_cast<bool>(_GLIBCXX_USE_CXX11_ABI);
   m.attr("accl_version") = accl::versionString();

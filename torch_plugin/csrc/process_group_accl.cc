@@ -1,5 +1,7 @@
 #include "process_group_accl.h"
 
+#include <Python.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <ATen/ATen.h>
@@ -10,6 +12,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <limits>
 #include <mutex>
 #include <numeric>
@@ -263,6 +267,59 @@ const char* profilingTitle(c10d::OpType type) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- completions
+
+namespace {
+
+// The threads that complete accl ops (a group's worker, a transport's thread)
+// hold a torch Work, and through it tensors that may own Python objects,
+// until their callback returns. Letting go of the last such tensor takes the
+// GIL, and a thread that takes the GIL while the interpreter shuts down is
+// ended by Python in the middle of a destructor: std::terminate. So at exit
+// (prepareExit, from an atexit hook) completions stop touching torch objects
+// and the ones under way are waited for, with the GIL released.
+struct Completions {
+  std::atomic<int> active{0};
+  std::atomic<bool> exiting{false};
+  std::mutex mu;
+  std::condition_variable cv;
+};
+
+Completions& completions() {
+  static Completions* c = new Completions;  // never destroyed: used while the process exits
+  return *c;
+}
+
+// Runs body(work) for a completion callback that holds `self`, then lets go of
+// `self` here, before the callback object is destroyed by whoever ran it. Once
+// the process is exiting, neither: the Work and its tensors are left to the
+// end of the process (as torch leaves Python objects it can no longer free).
+template <typename F>
+void completeHolding(c10::intrusive_ptr<AcclWork>& self, F&& body) {
+  Completions& c = completions();
+  c.active.fetch_add(1);
+  auto me = std::move(self);
+  if (!c.exiting.load()) {
+    body(*me);
+    me.reset();
+  } else {
+    (void)me.release();
+  }
+  if (c.active.fetch_sub(1) == 1 && c.exiting.load()) {
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.cv.notify_all();
+  }
+}
+
+}  // namespace
+
+void prepareExit(std::chrono::milliseconds wait) {
+  Completions& c = completions();
+  c.exiting.store(true);
+  std::unique_lock<std::mutex> lk(c.mu);
+  c.cv.wait_for(lk, wait, [&] { return c.active.load() == 0; });
+}
+
 // ---------------------------------------------------------------- Work
 
 AcclWork::AcclWork(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
@@ -301,13 +358,15 @@ void AcclWork::start(std::vector<std::shared_ptr<accl::Work>> works, std::functi
   sh->left = works.size();
   auto self = c10::intrusive_ptr<AcclWork>::unsafe_reclaim_from_nonowning(this);
   for (auto& w : works)
-    w->onComplete([self, sh](accl::Work& done) {
-      {
-        std::lock_guard<std::mutex> lk(sh->mu);
-        if (!sh->err) sh->err = done.exception();
-        if (done.sourceRank() >= 0) sh->src = done.sourceRank();
-      }
-      if (--sh->left == 0) self->onDone(sh->err, sh->src);
+    w->onComplete([self, sh](accl::Work& done) mutable {
+      completeHolding(self, [&](AcclWork& me) {
+        {
+          std::lock_guard<std::mutex> lk(sh->mu);
+          if (!sh->err) sh->err = done.exception();
+          if (done.sourceRank() >= 0) sh->src = done.sourceRank();
+        }
+        if (--sh->left == 0) me.onDone(sh->err, sh->src);
+      });
     });
 }
 
@@ -326,12 +385,14 @@ void AcclWork::startAfter(const std::vector<c10::intrusive_ptr<AcclWork>>& parts
   sh->left = parts.size();
   auto self = c10::intrusive_ptr<AcclWork>::unsafe_reclaim_from_nonowning(this);
   for (auto& p : parts)
-    p->getFuture()->addCallback([self, sh](c10::ivalue::Future& f) {
-      if (f.hasError()) {
-        std::lock_guard<std::mutex> lk(sh->mu);
-        if (!sh->err) sh->err = f.exception_ptr();
-      }
-      if (--sh->left == 0) self->onDone(sh->err, -1);
+    p->getFuture()->addCallback([self, sh](c10::ivalue::Future& f) mutable {
+      completeHolding(self, [&](AcclWork& me) {
+        if (f.hasError()) {
+          std::lock_guard<std::mutex> lk(sh->mu);
+          if (!sh->err) sh->err = f.exception_ptr();
+        }
+        if (--sh->left == 0) me.onDone(sh->err, -1);
+      });
     });
 }
 #endif
@@ -456,7 +517,16 @@ ProcessGroupACCL::ProcessGroupACCL(const c10::intrusive_ptr<c10d::Store>& store,
   });
 }
 
-ProcessGroupACCL::~ProcessGroupACCL() = default;
+ProcessGroupACCL::~ProcessGroupACCL() {
+  // torch lets go of a group from Python, holding the GIL. The ops still
+  // queued finish here, and the threads that complete them may need the GIL
+  // to let go of tensors: hold it meanwhile and that is a deadlock.
+  PyThreadState* saved = nullptr;
+  if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+  cudaPg_.reset();
+  pg_.reset();
+  if (saved) PyEval_RestoreThread(saved);
+}
 
 c10::intrusive_ptr<C10dBase> ProcessGroupACCL::create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int size, std::chrono::milliseconds timeout) {
@@ -503,11 +573,12 @@ std::string ProcessGroupACCL::cudaPath() {
   return cudaPath_ + " (" + cudaWhy_ + ")";
 }
 
-void ProcessGroupACCL::sdkAllreduce(const at::Tensor& t) {
+void ProcessGroupACCL::sdkAllreduce(const at::Tensor& t, bool runInline) {
   TORCH_CHECK(t.is_cpu() && t.is_contiguous() && t.scalar_type() == at::kFloat,
               "sdk_all_reduce: a contiguous CPU float32 tensor is accepted, got ", t.toString());
   guarded([&] {
     accl::AllreduceOptions o;
+    o.blocking = runInline;
     pg_->allreduce(accl::Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), accl::DataType::Float32), o)->wait();
     return 0;
   });

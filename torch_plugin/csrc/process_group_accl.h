@@ -88,7 +88,7 @@ class ProcessGroupACCL : public C10dBase {
   // Sums a contiguous CPU float32 tensor in place on the SDK group directly
   // (no torch Work, future or staging), blocking: the C++ level that
   // bench/torch_allreduce_bench.py compares the adapter against.
-  void sdkAllreduce(const at::Tensor& t);
+  void sdkAllreduce(const at::Tensor& t, bool runInline);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
@@ -189,14 +189,20 @@ class ProcessGroupACCL : public C10dBase {
   std::vector<int64_t> globalRanks_;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> collectives_{0};
-  int64_t monitoredBarriers_ = 0;
+  int64_t monitoredBarriers_ = 0;  // calls so far (stale reports of a failed call are skipped)
 #if ACCL_TORCH_HAS_SPLIT
   std::mutex splitMu_;
   std::vector<std::pair<std::string, c10::weak_intrusive_ptr<ProcessGroupACCL>>> splits_;  // by name/ranks
-#endif  // calls so far (stale reports of a failed call are skipped)
+#endif
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<AcclWork>> coalesced_;
 };
+
+// Called once at interpreter exit (an atexit hook, before Python starts to
+// shut down), with the GIL released: from then on, completing accl ops no
+// longer touch torch Works or tensors, and the completions under way are
+// waited for (at most `wait`).
+void prepareExit(std::chrono::milliseconds wait);
 
 // accl::Store over a torch store (the rendezvous torch already set up).
 class TorchStore : public accl::Store {

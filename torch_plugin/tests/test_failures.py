@@ -117,3 +117,63 @@ def via_sdk_backend(rank, world_size, port, name):
 def test_routes_through_the_sdk_gloo_backend():
     res = spawn(2, via_sdk_backend, "gloo", env={"ACCL_TORCH_BACKEND": "gloo"})
     assert [r[1] for r in res] == [("gloo", 3.0), ("gloo", 3.0)], res
+
+
+# A script that leaves without destroy_process_group(), or with ops in flight,
+# or that destroys its group with ops still queued: every rank must exit 0.
+# The threads that complete accl ops hold torch Works (and tensors with Python
+# objects); one that let go of them while the interpreter shut down was ended
+# by Python mid-destructor (std::terminate, "terminate called without an
+# active exception"), and a group destroyed with the GIL held while its worker
+# needed the GIL to let go of a tensor would deadlock.
+EXIT_SCRIPT = r'''
+import sys
+import torch
+import torch.distributed as dist
+import torch_accl  # noqa: F401
+torch.set_num_threads(1)
+dist.init_process_group("accl")
+t = torch.ones(1 << 20)
+for _ in range(30):
+    dist.all_reduce(t, async_op=True).wait()  # completed on the group's worker thread
+    dist.all_reduce(torch.ones(1 << 18))
+pattern = sys.argv[1]
+if pattern == "in-flight":
+    works = [dist.all_reduce(torch.ones(1 << 20), async_op=True) for _ in range(6)]
+elif pattern == "dropped":
+    for _ in range(6):
+        dist.all_reduce(torch.ones(1 << 20), async_op=True)  # Work and tensor dropped at once
+elif pattern == "destroy-pending":
+    for _ in range(6):
+        dist.all_reduce(torch.ones(1 << 20), async_op=True)
+    dist.destroy_process_group()
+print("leaving", flush=True)
+'''
+
+
+def _run_exit_script(pattern, rounds):
+    import subprocess
+    import sys
+    from cluster import free_port
+    for i in range(rounds):
+        port = free_port()
+        procs = []
+        for rank in range(2):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                       WORLD_SIZE="2", LOCAL_RANK=str(rank))
+            procs.append(subprocess.Popen([sys.executable, "-c", EXIT_SCRIPT, pattern], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for rank, p in enumerate(procs):
+            try:
+                out, err = p.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise AssertionError(f"{pattern}, round {i}: rank {rank} did not exit within 90 s")
+            assert p.returncode == 0 and "leaving" in out, (pattern, i, rank, p.returncode, err[-2000:])
+            assert "terminate called" not in err, (pattern, i, rank, err[-2000:])
+
+
+def test_exit_without_destroy_or_with_ops_in_flight():
+    for pattern in ("plain", "in-flight", "dropped", "destroy-pending"):
+        _run_exit_script(pattern, int(os.environ.get("ACCL_EXIT_ROUNDS", "4")))

@@ -11,6 +11,7 @@ torch.distributed.monitored_barrier accepts only gloo groups; register()
 also lets it take "accl" groups (every other group goes to torch's own
 function unchanged). torch_accl.monitored_barrier is the same function.
 """
+import atexit
 import ctypes
 import inspect
 import os
@@ -54,6 +55,10 @@ def _load_extension():
 
 
 _C = _load_extension()
+# Before the interpreter shuts down, completing ops stop touching torch objects
+# (a thread that frees a tensor's Python object then would be ended mid-way),
+# so that a script may exit without destroy_process_group() or with ops in flight.
+atexit.register(_C._prepare_exit, 5.0)
 
 
 _torch_monitored_barrier = dist.distributed_c10d.monitored_barrier
