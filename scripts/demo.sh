@@ -56,7 +56,7 @@ if [ -f "$PYPATH/torch_accl/__init__.py" ]; then
 
   echo
   echo "== torch all_reduce: backend='accl' against torch's gloo, same processes (2 ranks)"
-  PYTHONPATH=$PYPATH "$BIN/accl-run" -n 2 $PY bench/torch_allreduce_bench.py --min 8 --max 32M --factor 16 --reps 1 \
+  PYTHONPATH=$PYPATH "$BIN/accl-run" -n 2 $PY bench/torch_allreduce_bench.py --min 8 --max 32M --factor 16 --rounds 5 --time-budget 0.2 \
     2>&1 | sed -n 's/^\[0\] //p'
 
   echo
