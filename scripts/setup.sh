@@ -18,6 +18,8 @@ PACKAGES=(
   python3-pytest python3-setuptools python3-pip   # torch_accl tests and pip install
   python3-venv                      # the wheel test installs into a fresh venv
   bible-kjv                         # the BERT example's default corpus (public-domain text)
+  dpkg-dev fakeroot lintian         # packaging/: .deb packages (dpkg-shlibdeps) and their checks
+  debootstrap                       # packaging tests: clean Debian roots to install into
 )
 
 # torch 2.x for torch_accl's second build and tests, pinned: an unpinned

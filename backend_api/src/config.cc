@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include <unistd.h>
+
 #include "accl/errors.h"
 
 namespace accl {
@@ -37,6 +39,21 @@ std::vector<std::string> splitList(const std::string& s, char sep) {
                         accepted);
 }
 
+// ACCL_* variables of the project's build, test and install scripts, which
+// the library does not read: no warning for them.
+bool isScriptVariable(const std::string& n) {
+  static const char* const prefixes[] = {"ACCL_TEST_", "ACCL_FAULT_", "ACCL_NETNS_", "ACCL_RDMA_",
+                                         "ACCL_CONFORMANCE_", "ACCL_TORCH2_", "ACCL_PKG_", "ACCL_INSTALL_"};
+  static const char* const exact[] = {"ACCL_PYTHON", "ACCL_PYTHON_EXTRA", "ACCL_BUILD_DIR", "ACCL_REQUIRE_GPU",
+                                      "ACCL_NCCL_WHEEL_VERSION", "ACCL_EXIT_ROUNDS", "ACCL_TOPO_FIXTURES",
+                                      "ACCL_PREFIX", "ACCL_WHEEL"};
+  for (const char* p : prefixes)
+    if (n.rfind(p, 0) == 0) return true;
+  for (const char* e : exact)
+    if (n == e) return true;
+  return false;
+}
+
 const ConfigEntry* findEntry(const std::string& name) {
   for (const auto& e : configTable())
     if (name == e.name) return &e;
@@ -50,6 +67,8 @@ const std::vector<ConfigEntry>& configTable() {
       {"ACCL_DEBUG", "enum", "WARN", "NONE, WARN, INFO, TRACE (any case)",
        "How much ACCL logs to stderr. INFO prints, once per communicator, what was chosen "
        "(backend, transport, interface); TRACE adds every operation."},
+      {"ACCL_LOG_LEVEL", "enum", "(unset)", "as ACCL_DEBUG, plus DEBUG (= INFO) and ERROR/WARNING (= WARN)",
+       "Alias of ACCL_DEBUG (container launch scripts set it); ACCL_DEBUG wins when both are set."},
       {"ACCL_DEBUG_SUBSYS", "list", "ALL", "comma-separated subset of INIT, COLL, P2P, STORE, NET, ALL",
        "Restricts INFO/TRACE messages to these subsystems (warnings always print)."},
       {"ACCL_DEBUG_FILE", "path", "(stderr)", "a file path; %h is replaced by the host name, %p by the pid",
@@ -62,13 +81,14 @@ const std::vector<ConfigEntry>& configTable() {
        "interface name prefixes separated by commas; ^ excludes, = matches names exactly "
        "(e.g. eth0  ^lo,docker  =eth1)",
        "Network interface used for TCP traffic between ranks (accl and gloo backends). Unset, "
+       "NCCL_SOCKET_IFNAME or else GLOO_SOCKET_IFNAME is followed when set (logged at INFO); with neither, "
        "the accl backend uses the netdev of the NIC the topology assigns to each local rank "
        "(nearest to its GPU, or to its NUMA node on hosts without GPUs), else the first up interface."},
       {"ACCL_IB_HCA", "string", "(auto: the NICs the topology assigns to each local rank)",
        "RDMA device name prefixes with an optional :port, separated by commas; ^ excludes, = matches "
        "names exactly (e.g. mlx5_0:1,mlx5_1  ^mlx5_2  =mlx5_0)",
        "Restricts the NICs the accl backend assigns to its ranks to these RDMA devices (and the "
-       "port, when named) for verbs; the TCP transport then runs over the chosen device's netdev. An "
+       "port, when named; unset, NCCL_IB_HCA is followed when set, logged at INFO) for verbs; the TCP transport then runs over the chosen device's netdev. An "
        "ACCL_IB_HCA that matches no RDMA device of the topology is an error."},
       {"ACCL_TRANSPORTS", "list", "shm,ib,tcp", "comma-separated subset of shm, ib, tcp (with ib or tcp)",
        "Transports the accl backend may use. shm: ranks on one host run collectives on a shared "
@@ -127,7 +147,8 @@ const std::vector<ConfigEntry>& configTable() {
        "Makes rendezvousFromEnv() use a FileStore at this path instead of a TCP store."},
       {"ACCL_TOPO_FILE", "path", "(unset: probe this host)",
        "an NCCL topology XML file (what NCCL_TOPO_FILE takes) or an hwloc XML export",
-       "Topology to use instead of probing the host, e.g. the file a cloud vendor ships for its VMs."},
+       "Topology to use instead of probing the host, e.g. the file a cloud vendor ships for its VMs. "
+       "Unset, NCCL_TOPO_FILE is followed when set (logged at INFO)."},
       {"ACCL_TOPO_DUMP_FILE", "path", "(unset)", "a file path; .json writes JSON, anything else NCCL topology XML",
        "Writes the topology in use (probed or loaded) to this file."},
   };
@@ -154,7 +175,7 @@ std::chrono::milliseconds parseDuration(const std::string& var, const std::strin
   return std::chrono::milliseconds(static_cast<int64_t>(ms));
 }
 
-Config Config::parse(const std::function<const char*(const char*)>& getenv) {
+Config Config::parse(const std::function<const char*(const char*)>& getenv, const std::vector<std::string>& names) {
   Config c;
   auto val = [&](const char* name) -> std::string {
     const char* v = getenv(name);
@@ -167,7 +188,27 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
     else if (u == "INFO") c.debug = LogLevel::Info;
     else if (u == "TRACE") c.debug = LogLevel::Trace;
     else invalid("ACCL_DEBUG", v, "NONE, WARN, INFO, TRACE");
+    if (!val("ACCL_LOG_LEVEL").empty() && upper(val("ACCL_LOG_LEVEL")) != u)
+      c.notes.push_back("ACCL_LOG_LEVEL=" + val("ACCL_LOG_LEVEL") + " ignored: ACCL_DEBUG=" + v + " is set");
+  } else if (auto l = val("ACCL_LOG_LEVEL"); !l.empty()) {
+    auto u = upper(l);
+    if (u == "NONE" || u == "OFF") c.debug = LogLevel::None;
+    else if (u == "WARN" || u == "WARNING" || u == "ERROR") c.debug = LogLevel::Warn;
+    else if (u == "INFO" || u == "DEBUG") c.debug = LogLevel::Info;
+    else if (u == "TRACE") c.debug = LogLevel::Trace;
+    else invalid("ACCL_LOG_LEVEL", l, "NONE, OFF, ERROR, WARN, WARNING, INFO, DEBUG, TRACE (an alias of ACCL_DEBUG)");
   }
+  // Variables of other libraries that launch scripts already set: followed
+  // when ACCL's own is unset, and said so.
+  auto follow = [&](const char* ours, std::initializer_list<const char*> theirs) -> std::string {
+    if (!val(ours).empty()) return val(ours);
+    for (const char* t : theirs)
+      if (auto v = val(t); !v.empty()) {
+        c.notes.push_back(std::string(ours) + " is unset: following " + t + "=" + v);
+        return v;
+      }
+    return "";
+  };
   if (auto v = val("ACCL_DEBUG_SUBSYS"); !v.empty()) {
     for (auto& s : splitList(upper(v), ',')) {
       if (s != "INIT" && s != "COLL" && s != "P2P" && s != "STORE" && s != "NET" && s != "ALL")
@@ -177,10 +218,10 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
   }
   c.debugFile = val("ACCL_DEBUG_FILE");
   if (auto v = val("ACCL_TIMEOUT"); !v.empty()) c.timeout = parseDuration("ACCL_TIMEOUT", v);
-  c.socketIfname = val("ACCL_SOCKET_IFNAME");
+  c.socketIfname = follow("ACCL_SOCKET_IFNAME", {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"});
   if (!c.socketIfname.empty() && splitList(c.socketIfname.substr(c.socketIfname[0] == '^' || c.socketIfname[0] == '=' ? 1 : 0), ',').empty())
     invalid("ACCL_SOCKET_IFNAME", c.socketIfname, "interface names or prefixes, e.g. eth0 or ^lo");
-  c.ibHca = val("ACCL_IB_HCA");
+  c.ibHca = follow("ACCL_IB_HCA", {"NCCL_IB_HCA"});
   if (!c.ibHca.empty() && splitList(c.ibHca.substr(c.ibHca[0] == '^' || c.ibHca[0] == '=' ? 1 : 0), ',').empty())
     invalid("ACCL_IB_HCA", c.ibHca, "RDMA device names or prefixes with an optional :port, e.g. mlx5_0:1,mlx5_1 or ^mlx5_2");
   if (auto v = val("ACCL_TRANSPORTS"); !v.empty()) {
@@ -235,9 +276,42 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv) {
   c.pluginPath = val("ACCL_PLUGIN_PATH");
   intVar("ACCL_STORE_PORT", 1, 65535, &c.storePort);
   c.storeFile = val("ACCL_STORE_FILE");
-  c.topoFile = val("ACCL_TOPO_FILE");
+  c.topoFile = follow("ACCL_TOPO_FILE", {"NCCL_TOPO_FILE"});
   c.topoDumpFile = val("ACCL_TOPO_DUMP_FILE");
+  for (const auto& n : names) {
+    if (n.rfind("ACCL_", 0) != 0 || findEntry(n) || isScriptVariable(n)) continue;
+    std::string near = nearestVariable(n);
+    c.warnings.push_back(n + " is not an ACCL variable and is ignored" +
+                         (near.empty() ? std::string() : "; did you mean " + near + "?") +
+                         " (accl-info --config lists them all)");
+  }
   return c;
+}
+
+std::string nearestVariable(const std::string& name) {
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t bestD = std::string::npos;
+  for (const auto& e : configTable()) {
+    size_t d = distance(name, e.name);
+    if (d < bestD) bestD = d, best = e.name;
+  }
+  // Close enough to be a typo: a third of the name after ACCL_, at least 2 edits.
+  size_t allowed = std::max<size_t>(2, (name.size() > 5 ? name.size() - 5 : 0) / 3);
+  return bestD <= allowed ? best : "";
 }
 
 const Config& Config::get() {
@@ -247,7 +321,12 @@ const Config& Config::get() {
   static std::exception_ptr error;
   std::call_once(once, [] {
     try {
-      cfg = parse([](const char* n) { return std::getenv(n); });
+      std::vector<std::string> names;
+      for (char** e = environ; e && *e; ++e) {
+        std::string kv = *e;
+        names.push_back(kv.substr(0, kv.find('=')));
+      }
+      cfg = parse([](const char* n) { return std::getenv(n); }, names);
     } catch (...) {
       error = std::current_exception();
     }
@@ -266,6 +345,7 @@ std::string Config::valueText(const std::string& name) const {
     static const char* names[] = {"NONE", "WARN", "INFO", "TRACE"};
     return names[static_cast<int>(debug)];
   }
+  if (name == "ACCL_LOG_LEVEL") return "(alias of ACCL_DEBUG)";
   if (name == "ACCL_DEBUG_SUBSYS") return debugSubsys.empty() ? "ALL" : join(debugSubsys);
   if (name == "ACCL_DEBUG_FILE") return debugFile.empty() ? "(stderr)" : debugFile;
   if (name == "ACCL_TIMEOUT") return std::to_string(timeout.count()) + "ms";

@@ -88,3 +88,21 @@ void setLogRank(int rank, int size) {
 }
 
 }  // namespace accl
+
+namespace accl {
+
+void logConfigNotes() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const Config* cfg;
+    try {
+      cfg = &Config::get();
+    } catch (...) {
+      return;  // the parse error reaches the caller of Config::get()
+    }
+    for (const auto& w : cfg->warnings) ACCL_WARN("INIT", w);
+    for (const auto& n : cfg->notes) ACCL_INFO("INIT", n);
+  });
+}
+
+}  // namespace accl

@@ -42,8 +42,11 @@ std::string libDir() {
   return ".";
 }
 
+// Where backend modules are looked for: beside libaccl (a build tree, the
+// wheel), its accl/ folder (installed packages keep modules out of the
+// linker's path), then ACCL_PLUGIN_PATH.
 std::vector<std::string> searchDirs() {
-  std::vector<std::string> dirs{libDir()};
+  std::vector<std::string> dirs{libDir(), libDir() + "/accl"};
   std::string path;
   try {
     path = Config::get().pluginPath;
@@ -107,6 +110,7 @@ std::shared_ptr<ProcessGroup> createProcessGroup(const std::string& backend,
                                                  std::shared_ptr<Store> store, int rank, int size,
                                                  const ProcessGroupOptions& opts) {
   Config::get();  // reports invalid ACCL_* values before anything else
+  logConfigNotes();  // unknown ACCL_* names, variables of other libraries followed
   BackendInfo info;
   {
     Registry& r = registry();

@@ -48,16 +48,29 @@ struct Config {
   std::string storeFile;                      // ACCL_STORE_FILE
   std::string topoFile;                       // ACCL_TOPO_FILE
   std::string topoDumpFile;                   // ACCL_TOPO_DUMP_FILE
+  // What parsing noticed that users should see (logged once, at the first
+  // group): variables of other libraries followed (NCCL_SOCKET_IFNAME, ...),
+  // aliases used (ACCL_LOG_LEVEL), ACCL_* names ACCL does not know.
+  std::vector<std::string> notes;             // logged at INFO
+  std::vector<std::string> warnings;          // logged at WARN
 
   // The process-wide configuration (parsed once, thread-safe).
   static const Config& get();
   // Parses from an explicit lookup function (tests); same validation.
-  static Config parse(const std::function<const char*(const char*)>& getenv);
+  // `names`: the environment's variable names, for the unknown-ACCL_* check
+  // (empty: no check).
+  static Config parse(const std::function<const char*(const char*)>& getenv,
+                      const std::vector<std::string>& names = {});
   // Value of `name` as text, as the effective configuration sees it.
   std::string valueText(const std::string& name) const;
 };
 
 // Parses "30", "30s", "500ms", "2m", "1h" into milliseconds; throws InvalidArgument.
+// The known ACCL_* name nearest to `name` (edit distance), or "" if none is close.
+std::string nearestVariable(const std::string& name);
+// Logs Config::get()'s notes and warnings, once per process.
+void logConfigNotes();
+
 std::chrono::milliseconds parseDuration(const std::string& var, const std::string& text);
 
 }  // namespace accl

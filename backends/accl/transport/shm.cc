@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -99,12 +100,21 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
     shm_unlink(name.c_str());
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) throw SystemError(o_.where + ": cannot create shared memory " + name + ": " + std::strerror(errno));
-    if (ftruncate(fd, static_cast<off_t>(mapBytes_)) != 0) {
-      int e = errno;
+    // Reserve the pages now: a sparse segment on a full /dev/shm would kill
+    // the process with SIGBUS at the first touch of a missing page.
+    int e = ftruncate(fd, static_cast<off_t>(mapBytes_)) != 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(mapBytes_));
+    if (e != 0) {
       ::close(fd);
       shm_unlink(name.c_str());
-      throw SystemError(o_.where + ": cannot size shared memory " + name + " to " +
-                        std::to_string(mapBytes_) + " bytes: " + std::strerror(e) + " (is /dev/shm large enough?)");
+      std::string space;
+      struct statvfs vfs {};
+      if (statvfs("/dev/shm", &vfs) == 0)
+        space = "; /dev/shm has " + std::to_string(static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize >> 10) +
+                " KiB free of " + std::to_string(static_cast<unsigned long long>(vfs.f_blocks) * vfs.f_frsize >> 10) + " KiB";
+      throw SystemError(o_.where + ": cannot reserve " + std::to_string(mapBytes_ >> 10) + " KiB of shared memory for " +
+                        std::to_string(n) + " ranks on this host (" + name + "): " + std::strerror(e) + space +
+                        ". Give the container more (docker run --shm-size=1g, or --ipc=host), or run without "
+                        "shared memory: ACCL_TRANSPORTS=tcp");
     }
   }
   if (o_.localRank == 0) {
