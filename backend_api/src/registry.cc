@@ -25,6 +25,7 @@ struct Registry {
   std::recursive_mutex mu;
   std::map<std::string, BackendInfo> backends;
   std::map<std::string, std::string> loadErrors;
+  std::map<std::string, std::string> files;  // module files loaded, by backend
 };
 
 Registry& registry() {
@@ -71,6 +72,7 @@ bool loadModule(const std::string& name) {
     void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (h) {
       if (r.backends.count(name)) {
+        r.files[name] = file;
         ACCL_INFO("INIT", "loaded backend module " << file);
         return true;
       }
@@ -97,6 +99,20 @@ std::vector<std::string> splitNames(const std::string& s) {
 }  // namespace
 
 const char* versionString() { return ACCL_VERSION; }
+
+std::vector<std::pair<std::string, std::string>> buildInfo() {
+  return {
+      {"verbs transport", ACCL_BUILD_VERBS},
+      {"UCX memory hooks", ACCL_BUILD_UCM},
+      {"CUDA", ACCL_BUILD_CUDA},
+      {"NCCL", ACCL_BUILD_NCCL},
+#if defined(__clang__)
+      {"compiler", "clang " __clang_version__},
+#else
+      {"compiler", "g++ " __VERSION__},
+#endif
+  };
+}
 
 std::vector<std::string> builtBackends() { return splitNames(ACCL_BUILT_BACKENDS); }
 
@@ -161,6 +177,7 @@ std::vector<BackendStatus> listBackends() {
       auto& info = r.backends.at(name);
       s.description = info.description;
       s.usable = !info.usable || info.usable(&s.reason);
+      s.file = r.files.count(name) ? r.files[name] : "(linked in)";
     }
     out.push_back(s);
   }

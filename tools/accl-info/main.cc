@@ -1,4 +1,5 @@
 // accl-info: version, backends compiled in and usable here, configuration.
+#include "../common/version.h"
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -11,8 +12,9 @@ namespace {
 
 void usage() {
   std::printf(
-      "usage: accl-info [--config] [--backends] [--markdown]\n"
-      "  (no option)  version, backends and effective configuration\n"
+      "usage: accl-info [--config] [--backends] [--markdown] [--version]\n"
+      "  (no option)  version, build (transports, CUDA and NCCL versions), backends with the\n"
+      "               file each module was loaded from, and the effective configuration\n"
       "  --config     every ACCL_* variable: name, type, default, effective value, meaning\n"
       "  --backends   backends compiled in, and whether each is usable on this host\n"
       "  --markdown   print the configuration table as Markdown (docs/configuration.md)\n");
@@ -25,7 +27,13 @@ void printBackends() {
   for (auto& b : list) {
     std::printf("  %-6s %-8s %s\n", b.name.c_str(), b.usable ? "usable" : "UNUSABLE",
                 b.usable ? b.description.c_str() : b.reason.c_str());
+    if (b.loaded) std::printf("  %-6s %-8s module %s\n", "", "", b.file.c_str());
   }
+}
+
+void printBuild() {
+  std::printf("Build:\n");
+  for (auto& [what, value] : accl::buildInfo()) std::printf("  %-17s %s\n", what.c_str(), value.c_str());
 }
 
 int printConfig() {
@@ -60,6 +68,7 @@ void printMarkdown() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (accl_tools::printVersionIfAsked(argc, argv, "accl-info")) return 0;
   bool config = false, backends = false, markdown = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config")) config = true;
@@ -80,6 +89,7 @@ int main(int argc, char** argv) {
   }
   if (!config || backends) {
     std::printf("ACCL %s\n", accl::versionString());
+    printBuild();
     printBackends();
   }
   if (!backends || config) return printConfig();

@@ -1,5 +1,6 @@
 // accl-perf: nccl-tests-style benchmark for every ACCL backend.
 //   accl-run -n 2 accl-perf --backend gloo --op allreduce -b 8 -e 128M -f 2
+#include "../common/version.h"
 #include <getopt.h>
 
 #include <algorithm>
@@ -341,6 +342,7 @@ struct Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (accl_tools::printVersionIfAsked(argc, argv, "accl-perf")) return 0;
   Args a;
   static option longOpts[] = {{"backend", required_argument, nullptr, 'B'}, {"op", required_argument, nullptr, 'O'},
                               {"minbytes", required_argument, nullptr, 'b'}, {"maxbytes", required_argument, nullptr, 'e'},

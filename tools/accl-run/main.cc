@@ -1,6 +1,7 @@
 // accl-run: starts N local ranks with the torchrun environment, prefixes
 // their output with the rank, forwards signals, and stops every rank as soon
 // as one fails, saying which rank failed and how.
+#include "../common/version.h"
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -149,6 +150,11 @@ int main(int argc, char** argv) {
   };
   for (; i < argc && argv[i][0] == '-'; ++i) {
     std::string a = argv[i];
+    if (a == "--version") {  // only among accl-run's own options, not the program's
+      char* args[] = {argv[0], argv[i]};
+      accl_tools::printVersionIfAsked(2, args, "accl-run");
+      return 0;
+    }
     if (a == "-n" || a == "--nproc" || a == "--nproc-per-node") n = toInt("-n", need("-n"), 1, 1024);
     else if (a == "--master-addr") addr = need("--master-addr");
     else if (a == "--master-port") port = toInt("--master-port", need("--master-port"), 1, 65535);

@@ -1,4 +1,5 @@
 // accl-topo: shows which NIC and CPUs sit next to each GPU, as nvidia-smi topo -m does.
+#include "../common/version.h"
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -62,6 +63,7 @@ void printMatrix(const Topology& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (accl_tools::printVersionIfAsked(argc, argv, "accl-topo")) return 0;
   std::string input, fsroot;
   bool json = false, xml = false;
   int ranks = 0;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "accl/process_group.h"
@@ -42,6 +43,7 @@ struct BackendStatus {
   bool loaded = false;  // the module loaded
   bool usable = false;
   std::string reason;  // why not loaded / not usable
+  std::string file;    // the module's file, where it was loaded from
 };
 std::vector<BackendStatus> listBackends();
 
@@ -49,5 +51,8 @@ std::vector<BackendStatus> listBackends();
 std::vector<std::string> builtBackends();
 
 const char* versionString();
+// What this build was compiled with, as (what, value) lines for accl-info
+// and --version: transports, CUDA and NCCL versions, hooks.
+std::vector<std::pair<std::string, std::string>> buildInfo();
 
 }  // namespace accl
