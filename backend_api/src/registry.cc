@@ -65,8 +65,9 @@ bool loadModule(const std::string& name) {
   Registry& r = registry();
   std::lock_guard<std::recursive_mutex> lk(r.mu);
   if (r.backends.count(name)) return true;
-  std::string errors;
+  std::string errors, looked;
   for (auto& dir : searchDirs()) {
+    looked += (looked.empty() ? "" : ", ") + dir;
     std::string file = dir + "/libaccl-backend-" + name + ".so";
     // RTLD_GLOBAL: MPI libraries load their own components and need global symbols.
     void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_GLOBAL);
@@ -80,9 +81,12 @@ bool loadModule(const std::string& name) {
     } else {
       const char* e = dlerror();
       std::string msg = e ? e : "unknown error";
-      if (msg.find("No such file") == std::string::npos || errors.empty()) errors += msg + "; ";
+      if (msg.find("No such file") == std::string::npos) errors += msg + "; ";
     }
   }
+  if (errors.empty())
+    errors = "libaccl-backend-" + name + ".so is in none of " + looked +
+             " (installed packages: libaccl0-" + name + "; ACCL_PLUGIN_PATH adds folders)";
   r.loadErrors[name] = errors;
   return false;
 }
