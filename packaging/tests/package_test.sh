@@ -42,6 +42,16 @@ root_wheel() {
 case $mode in
 debs)
   make_packages
+  # Debian's checks: no errors allowed (warnings are listed in docs/install.md).
+  if command -v lintian >/dev/null; then
+    lint=$(lintian --tag-display-limit 0 "$BUILD"/packages/*.deb 2>&1 | grep -v "running with root privileges" || true)
+    echo "$lint" | grep "^W:" | sed 's/^/lintian: /' || true
+    errs=$(echo "$lint" | grep "^E:" || true)
+    [ -z "$errs" ] || fail "lintian errors: $errs"
+    echo "lintian: no errors in $(ls "$BUILD"/packages/*.deb | wc -l) packages"
+  else
+    fail "lintian is missing (scripts/setup.sh installs it)"
+  fi
   whl=$(root_wheel)
   [ -n "$whl" ] || fail "no cp311 torch_accl wheel in $WHEELS (the install.1.13.torch_accl_wheel test makes it)"
   root=$(cleanroom_new debs)
