@@ -65,9 +65,10 @@ if(IBVERBS_INCLUDE_DIR)
 endif()
 _accl_resolve(IBVERBS "${_ibv_found}" "headers in ${IBVERBS_INCLUDE_DIR} (the accl backend's verbs transport; libibverbs is loaded at run time)")
 # UCX's memory hooks (libucm) tell the verbs registration cache when memory
-# is unmapped; header at build time, libucm.so.0 loaded at run time.
+# is unmapped; header at build time, libucm.so.0 loaded at run time. NGC
+# images keep UCX (HPC-X) under /opt/hpcx/ucx.
 if(ACCL_HAVE_IBVERBS)
-  find_path(UCM_INCLUDE_DIR ucm/api/ucm.h)
+  find_path(UCM_INCLUDE_DIR ucm/api/ucm.h HINTS $ENV{UCX_HOME}/include /opt/hpcx/ucx/include)
 endif()
 
 # torch: one torch_accl extension per Python interpreter whose torch can be

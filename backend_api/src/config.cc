@@ -145,6 +145,19 @@ const std::vector<ConfigEntry>& configTable() {
        "Port of the TCP store that rendezvousFromEnv() hosts on rank 0 at MASTER_ADDR."},
       {"ACCL_STORE_FILE", "path", "(unset: TCP store)", "a path on a file system all ranks share",
        "Makes rendezvousFromEnv() use a FileStore at this path instead of a TCP store."},
+      {"ACCL_STORE_SECRET", "string", "(unset: no authentication)", "any non-empty string, the same on every rank",
+       "Shared secret that every client of ACCL's TCP store must prove before its first request "
+       "(HMAC-SHA256 challenge-response over fresh nonces of both sides; the secret never crosses the "
+       "network, and the server proves it too). A client without it, or with another, is refused and "
+       "the server logs why. Needs OpenSSL's libcrypto.so.3 at run time. Prefer ACCL_STORE_SECRET_FILE: "
+       "a process's environment can be read by other processes of the same user."},
+      {"ACCL_STORE_SECRET_FILE", "path", "(unset)", "a file whose first line is the secret (mode 0600)",
+       "The same as ACCL_STORE_SECRET, read from a file; ACCL_STORE_SECRET wins when both are set."},
+      {"ACCL_STORE_BIND", "string", "auto", "auto, any, or an IP address of this host",
+       "Where rank 0's TCP store listens. auto: the address MASTER_ADDR names when it is one of this "
+       "host's (a name that resolves to a loopback address other than localhost, as Debian's /etc/hosts "
+       "does for the host's own name, counts as not: other hosts could not connect), else every "
+       "interface (logged at INFO); any: every interface."},
       {"ACCL_TOPO_FILE", "path", "(unset: probe this host)",
        "an NCCL topology XML file (what NCCL_TOPO_FILE takes) or an hwloc XML export",
        "Topology to use instead of probing the host, e.g. the file a cloud vendor ships for its VMs. "
@@ -276,6 +289,9 @@ Config Config::parse(const std::function<const char*(const char*)>& getenv, cons
   c.pluginPath = val("ACCL_PLUGIN_PATH");
   intVar("ACCL_STORE_PORT", 1, 65535, &c.storePort);
   c.storeFile = val("ACCL_STORE_FILE");
+  c.storeSecret = val("ACCL_STORE_SECRET");
+  c.storeSecretFile = val("ACCL_STORE_SECRET_FILE");
+  if (auto v = val("ACCL_STORE_BIND"); !v.empty()) c.storeBind = v;
   c.topoFile = follow("ACCL_TOPO_FILE", {"NCCL_TOPO_FILE"});
   c.topoDumpFile = val("ACCL_TOPO_DUMP_FILE");
   for (const auto& n : names) {
@@ -366,6 +382,9 @@ std::string Config::valueText(const std::string& name) const {
   if (name == "ACCL_TORCH_CUDA") return torchCuda;
   if (name == "ACCL_PLUGIN_PATH") return pluginPath.empty() ? "(unset)" : pluginPath;
   if (name == "ACCL_STORE_PORT") return storePort ? std::to_string(storePort) : "(derived)";
+  if (name == "ACCL_STORE_SECRET") return storeSecret.empty() ? "(unset)" : "(set, not shown)";
+  if (name == "ACCL_STORE_SECRET_FILE") return storeSecretFile.empty() ? "(unset)" : storeSecretFile;
+  if (name == "ACCL_STORE_BIND") return storeBind;
   if (name == "ACCL_STORE_FILE") return storeFile.empty() ? "(unset)" : storeFile;
   if (name == "ACCL_TOPO_FILE") return topoFile.empty() ? "(unset)" : topoFile;
   if (name == "ACCL_TOPO_DUMP_FILE") return topoDumpFile.empty() ? "(unset)" : topoDumpFile;

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "accl/errors.h"
+#include "accl/logging.h"
 
 namespace accl {
 namespace internal {
@@ -233,6 +234,40 @@ std::vector<Interface> selectInterfaces(const std::string& spec) {
     for (auto& i : all)
       if (i.loopback) out.push_back(i);
   return out;
+}
+
+std::string storeBindAddress(const std::string& host, const std::string& mode) {
+  if (mode == "any") return "";
+  if (mode != "auto") return mode;  // an address of this host; binding says so if it is not
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (host.empty() || getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return "";
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(res, freeaddrinfo);
+  auto locals = listInterfaces();
+  bool literalLoopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = "";
+    const void* a = ai->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr)
+                                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr);
+    if (!inet_ntop(ai->ai_family, a, buf, sizeof(buf))) continue;
+    std::string addr = buf;
+    bool loopback = addr.rfind("127.", 0) == 0 || addr == "::1";
+    if (loopback) {
+      if (literalLoopback) return addr;
+      // e.g. Debian's "127.0.1.1 <hostname>": other hosts reach this one elsewhere.
+      ACCL_INFO("STORE", "store server: " << host << " resolves to " << addr
+                                          << " here, a loopback address other hosts cannot reach; "
+                                             "listening on every interface (ACCL_STORE_BIND sets it)");
+      return "";
+    }
+    for (auto& i : locals)
+      if (i.address == addr) return addr;
+  }
+  ACCL_INFO("STORE", "store server: " << host << " is not an address of this host; listening on every interface "
+                                         "(ACCL_STORE_BIND sets it)");
+  return "";
 }
 
 }  // namespace internal

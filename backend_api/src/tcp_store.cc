@@ -5,6 +5,16 @@
 // Strings in bodies are u32 length + bytes. A request that is malformed, of an
 // unknown version or larger than the limit closes that connection (after an
 // error response where possible) and is logged; other clients are unaffected.
+//
+// With a shared secret (ACCL_STORE_SECRET), a connection starts with
+//   client: kHello{nc}                    (nc, ns: 32 random bytes each)
+//   server: ok{ns, HMAC(k, "server", nc, ns)}   the server proves the secret
+//   client: kAuth{HMAC(k, "client", ns, nc)}    the client proves it
+//   server: ok
+// and the server refuses (and logs) any other request on a connection that
+// has not proven it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -19,10 +29,12 @@
 #include <thread>
 #include <vector>
 
+#include "accl/config.h"
 #include "accl/errors.h"
 #include "accl/internal/net.h"
 #include "accl/logging.h"
 #include "accl/store.h"
+#include "store_auth.h"
 #include "store_common.h"
 
 namespace accl {
@@ -40,7 +52,7 @@ constexpr uint32_t kMaxKeys = 1u << 16;
 constexpr uint8_t kStatusRefused = 1;
 constexpr uint8_t kStatusInvalid = 2;
 
-enum Cmd : uint8_t { kSet = 1, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys };
+enum Cmd : uint8_t { kSet = 1, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys, kHello, kAuth };
 
 struct ProtocolError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -136,11 +148,15 @@ struct TcpStoreServer::Impl {
   std::thread thread;
   std::atomic<bool> stop{false};
   std::atomic<size_t> clients{0};
+  std::string secret;  // "" = no authentication
 
   struct Client {
-    int fd;
+    int fd = -1;
     std::string in;
     std::string out;
+    std::string peer;          // address:port, for the log
+    bool authed = false;       // proved the secret (or none is needed)
+    std::string nc, ns;        // the handshake's nonces
     bool closing = false;  // refused: flush `out`, then half-close and drain
     bool draining = false;
     internal::Clock::time_point drainUntil{};
@@ -165,7 +181,7 @@ struct TcpStoreServer::Impl {
   void reply(Client& c, uint8_t status, const std::string& body) { c.out += frame(status, body); }
 
   void refuse(Client& c, const std::string& why) {
-    ACCL_WARN("STORE", "store server: dropping client fd " << c.fd << ": " << why);
+    ACCL_WARN("STORE", "store server: dropping client " << c.peer << " (fd " << c.fd << "): " << why);
     reply(c, kStatusRefused, why);
     c.closing = true;
     c.in.clear();
@@ -189,6 +205,30 @@ struct TcpStoreServer::Impl {
 
   void handle(Client& c, uint8_t cmd, Reader r) {
     Writer w;
+    if (cmd == kHello) {
+      c.nc = r.str();
+      r.end();
+      if (secret.empty())
+        return refuse(c, "this store server runs without a secret (ACCL_STORE_SECRET is not set on the rank that "
+                         "hosts it): set the same secret on every rank, or on none");
+      if (c.nc.size() != detail::kNonceBytes) throw ProtocolError("hello nonce of " + std::to_string(c.nc.size()) + " bytes");
+      c.ns = detail::randomNonce();
+      w.str(c.ns);
+      w.str(detail::storeMac(secret, "accl-store server", c.nc, c.ns));
+      return reply(c, 0, w.buf);
+    }
+    if (cmd == kAuth) {
+      std::string mac = r.str();
+      r.end();
+      if (secret.empty() || c.ns.empty()) throw ProtocolError("authentication without a hello");
+      if (!detail::sameMac(mac, detail::storeMac(secret, "accl-store client", c.ns, c.nc)))
+        return refuse(c, "authentication failed: the client's ACCL_STORE_SECRET differs from this server's");
+      c.authed = true;
+      return reply(c, 0, "");
+    }
+    if (!c.authed)
+      return refuse(c, "this store requires a secret: set ACCL_STORE_SECRET (or ACCL_STORE_SECRET_FILE) to the "
+                       "job's secret on every rank");
     switch (cmd) {
       case kSet: {
         auto key = r.str();
@@ -294,12 +334,35 @@ struct TcpStoreServer::Impl {
         handle(c, cmd, Reader{c.in.data() + kHeader, len});
       } catch (const ProtocolError& e) {
         return refuse(c, std::string("malformed request: ") + e.what());
+      } catch (const Error& e) {  // libcrypto missing: refuse, keep serving
+        return refuse(c, e.what());
       }
+      if (c.closing) return;
       c.in.erase(0, kHeader + len);
     }
   }
 
+  static std::string peerName(const sockaddr_storage& ss) {
+    char buf[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (ss.ss_family == AF_INET) {
+      auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+      inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
+      port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+      inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
+      port = ntohs(a->sin6_port);
+    }
+    return std::string(buf) + ":" + std::to_string(port);
+  }
+
   void closeClient(int fd) {
+    auto it = conns.find(fd);
+    if (it != conns.end() && !it->second.authed && !it->second.ns.empty() && !it->second.closing)
+      ACCL_WARN("STORE", "store server: client " << it->second.peer
+                                                 << " left during the secret handshake (its ACCL_STORE_SECRET differs, "
+                                                    "or it is not an ACCL client)");
     ::close(fd);
     conns.erase(fd);
     waiters.remove_if([fd](const Waiter& w) { return w.fd == fd; });
@@ -326,10 +389,16 @@ struct TcpStoreServer::Impl {
       if (fds[1].revents) return;
       if (fds[0].revents & POLLIN) {
         for (;;) {
-          int fd = accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          sockaddr_storage ss{};
+          socklen_t sl = sizeof(ss);
+          int fd = accept4(listenFd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
           if (fd < 0) break;
           internal::setNoDelay(fd);
-          conns[fd] = Client{fd, "", "", false};
+          Client c;
+          c.fd = fd;
+          c.peer = peerName(ss);
+          c.authed = secret.empty();
+          conns[fd] = std::move(c);
         }
         clients = conns.size();
       }
@@ -375,14 +444,16 @@ struct TcpStoreServer::Impl {
   }
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port, size_t maxValueBytes)
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, size_t maxValueBytes, std::string secret)
     : impl_(new Impl) {
   impl_->maxBody = maxValueBytes + kKeyOverhead;
+  impl_->secret = std::move(secret);
   impl_->listenFd = internal::listenOn(host, port, &impl_->port);
   internal::setNonBlocking(impl_->listenFd, true);
   impl_->wakeFd = eventfd(0, EFD_CLOEXEC);
   impl_->thread = std::thread([this] { impl_->loop(); });
-  ACCL_INFO("STORE", "store server listening on " << (host.empty() ? "*" : host) << ":" << impl_->port);
+  ACCL_INFO("STORE", "store server listening on " << (host.empty() ? "*" : host) << ":" << impl_->port
+                                                  << (impl_->secret.empty() ? "" : " (clients prove the shared secret)"));
 }
 
 TcpStoreServer::~TcpStoreServer() {
@@ -411,7 +482,59 @@ struct TcpStore::Impl {
   std::mutex mu;
   std::vector<int> idle;
 
+  std::string secret;
+
   std::string where() const { return "store server " + host + ":" + std::to_string(port); }
+
+  // One request/response on `fd` outside the pool (the handshake).
+  std::string exchange(int fd, uint8_t cmd, const std::string& body, internal::Clock::time_point deadline,
+                       const std::string& what) {
+    std::string f = frame(cmd, body);
+    try {
+      internal::sendAll(fd, f.data(), f.size(), deadline, where());
+    } catch (const RemoteError&) {
+      std::string reason = readRefusal(fd);
+      if (reason.empty()) throw;
+      throw RemoteError("accl: " + where() + " refused " + what + ": " + reason);
+    }
+    char hdr[kHeader];
+    internal::recvAll(fd, hdr, kHeader, deadline, where());
+    uint32_t magic, len;
+    std::memcpy(&magic, hdr, 4);
+    std::memcpy(&len, hdr + 8, 4);
+    if (magic != kMagic || len > 65536) throw RemoteError("accl: " + where() + " sent a malformed response");
+    std::string resp(len, '\0');
+    internal::recvAll(fd, resp.data(), len, deadline, where());
+    if (hdr[6] != 0) throw RemoteError("accl: " + where() + " refused " + what + ": " + resp);
+    return resp;
+  }
+
+  // A new connection, authenticated when a secret is set: the server proves
+  // the secret first (so nothing is sent to a server that does not have it),
+  // then this client.
+  int open(internal::Clock::time_point deadline) {
+    int fd = internal::connectTo(host, port, deadline);
+    if (secret.empty()) return fd;
+    try {
+      std::string nc = detail::randomNonce();
+      Writer hello;
+      hello.str(nc);
+      std::string resp = exchange(fd, kHello, hello.buf, deadline, "the secret handshake");
+      Reader r{resp.data(), resp.size()};
+      std::string ns = r.str();
+      std::string proof = r.str();
+      if (ns.size() != detail::kNonceBytes || !detail::sameMac(proof, detail::storeMac(secret, "accl-store server", nc, ns)))
+        throw RemoteError("accl: " + where() + " does not know ACCL_STORE_SECRET (its proof is wrong): not this "
+                          "job's store, or its secret differs");
+      Writer auth;
+      auth.str(detail::storeMac(secret, "accl-store client", ns, nc));
+      exchange(fd, kAuth, auth.buf, deadline, "the secret handshake");
+      return fd;
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
 
   ~Impl() {
     for (int fd : idle) ::close(fd);
@@ -426,7 +549,7 @@ struct TcpStore::Impl {
         return fd;
       }
     }
-    return internal::connectTo(host, port, deadline);
+    return open(deadline);
   }
 
   void giveBack(int fd) {
@@ -502,15 +625,19 @@ TcpStore::TcpStore(const std::string& host, const TcpStoreOptions& opts) : impl_
   impl_->host = host;
   impl_->port = opts.port;
   impl_->maxValue = opts.maxValueBytes;
+  impl_->secret = opts.secret.empty() ? detail::configuredStoreSecret() : opts.secret;
   if (opts.isServer) {
-    impl_->server.reset(new TcpStoreServer("", opts.port, opts.maxValueBytes));
+    std::string bind = opts.bindAddress.empty() ? Config::get().storeBind : opts.bindAddress;
+    impl_->server.reset(new TcpStoreServer(internal::storeBindAddress(host, bind), opts.port, opts.maxValueBytes,
+                                           impl_->secret));
     impl_->port = impl_->server->port();
   } else if (opts.port <= 0 || opts.port > 65535) {
     throw InvalidArgument("accl TcpStore: invalid port " + std::to_string(opts.port) +
                           "; accepted: 1..65535 (0 only with isServer)");
   }
-  // Connect now so that an unreachable server is reported at construction.
-  impl_->giveBack(internal::connectTo(host, impl_->port, internal::Clock::now() + timeout_));
+  // Connect now so that an unreachable server (or a refused secret) is
+  // reported at construction.
+  impl_->giveBack(impl_->open(internal::Clock::now() + timeout_));
 }
 
 TcpStore::~TcpStore() = default;

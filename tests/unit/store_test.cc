@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cstring>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "accl/errors.h"
 #include "accl/internal/net.h"
@@ -253,4 +255,141 @@ TEST(TcpStore, TimedOutGetLeavesClientUsable) {
   EXPECT_THROW(s.get("absent"), Timeout);
   s.set("absent", toBytes("now"));
   EXPECT_EQ(toString(s.get("absent")), "now");
+}
+
+namespace {
+
+// A TCP relay between a client and the store server that records every byte
+// in both directions (what someone on the network would see).
+struct RecordingRelay {
+  int listenFd = -1, port = 0, target = 0;
+  std::string seen;
+  std::mutex mu;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  explicit RecordingRelay(int targetPort) : target(targetPort) {
+    listenFd = internal::listenOn("127.0.0.1", 0, &port);
+    thread = std::thread([this] { run(); });
+  }
+  ~RecordingRelay() {
+    stop = true;
+    shutdown(listenFd, SHUT_RDWR);
+    thread.join();
+    close(listenFd);
+  }
+  void run() {
+    std::vector<std::pair<int, int>> pairs;
+    while (!stop) {
+      std::vector<pollfd> fds{{listenFd, POLLIN, 0}};
+      for (auto& [a, b] : pairs) {
+        fds.push_back({a, POLLIN, 0});
+        fds.push_back({b, POLLIN, 0});
+      }
+      if (poll(fds.data(), fds.size(), 50) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        int c = accept(listenFd, nullptr, nullptr);
+        if (c >= 0) pairs.push_back({c, internal::connectTo("127.0.0.1", target, internal::Clock::now() + 5s)});
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+        auto& pr = pairs[(i - 1) / 2];
+        int from = fds[i].fd, to = from == pr.first ? pr.second : pr.first;
+        char buf[65536];
+        ssize_t n = recv(from, buf, sizeof(buf), 0);
+        if (n > 0) {
+          std::lock_guard<std::mutex> lk(mu);
+          seen.append(buf, static_cast<size_t>(n));
+          ssize_t ignored = send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
+          (void)ignored;
+        } else if (n == 0) {
+          shutdown(to, SHUT_WR);
+        }
+      }
+    }
+    for (auto& [a, b] : pairs) {
+      close(a);
+      close(b);
+    }
+  }
+};
+
+}  // namespace
+
+TEST(TcpStore, SharedSecretIsProvedNeverSentAndRefusedWithoutIt) {
+  const std::string secret = "k9-store-secret-for-this-test-Zq";
+  TcpStoreServer server("127.0.0.1", 0, 1 << 20, secret);
+  RecordingRelay relay(server.port());
+
+  TcpStoreOptions o;
+  o.port = relay.port;
+  o.secret = secret;
+  {
+    TcpStore client("127.0.0.1", o);
+    client.set("k", toBytes("v"));
+    EXPECT_EQ(toString(client.get("k")), "v");
+    EXPECT_EQ(client.add("n", 3), 3);
+  }
+  {
+    std::lock_guard<std::mutex> lk(relay.mu);
+    EXPECT_GT(relay.seen.size(), 100u);  // the handshake and the requests went through the relay
+    EXPECT_EQ(relay.seen.find(secret), std::string::npos) << "the secret crossed the network";
+    EXPECT_EQ(relay.seen.find(secret.substr(0, 12)), std::string::npos);
+  }
+
+  // No secret: refused, with the reason.
+  TcpStoreOptions none;
+  none.port = server.port();
+  none.timeout = 5s;
+  none.secret = "";
+  try {
+    TcpStore client("127.0.0.1", none);
+    client.get("k");
+    ADD_FAILURE() << "a client without the secret was served";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("requires a secret"), std::string::npos) << e.what();
+  }
+  // Another secret: the server's proof does not verify, and nothing is asked of it.
+  TcpStoreOptions wrong = none;
+  wrong.secret = "another-secret";
+  try {
+    TcpStore client("127.0.0.1", wrong);
+    ADD_FAILURE() << "a client with another secret connected";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not know ACCL_STORE_SECRET"), std::string::npos) << e.what();
+  }
+  // A client with a secret against a server without one is told so.
+  TcpStoreServer open("127.0.0.1", 0, 1 << 20);
+  TcpStoreOptions toOpen = wrong;
+  toOpen.port = open.port();
+  try {
+    TcpStore client("127.0.0.1", toOpen);
+    ADD_FAILURE() << "a secret handshake with a server without a secret succeeded";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs without a secret"), std::string::npos) << e.what();
+  }
+  // The server kept serving its own clients throughout.
+  TcpStoreOptions again = o;
+  again.port = server.port();
+  TcpStore client("127.0.0.1", again);
+  EXPECT_EQ(toString(client.get("k")), "v");
+}
+
+TEST(TcpStore, ServerBindsTheAddressClientsUse) {
+  EXPECT_EQ(internal::storeBindAddress("127.0.0.1", "auto"), "127.0.0.1");
+  EXPECT_EQ(internal::storeBindAddress("127.0.0.1", "any"), "");
+  EXPECT_EQ(internal::storeBindAddress("10.0.0.1", "192.0.2.7"), "192.0.2.7");  // explicit: as given
+  // An address that is not this host's (TEST-NET-1): every interface.
+  EXPECT_EQ(internal::storeBindAddress("192.0.2.1", "auto"), "");
+  // A server bound to loopback is not reachable on another address of this host.
+  for (auto& i : internal::listInterfaces()) {
+    if (i.loopback || i.family != AF_INET) continue;
+    TcpStoreOptions o;
+    o.isServer = true;
+    o.bindAddress = "127.0.0.1";
+    TcpStore s("127.0.0.1", o);
+    EXPECT_THROW(internal::connectTo(i.address, s.port(), internal::Clock::now() + 300ms), Error)
+        << "the loopback-bound server answered on " << i.address;
+    break;
+  }
 }

@@ -46,6 +46,9 @@ struct Config {
   std::string pluginPath;                     // ACCL_PLUGIN_PATH
   int storePort = 0;                          // ACCL_STORE_PORT (0 = derive)
   std::string storeFile;                      // ACCL_STORE_FILE
+  std::string storeSecret;                    // ACCL_STORE_SECRET
+  std::string storeSecretFile;                // ACCL_STORE_SECRET_FILE
+  std::string storeBind = "auto";             // ACCL_STORE_BIND: auto, any or an address
   std::string topoFile;                       // ACCL_TOPO_FILE
   std::string topoDumpFile;                   // ACCL_TOPO_DUMP_FILE
   // What parsing noticed that users should see (logged once, at the first

@@ -93,6 +93,12 @@ struct TcpStoreOptions {
   int port = 0;                // 0 with isServer: pick a free port (see port())
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;
   size_t maxValueBytes = 64u << 20;  // larger requests are refused
+  // Shared secret every connection proves (challenge-response, see
+  // ACCL_STORE_SECRET); "" takes ACCL_STORE_SECRET / ACCL_STORE_SECRET_FILE.
+  std::string secret;
+  // With isServer: the address to listen on; "" takes ACCL_STORE_BIND (auto:
+  // the host's own address when `host` names one, else every interface).
+  std::string bindAddress;
 };
 
 // The server half of TcpStore; runs on its own thread, serves any number of
@@ -100,8 +106,10 @@ struct TcpStoreOptions {
 // client's connection and are logged; the server keeps serving the others.
 class TcpStoreServer {
  public:
-  // Binds host:port (port 0 = any free port). Throws SystemError if it cannot.
-  TcpStoreServer(const std::string& host, int port, size_t maxValueBytes = 64u << 20);
+  // Binds host:port (port 0 = any free port; host "" = every interface).
+  // Throws SystemError if it cannot. With a secret, every client proves it
+  // before its first request (ACCL_STORE_SECRET).
+  TcpStoreServer(const std::string& host, int port, size_t maxValueBytes = 64u << 20, std::string secret = "");
   ~TcpStoreServer();
   int port() const;
   size_t numClients() const;

@@ -39,6 +39,9 @@ std::vector<Interface> listInterfaces();
 // non-loopback, non-docker interface, else loopback.
 std::vector<Interface> selectInterfaces(const std::string& spec);
 bool matchInterfaceSpec(const std::string& spec, const std::string& name);
+// Where a store server for clients that connect to `host` listens, for
+// ACCL_STORE_BIND `mode` (auto, any, an address): "" = every interface.
+std::string storeBindAddress(const std::string& host, const std::string& mode);
 
 }  // namespace internal
 }  // namespace accl
