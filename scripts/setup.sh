@@ -20,6 +20,7 @@ PACKAGES=(
   bible-kjv                         # the BERT example's default corpus (public-domain text)
   dpkg-dev fakeroot lintian         # packaging/: .deb packages (dpkg-shlibdeps) and their checks
   debootstrap                       # packaging tests: clean Debian roots to install into
+  clang libclang-rt-14-dev          # libFuzzer harnesses (bench/fuzz.sh, tests/fuzz)
 )
 
 # torch 2.x for torch_accl's second build and tests, pinned: an unpinned

@@ -131,7 +131,7 @@ Bytes FileStore::get(const std::string& key) {
 int64_t FileStore::add(const std::string& key, int64_t delta) {
   return impl_->locked([&] {
     auto it = impl_->data.find(key);
-    int64_t v = (it == impl_->data.end() ? 0 : detail::parseCounter(key, it->second)) + delta;
+    int64_t v = detail::addCounter(key, it == impl_->data.end() ? nullptr : &it->second, delta);
     impl_->append(kSet, key, toBytes(std::to_string(v)));
     return v;
   });

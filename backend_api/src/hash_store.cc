@@ -45,7 +45,7 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     auto it = impl_->data.find(key);
-    v = (it == impl_->data.end() ? 0 : detail::parseCounter(key, it->second)) + delta;
+    v = detail::addCounter(key, it == impl_->data.end() ? nullptr : &it->second, delta);
     impl_->data[key] = toBytes(std::to_string(v));
   }
   impl_->cv.notify_all();

@@ -35,5 +35,15 @@ inline int64_t parseCounter(const std::string& key, const Bytes& v) {
   return x;
 }
 
+// The value add(key, delta) stores: the counter (0 when absent) plus delta;
+// InvalidArgument when that leaves int64.
+inline int64_t addCounter(const std::string& key, const Bytes* current, int64_t delta) {
+  int64_t base = current ? parseCounter(key, *current) : 0, out;
+  if (__builtin_add_overflow(base, delta, &out))
+    throw InvalidArgument("accl store: add(" + key + ", " + std::to_string(delta) + ") on " + std::to_string(base) +
+                          " leaves the range of a 64-bit integer");
+  return out;
+}
+
 }  // namespace detail
 }  // namespace accl

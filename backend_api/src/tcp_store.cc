@@ -34,6 +34,7 @@
 #include "accl/internal/net.h"
 #include "accl/logging.h"
 #include "accl/store.h"
+#include "accl/internal/store_wire.h"
 #include "store_auth.h"
 #include "store_common.h"
 
@@ -140,7 +141,11 @@ std::string frame(uint8_t code, const std::string& body) {
 
 // ---------------------------------------------------------------- server
 
-struct TcpStoreServer::Impl {
+namespace {
+
+// The server's state and request handling; TcpStoreServer::Impl adds the
+// sockets and the poll loop (detail::serveStoreBytes drives it without them).
+struct StoreServerState {
   int listenFd = -1;
   int wakeFd = -1;
   int port = 0;
@@ -260,7 +265,7 @@ struct TcpStoreServer::Impl {
         auto it = data.find(key);
         int64_t v;
         try {
-          v = (it == data.end() ? 0 : detail::parseCounter(key, it->second)) + delta;
+          v = detail::addCounter(key, it == data.end() ? nullptr : &it->second, delta);
         } catch (const Error& e) {
           reply(c, kStatusInvalid, e.what());  // the connection stays usable
           return;
@@ -444,6 +449,57 @@ struct TcpStoreServer::Impl {
   }
 };
 
+}  // namespace
+
+struct TcpStoreServer::Impl : StoreServerState {};
+
+namespace detail {
+
+std::string serveStoreBytes(const std::string& stream, const std::string& secret) {
+  StoreServerState st;
+  st.maxBody = (1u << 20) + kKeyOverhead;
+  st.secret = secret;
+  StoreServerState::Client c;
+  c.peer = "fuzz";
+  c.authed = secret.empty();
+  // In pieces, as a socket delivers them.
+  for (size_t off = 0; off < stream.size() && !c.closing; off += 7) {
+    c.in.append(stream, off, 7);
+    if (c.in.size() >= kHeader) st.process(c);
+  }
+  return c.out;
+}
+
+std::string checkReplyHeader(const char* hdr, size_t maxBody, uint32_t* len) {
+  uint32_t magic;
+  std::memcpy(&magic, hdr, 4);
+  std::memcpy(len, hdr + 8, 4);
+  if (magic != kMagic || *len > maxBody) return "malformed response";
+  return "";
+}
+
+void decodeStoreReply(uint8_t cmd, const std::string& reply) {
+  if (reply.size() < kHeader) throw RemoteError("short reply");
+  uint32_t len;
+  if (!checkReplyHeader(reply.data(), (1u << 20) + kKeyOverhead, &len).empty()) throw RemoteError("malformed");
+  if (reply.size() - kHeader < len) throw RemoteError("truncated");
+  Reader r{reply.data() + kHeader, len};
+  if (reply[6] != 0) return;  // an error text
+  try {
+    switch (cmd) {
+      case kGet: case kCas: r.bytes(); break;
+      case kAdd: case kNumKeys: r.i64(); break;
+      case kCheck: case kDelete: r.u8(); break;
+      case kHello: r.str(); r.str(); break;
+      default: break;
+    }
+  } catch (const ProtocolError& e) {
+    throw RemoteError(std::string("malformed reply: ") + e.what());
+  }
+}
+
+}  // namespace detail
+
 TcpStoreServer::TcpStoreServer(const std::string& host, int port, size_t maxValueBytes, std::string secret)
     : impl_(new Impl) {
   impl_->maxBody = maxValueBytes + kKeyOverhead;
@@ -499,10 +555,9 @@ struct TcpStore::Impl {
     }
     char hdr[kHeader];
     internal::recvAll(fd, hdr, kHeader, deadline, where());
-    uint32_t magic, len;
-    std::memcpy(&magic, hdr, 4);
-    std::memcpy(&len, hdr + 8, 4);
-    if (magic != kMagic || len > 65536) throw RemoteError("accl: " + where() + " sent a malformed response");
+    uint32_t len;
+    if (!detail::checkReplyHeader(hdr, 65536, &len).empty())
+      throw RemoteError("accl: " + where() + " sent a malformed response");
     std::string resp(len, '\0');
     internal::recvAll(fd, resp.data(), len, deadline, where());
     if (hdr[6] != 0) throw RemoteError("accl: " + where() + " refused " + what + ": " + resp);
@@ -593,10 +648,8 @@ struct TcpStore::Impl {
       }
       char hdr[kHeader];
       internal::recvAll(fd, hdr, kHeader, deadline, where());
-      uint32_t magic, len;
-      std::memcpy(&magic, hdr, 4);
-      std::memcpy(&len, hdr + 8, 4);
-      if (magic != kMagic || len > maxValue + kKeyOverhead)
+      uint32_t len;
+      if (!detail::checkReplyHeader(hdr, maxValue + kKeyOverhead, &len).empty())
         throw RemoteError("accl: " + where() + " sent a malformed response");
       std::string resp(len, '\0');
       internal::recvAll(fd, resp.data(), len, deadline, where());

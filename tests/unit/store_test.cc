@@ -6,6 +6,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <cstdlib>
 #include <mutex>
@@ -43,6 +44,13 @@ void exerciseStore(Store& s) {
   EXPECT_EQ(s.get("big"), big);
   s.set("text", toBytes("abc"));
   EXPECT_THROW(s.add("text", 1), InvalidArgument);
+  // A counter never wraps (found by fuzz_store_server: signed overflow), and
+  // a refused add leaves it as it was.
+  EXPECT_EQ(s.add("max", INT64_MAX), INT64_MAX);
+  EXPECT_THROW(s.add("max", 1), InvalidArgument);
+  EXPECT_EQ(s.add("max", -1), INT64_MAX - 1);
+  EXPECT_EQ(s.add("min", INT64_MIN), INT64_MIN);
+  EXPECT_THROW(s.add("min", -1), InvalidArgument);
 
   // wait() blocks until another thread sets the key.
   std::thread t([&] {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -182,6 +183,57 @@ struct Hwloc {
 
 }  // namespace
 
+namespace {
+
+// hwloc's XML importer trusts its input: an object without its cpuset crashes
+// it (found by fuzz_topology_xml), and so might a bitmap it cannot parse. What an
+// hwloc 2.x export always has is checked here first, with the line.
+bool validBitmap(const char* v) {
+  std::string s = v;
+  size_t start = 0;
+  if (s.empty()) return false;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string tok = s.substr(start, end - start);
+    // An empty word between commas is a zero word ("0x1,,0x10000"), as hwloc writes it.
+    if (!tok.empty() && tok != "0xf...f") {
+      if (tok.size() < 3 || tok.size() > 10 || tok[0] != '0' || (tok[1] != 'x' && tok[1] != 'X')) return false;
+      for (size_t i = 2; i < tok.size(); ++i)
+        if (!std::isxdigit(static_cast<unsigned char>(tok[i]))) return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+void validateHwlocObjects(const std::string& path, const std::string& text, const pugi::xml_node& node) {
+  static const std::set<std::string> cpuSide = {"Machine", "Package", "Die", "Core", "PU", "Group", "NUMANode",
+                                                "MemCache", "L1Cache", "L2Cache", "L3Cache", "L4Cache", "L5Cache",
+                                                "L1iCache", "L2iCache", "L3iCache"};
+  static const std::set<std::string> ioSide = {"Bridge", "PCIDev", "OSDev", "Misc"};
+  static const char* const sets[] = {"cpuset", "complete_cpuset", "nodeset", "complete_nodeset",
+                                     "allowed_cpuset", "allowed_nodeset", "online_cpuset"};
+  for (pugi::xml_node o = node.child("object"); o; o = o.next_sibling("object")) {
+    auto where = [&] { return "accl topology: " + path + ":" + std::to_string(detail::lineOf(text, static_cast<size_t>(o.offset_debug()))); };
+    std::string type = o.attribute("type").value();
+    if (!cpuSide.count(type) && !ioSide.count(type))
+      throw InvalidArgument(where() + ": <object> of unknown type '" + type + "' (an hwloc 2.x XML export was expected)");
+    if (cpuSide.count(type))
+      for (const char* a : {"cpuset", "complete_cpuset", "nodeset", "complete_nodeset"})
+        if (!o.attribute(a))
+          throw InvalidArgument(where() + ": <object type=\"" + type + "\"> lacks " + a +
+                                " (every hwloc 2.x export has it)");
+    for (const char* a : sets)
+      if (o.attribute(a) && !validBitmap(o.attribute(a).value()))
+        throw InvalidArgument(where() + ": " + a + "=\"" + o.attribute(a).value() +
+                              "\" is not an hwloc bitmap (0x-prefixed hex words separated by commas)");
+    validateHwlocObjects(path, text, o);
+  }
+}
+
+}  // namespace
+
 Topology loadHwlocXml(const std::string& path) {
   std::string text;
   pugi::xml_document doc;
@@ -189,6 +241,7 @@ Topology loadHwlocXml(const std::string& path) {
   if (!doc.child("topology"))
     throw InvalidArgument("accl topology: " + path + ": the root element is <" + std::string(doc.document_element().name()) +
                           ">; expected <topology> (an hwloc XML export, lstopo --of xml)");
+  validateHwlocObjects(path, text, doc.child("topology"));
   Hwloc h;
   if (hwloc_topology_set_xml(h.topo, path.c_str()) != 0 || hwloc_topology_load(h.topo) != 0)
     throw InvalidArgument("accl topology: hwloc could not load " + path + " (an hwloc 2.x XML export was expected)");

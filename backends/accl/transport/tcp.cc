@@ -214,21 +214,8 @@ bool TcpTransport::checkHello(int fd, const std::string& from, Clock::time_point
   std::string why;
   try {
     internal::recvAll(fd, &h, sizeof(h), deadline, from);
-    if (h.magic != kWireMagic || h.type != static_cast<uint8_t>(FrameType::Hello))
-      why = "not an accl connection (bad magic number)";
-    else if (h.version != kWireVersion)
-      why = "protocol version " + std::to_string(h.version) + ", this build speaks " +
-            std::to_string(kWireVersion);
-    else if (h.token != o_.token)
-      why = "job token does not match (a connection from another job)";
-    else if (h.idLen > kMaxHostIdBytes)
-      why = "host id length " + std::to_string(h.idLen) + " exceeds " + std::to_string(kMaxHostIdBytes);
-    else if (h.rank < 0 || h.rank >= o_.size || h.rank <= o_.rank)
-      why = "invalid rank " + std::to_string(h.rank) + " (ranks " + std::to_string(o_.rank + 1) +
-            ".." + std::to_string(o_.size - 1) + " connect to this rank)";
-    else if (h.stream >= static_cast<uint8_t>(std::max(1, o_.nstreams[h.rank])))
-      why = "invalid stream " + std::to_string(h.stream);
-    else if (conns_[h.rank].size() > h.stream && conns_[h.rank][h.stream])
+    why = validateHello(h, o_.token, o_.rank, o_.size, o_.nstreams.data());
+    if (why.empty() && conns_[h.rank].size() > h.stream && conns_[h.rank][h.stream])
       why = "duplicate connection for rank " + std::to_string(h.rank);
     if (why.empty()) {
       std::string id(h.idLen, '\0');

@@ -38,5 +38,21 @@ std::string validateHeader(const FrameHeader& h) {
   return "";
 }
 
+std::string validateHello(const Hello& h, uint64_t token, int self, int size, const int* nstreams) {
+  if (h.magic != kWireMagic || h.type != static_cast<uint8_t>(FrameType::Hello))
+    return "not an accl connection (bad magic number)";
+  if (h.version != kWireVersion)
+    return "protocol version " + std::to_string(h.version) + ", this build speaks " + std::to_string(kWireVersion);
+  if (h.token != token) return "job token does not match (a connection from another job)";
+  if (h.idLen > kMaxHostIdBytes)
+    return "host id length " + std::to_string(h.idLen) + " exceeds " + std::to_string(kMaxHostIdBytes);
+  if (h.rank < 0 || h.rank >= size || h.rank <= self)
+    return "invalid rank " + std::to_string(h.rank) + " (ranks " + std::to_string(self + 1) + ".." +
+           std::to_string(size - 1) + " connect to this rank)";
+  if (h.stream >= static_cast<uint8_t>(nstreams[h.rank] > 1 ? nstreams[h.rank] : 1))
+    return "invalid stream " + std::to_string(h.stream);
+  return "";
+}
+
 }  // namespace core
 }  // namespace accl

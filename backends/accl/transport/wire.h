@@ -52,6 +52,10 @@ static_assert(sizeof(FrameHeader) == 64, "wire format");
 
 // Empty string if the header is well-formed, else what is wrong with it.
 std::string validateHeader(const FrameHeader& h);
+// Empty string if a Hello that rank `self` of `size` received may open stream
+// h.stream from h.rank in the job with `token` (`nstreams`: streams per peer),
+// else what is wrong with it. Duplicates are the receiver's to check.
+std::string validateHello(const Hello& h, uint64_t token, int self, int size, const int* nstreams);
 
 }  // namespace core
 }  // namespace accl
