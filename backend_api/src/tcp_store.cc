@@ -542,9 +542,10 @@ struct TcpStore::Impl {
 
   std::string where() const { return "store server " + host + ":" + std::to_string(port); }
 
-  // One request/response on `fd` outside the pool (the handshake).
+  // One request and its response on `fd`: the body, with the status in
+  // *status. A server that refused and closed is asked why.
   std::string exchange(int fd, uint8_t cmd, const std::string& body, internal::Clock::time_point deadline,
-                       const std::string& what) {
+                       const std::string& what, size_t maxBody, uint8_t* status) {
     std::string f = frame(cmd, body);
     try {
       internal::sendAll(fd, f.data(), f.size(), deadline, where());
@@ -556,11 +557,19 @@ struct TcpStore::Impl {
     char hdr[kHeader];
     internal::recvAll(fd, hdr, kHeader, deadline, where());
     uint32_t len;
-    if (!detail::checkReplyHeader(hdr, 65536, &len).empty())
+    if (!detail::checkReplyHeader(hdr, maxBody, &len).empty())
       throw RemoteError("accl: " + where() + " sent a malformed response");
     std::string resp(len, '\0');
     internal::recvAll(fd, resp.data(), len, deadline, where());
-    if (hdr[6] != 0) throw RemoteError("accl: " + where() + " refused " + what + ": " + resp);
+    *status = static_cast<uint8_t>(hdr[6]);
+    return resp;
+  }
+
+  // The handshake's exchanges: anything but ok is a refusal.
+  std::string handshake(int fd, uint8_t cmd, const std::string& body, internal::Clock::time_point deadline) {
+    uint8_t status = 0;
+    std::string resp = exchange(fd, cmd, body, deadline, "the secret handshake", 65536, &status);
+    if (status != 0) throw RemoteError("accl: " + where() + " refused the secret handshake: " + resp);
     return resp;
   }
 
@@ -574,7 +583,7 @@ struct TcpStore::Impl {
       std::string nc = detail::randomNonce();
       Writer hello;
       hello.str(nc);
-      std::string resp = exchange(fd, kHello, hello.buf, deadline, "the secret handshake");
+      std::string resp = handshake(fd, kHello, hello.buf, deadline);
       Reader r{resp.data(), resp.size()};
       std::string ns = r.str();
       std::string proof = r.str();
@@ -583,7 +592,7 @@ struct TcpStore::Impl {
                           "job's store, or its secret differs");
       Writer auth;
       auth.str(detail::storeMac(secret, "accl-store client", ns, nc));
-      exchange(fd, kAuth, auth.buf, deadline, "the secret handshake");
+      handshake(fd, kAuth, auth.buf, deadline);
       return fd;
     } catch (...) {
       ::close(fd);
@@ -637,27 +646,13 @@ struct TcpStore::Impl {
     int fd = -1;
     try {
       fd = take(deadline);
-      std::string f = frame(cmd, body);
-      try {
-        internal::sendAll(fd, f.data(), f.size(), deadline, where());
-      } catch (const RemoteError&) {
-        // The server may have refused the request and said why before closing.
-        std::string reason = readRefusal(fd);
-        if (reason.empty()) throw;
-        throw RemoteError("accl: " + where() + " refused " + what + ": " + reason);
-      }
-      char hdr[kHeader];
-      internal::recvAll(fd, hdr, kHeader, deadline, where());
-      uint32_t len;
-      if (!detail::checkReplyHeader(hdr, maxValue + kKeyOverhead, &len).empty())
-        throw RemoteError("accl: " + where() + " sent a malformed response");
-      std::string resp(len, '\0');
-      internal::recvAll(fd, resp.data(), len, deadline, where());
-      if (hdr[6] == kStatusInvalid) {
+      uint8_t status = 0;
+      std::string resp = exchange(fd, cmd, body, deadline, what, maxValue + kKeyOverhead, &status);
+      if (status == kStatusInvalid) {
         giveBack(fd);
         throw InvalidArgument(resp);
       }
-      if (hdr[6] != 0) throw RemoteError("accl: " + where() + " refused " + what + ": " + resp);
+      if (status != 0) throw RemoteError("accl: " + where() + " refused " + what + ": " + resp);
       giveBack(fd);
       return resp;
     } catch (const InvalidArgument&) {
