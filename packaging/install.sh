@@ -144,6 +144,9 @@ print("".join(l.split(":", 1)[1].strip().replace(" ", "").replace("(", "").repla
   if [ -z "$whl" ]; then
     [ -n "$SOURCE" ] || refuse "no torch_accl wheel for python $pymaj.$pymin and torch $torchshort in ${WHEELS:-(no --wheels)}: pass --source <ACCL source> to build one (needs a compiler, cmake and torch's headers)"
     echo "install.sh: building the torch_accl wheel for torch $torchver from $SOURCE"
+    # The compiler, cmake and headers it needs, as the Dockerfiles' build stage installs them.
+    run $SUDO bash "$SOURCE/packaging/docker/build-inside.sh" --deps-only "$SOURCE" "$PY" ||
+      refuse "the build dependencies could not be installed (output above)"
     mkdir -p /tmp/accl-wheel
     run "$PY" -m pip wheel -q --no-build-isolation --no-deps -w /tmp/accl-wheel "$SOURCE/torch_plugin" ||
       refuse "building the wheel failed: it needs g++, cmake, patchelf and torch's C++ headers (pip's torch has them; Debian: libtorch-dev)"

@@ -4,6 +4,7 @@
 # Debian or Ubuntu root):
 #
 #   build-inside.sh SOURCE_DIR OUT_DIR [PYTHON]
+#   build-inside.sh --deps-only SOURCE_DIR [PYTHON]   (what packaging/install.sh --source uses)
 #
 # Installs the build dependencies with apt (optional ones only where the
 # distribution has them), builds ACCL in Release against the container's own
@@ -11,9 +12,16 @@
 # packages and the .tgz) and OUT_DIR/wheels (the torch_accl wheel). Prints
 # how long the build took.
 set -euo pipefail
+DEPS_ONLY=0
+if [ "${1:-}" = --deps-only ]; then
+  DEPS_ONLY=1
+  shift
+  set -- "$1" "" "${2:-python3}"
+fi
 SRC=$(cd "${1:?source dir}" && pwd)
-OUT=${2:?output dir}
+OUT=${2:-}
 PY=${3:-python3}
+[ $DEPS_ONLY -eq 1 ] || [ -n "$OUT" ] || { echo "usage: build-inside.sh SOURCE_DIR OUT_DIR [PYTHON]"; exit 2; }
 export DEBIAN_FRONTEND=noninteractive
 start=$(date +%s)
 
@@ -54,6 +62,10 @@ if [ ${#hdr[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${hdr[@]}" >/tmp/accl-build-apt.log 2>&1 || { tail -20 /tmp/accl-build-apt.log; exit 1; }
 fi
 deps_done=$(date +%s)
+if [ $DEPS_ONLY -eq 1 ]; then
+  echo "build-inside: build dependencies present ($((deps_done - start)) s)"
+  exit 0
+fi
 
 build=$OUT/build
 mkdir -p "$OUT/packages" "$OUT/wheels"

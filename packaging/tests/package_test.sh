@@ -123,6 +123,15 @@ install-sh)
   cleanroom_run "$root" accl-info --backends | grep -q "^  accl   usable" || fail "accl-info after install.sh"
   echo "install.sh: ${secs} s from a clean root with the packages cached (target: under 120 s)"
   [ "$secs" -lt 120 ] || echo "NOTE: install.sh took ${secs} s, over the 2-minute target"
+  # No wheel for this torch at hand: install.sh builds one from the source.
+  mkdir -p "$root/src" "$root/tmp/accl/no-wheels"
+  (cd "$SRC" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$root/src"
+  start=$(date +%s)
+  cleanroom_run "$root" bash /tmp/accl/install.sh --packages /tmp/accl/packages --wheels /tmp/accl/no-wheels \
+    --source /src --venv /opt/accl-venv-src 2>&1 | tee "$BUILD/install-sh-source.log" || fail "install.sh --source failed"
+  grep -q "building the torch_accl wheel for torch" "$BUILD/install-sh-source.log" || fail "install.sh did not build the wheel"
+  grep -q "self-test .*passed" "$BUILD/install-sh-source.log" || fail "the wheel install.sh built did not pass its check"
+  echo "install.sh --source: $(($(date +%s) - start)) s, building the wheel in the clean root"
   echo "PASS: packaging/install.sh in a clean Debian 12 root"
   ;;
 build-inside)

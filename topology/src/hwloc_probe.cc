@@ -93,6 +93,7 @@ struct Builder {
       // "100 Gb/sec (4X EDR)"
       std::string rate = readSmall(fsroot + "/sys/class/infiniband/" + n.name + "/ports/1/rate");
       if (!rate.empty()) n.speedGbps = std::atof(rate.c_str());
+      if (!(n.speedGbps >= 0 && n.speedGbps <= 1e5)) n.speedGbps = 0;  // unreadable: unknown
     }
     for (auto& d : n.netdevs) {
       if (n.speedGbps > 0) break;

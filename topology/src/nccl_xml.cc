@@ -45,6 +45,10 @@ struct Reader {
       if (!*name) fail(net, "<net> needs a name attribute (the RDMA or network device)");
       if (n.name.empty()) n.name = name;
       double mbps = net.attribute("speed").as_double(0);
+      // Up to 100 Tb/s; beyond that a file is wrong (found by fuzz_topology_xml: 1e105 overflowed the writer).
+      if (!(mbps >= 0 && mbps <= 1e8))
+        fail(net, std::string("speed=\"") + net.attribute("speed").value() +
+                      "\" is not a link speed in Mb/s (expected 0 to 100000000, e.g. speed=\"200000\")");
       if (mbps > 0) n.speedGbps = mbps / 1000.0;
       // NCCL lists IB/RoCE devices here; plain sockets would have no port/guid.
       n.rdma = n.rdma || net.attribute("port") || net.attribute("guid") || std::string(name).find("mlx") == 0 ||
@@ -72,6 +76,8 @@ struct Reader {
     n.device = hexAttr(el, "device", false);
     double gt = std::atof(el.attribute("link_speed").value());
     int width = el.attribute("link_width").as_int(0);
+    if (!(gt >= 0 && gt <= 1000) || width < 0 || width > 64)
+      fail(el, "link_speed/link_width out of range (expected e.g. link_speed=\"16.0 GT/s PCIe\" link_width=\"16\")");
     if (gt > 0 && width > 0) n.linkGBs = detail::pcieGBs(gt, width);
     unsigned base = n.pciClass >> 8;
     bool hasPciChildren = static_cast<bool>(el.child("pci"));
