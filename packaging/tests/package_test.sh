@@ -20,6 +20,7 @@ set -euo pipefail
 mode=${1:?mode} BUILD=$(cd "${2:?build dir}" && pwd) SRC=$(cd "${3:?source dir}" && pwd) WHEELS=${4:-}
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (chroot and mounts)"; exit 77; }
 command -v debootstrap >/dev/null || { echo "SKIP: debootstrap is missing (scripts/setup.sh installs it)"; exit 77; }
+unshare -m sh -c 'mount -t tmpfs none /mnt' 2>/dev/null || { echo "SKIP: this machine does not let root mount (chroot needs /proc and /dev)"; exit 77; }
 source "$SRC/packaging/tests/cleanroom.sh"
 fail() { echo "FAIL: $*"; exit 1; }
 
