@@ -5,9 +5,42 @@
 #                                   multiproc, conformance, launcher, install)
 #   scripts/test.sh -R gloo.np2     only tests matching a name
 #   ACCL_TEST_RDMA=0 scripts/test.sh   everything but the soft-RoCE guest (label rdma)
-# Extra arguments go to ctest.
+#   scripts/test.sh --sanitize address   ASan+UBSan build in build-asan, running the
+#   scripts/test.sh --sanitize thread    unit, threads, conformance np2/np3, faults and
+#                                        netns labels (TSan: build-tsan); extra arguments
+#                                        replace the label selection
+# Extra arguments go to ctest. In CI (CI=true) the whole suite is followed by
+# the ASan+UBSan run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+src=$PWD
+if [ "${1:-}" = --sanitize ]; then
+  kind=${2:-}
+  case "$kind" in
+    address) dir=build-asan ;;
+    thread)  dir=build-tsan ;;
+    *) echo "test.sh: --sanitize takes address (ASan+UBSan) or thread (TSan), not '${kind}'" >&2; exit 2 ;;
+  esac
+  shift 2
+  scripts/setup.sh
+  export BUILD_DIR=${SANITIZE_BUILD_DIR:-$dir}
+  scripts/build.sh -DACCL_SANITIZE="$kind" -DACCL_WITH_TORCH=OFF -DACCL_WITH_CUDA=OFF -DACCL_WITH_NCCL=OFF
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  supp=$src/tests/sanitizers
+  # Any finding aborts the process that made it, so its test fails.
+  # verify_asan_link_order=0: some tests run ranks under stdbuf (an LD_PRELOAD).
+  export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0:allocator_may_return_null=1:verify_asan_link_order=0
+  export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp
+  export TSAN_OPTIONS=suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1:print_suppressions=0
+  cd "$BUILD_DIR"
+  [ $# -gt 0 ] || set -- -L 'unit|threads|sanitizer|faults|netns' -LE 'rdma|fuzz|package|install|perf|gpu'
+  start=$(date +%s)
+  rc=0
+  ctest --output-on-failure --timeout 3000 "$@" || rc=$?
+  echo "test.sh: $kind sanitizer run finished in $(( $(date +%s) - start )) s (rc $rc)"
+  exit $rc
+fi
 scripts/setup.sh
 scripts/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -34,4 +67,8 @@ if [ "${CI:-}" = true ] && [ "$nargs" -eq 0 ] && ! grep -q '^2\.' torch-builds.t
   rc=1
 fi
 echo "test.sh: finished in $(( $(date +%s) - start )) s"
+if [ "${CI:-}" = true ] && [ "$nargs" -eq 0 ]; then
+  cd "$src"
+  "$src/scripts/test.sh" --sanitize address || rc=1
+fi
 exit $rc

@@ -16,7 +16,8 @@ for r in $(seq 1 "$ROUNDS"); do
     sleep "0.$((r * 7 % 10))$((r % 10))"  # early: 0.0x-0.9x s, in rendezvous or segment set-up
     what="at $(sed -n '$=' "$log" 2>/dev/null || echo 0) lines of output (early)"
   else
-    for _ in $(seq 1 200); do grep -q "float32" "$log" && break; sleep 0.05; done
+    # Up to 60 s: an instrumented build (scripts/test.sh --sanitize) starts slowly.
+    for _ in $(seq 1 1200); do grep -q "float32" "$log" && break; kill -0 "$launcher" 2>/dev/null || break; sleep 0.05; done
     grep -q "float32" "$log" || { cat "$log"; kill -9 -- -"$launcher"; fail "the job did not start"; }
     what="while running ops"
   fi

@@ -1,5 +1,8 @@
 #include "checker.h"
 
+#include <functional>
+#include <memory>
+
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -385,158 +388,224 @@ std::string Case::describe() const {
   return os.str();
 }
 
-std::vector<std::string> runCase(ProcessGroup& pg, const Case& c) {
+namespace {
+// What an issued case keeps until it is checked: its buffers, the works in
+// flight, and the check to run once they are done.
+struct Pending {
+  Gen g;
+  Errors err;
+  std::vector<std::unique_ptr<Storage>> storage;
+  std::vector<std::shared_ptr<Work>> works;
+  std::function<void()> verify;
+  Pending(const Case& c, int rank) : g(c.dtype, c.reduce.kind, c.seed), err(c, rank) {}
+  Buffer add(size_t n, DataType t) {
+    storage.push_back(std::make_unique<Storage>(n, t));
+    return storage.back()->buf;
+  }
+};
+
+// Issues `c` on `pg` into `s` (buffers filled, op in flight, check set).
+void issueCase(ProcessGroup& pg, const Case& c, Pending& s) {
   const int n = pg.size(), me = pg.rank();
   const DataType t = c.dtype;
-  Gen g(t, c.reduce.kind, c.seed);
-  Errors err(c, me);
   const size_t cnt = c.count;
-  auto fillRank = [&](const Buffer& b, size_t at, int r, size_t len) { g.fill(b.data, at, r, 0, len); };
+  Pending* p = &s;
+  auto fillRank = [p](const Buffer& b, size_t at, int r, size_t len) { p->g.fill(b.data, at, r, 0, len); };
   // Out-of-place ops must leave their input untouched.
-  auto checkInputIntact = [&](const Buffer& in, int r) {
-    err.checkCopy(g, in, 0, r, 0, in.count, "input (must be unchanged)");
+  auto checkInputIntact = [p](const Buffer& in, int r) {
+    p->err.checkCopy(p->g, in, 0, r, 0, in.count, "input (must be unchanged)");
   };
-  try {
-    switch (c.op) {
-      case OpType::Allreduce: {
-        Storage in(cnt, t), out(cnt, t);
-        fillRank(in.buf, 0, me, cnt);
-        Buffer dst = c.inPlace ? in.buf : out.buf;
-        AllreduceOptions o;
-        o.op = c.reduce;
-        pg.allreduce(in.buf, dst, o)->wait();
-        err.checkReduced(g, c.reduce, n, dst, 0, cnt, "output");
-        if (!c.inPlace) checkInputIntact(in.buf, me);
-        break;
-      }
-      case OpType::Reduce: {
-        Storage in(cnt, t), out(cnt, t);
-        fillRank(in.buf, 0, me, cnt);
-        Buffer dst = c.inPlace ? in.buf : out.buf;
-        ReduceOptions o;
-        o.op = c.reduce;
-        o.root = c.root;
-        pg.reduce(in.buf, dst, o)->wait();
-        if (me == c.root) err.checkReduced(g, c.reduce, n, dst, 0, cnt, "output");
-        if (!c.inPlace) checkInputIntact(in.buf, me);
-        break;
-      }
-      case OpType::Broadcast: {
-        Storage b(cnt, t);
-        if (me == c.root) fillRank(b.buf, 0, c.root, cnt);
-        BroadcastOptions o;
-        o.root = c.root;
-        pg.broadcast(b.buf, o)->wait();
-        err.checkCopy(g, b.buf, 0, c.root, 0, cnt, "buffer");
-        break;
-      }
-      case OpType::Allgather: {
-        Storage in(cnt, t), out(cnt * n, t);
-        Buffer src = c.inPlace ? out.buf.slice(static_cast<size_t>(me) * cnt, cnt) : in.buf;
-        fillRank(src, 0, me, cnt);
-        pg.allgather(src, out.buf)->wait();
-        for (int r = 0; r < n; ++r) err.checkCopy(g, out.buf, r * cnt, r, 0, cnt, "output");
-        if (!c.inPlace) checkInputIntact(in.buf, me);
-        break;
-      }
-      case OpType::Allgatherv: {
-        auto counts = vCounts(cnt, n);
-        size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-        size_t off = std::accumulate(counts.begin(), counts.begin() + me, size_t{0});
-        Storage in(counts[static_cast<size_t>(me)], t), out(total, t);
-        fillRank(in.buf, 0, me, in.buf.count);
-        pg.allgatherv(in.buf, out.buf, counts)->wait();
+  switch (c.op) {
+    case OpType::Allreduce: {
+      Buffer in = s.add(cnt, t), out = s.add(cnt, t);
+      fillRank(in, 0, me, cnt);
+      Buffer dst = c.inPlace ? in : out;
+      AllreduceOptions o;
+      o.op = c.reduce;
+      s.works.push_back(pg.allreduce(in, dst, o));
+      s.verify = [=] {
+        p->err.checkReduced(p->g, c.reduce, n, dst, 0, cnt, "output");
+        if (!c.inPlace) checkInputIntact(in, me);
+      };
+      break;
+    }
+    case OpType::Reduce: {
+      Buffer in = s.add(cnt, t), out = s.add(cnt, t);
+      fillRank(in, 0, me, cnt);
+      Buffer dst = c.inPlace ? in : out;
+      ReduceOptions o;
+      o.op = c.reduce;
+      o.root = c.root;
+      s.works.push_back(pg.reduce(in, dst, o));
+      s.verify = [=] {
+        if (me == c.root) p->err.checkReduced(p->g, c.reduce, n, dst, 0, cnt, "output");
+        if (!c.inPlace) checkInputIntact(in, me);
+      };
+      break;
+    }
+    case OpType::Broadcast: {
+      Buffer b = s.add(cnt, t);
+      if (me == c.root) fillRank(b, 0, c.root, cnt);
+      BroadcastOptions o;
+      o.root = c.root;
+      s.works.push_back(pg.broadcast(b, o));
+      s.verify = [=] { p->err.checkCopy(p->g, b, 0, c.root, 0, cnt, "buffer"); };
+      break;
+    }
+    case OpType::Allgather: {
+      Buffer in = s.add(cnt, t), out = s.add(cnt * n, t);
+      Buffer src = c.inPlace ? out.slice(static_cast<size_t>(me) * cnt, cnt) : in;
+      fillRank(src, 0, me, cnt);
+      s.works.push_back(pg.allgather(src, out));
+      s.verify = [=] {
+        for (int r = 0; r < n; ++r) p->err.checkCopy(p->g, out, r * cnt, r, 0, cnt, "output");
+        if (!c.inPlace) checkInputIntact(in, me);
+      };
+      break;
+    }
+    case OpType::Allgatherv: {
+      auto counts = vCounts(cnt, n);
+      size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+      Buffer in = s.add(counts[static_cast<size_t>(me)], t), out = s.add(total, t);
+      fillRank(in, 0, me, in.count);
+      s.works.push_back(pg.allgatherv(in, out, counts));
+      s.verify = [=] {
         size_t at = 0;
         for (int r = 0; r < n; ++r) {
-          err.checkCopy(g, out.buf, at, r, 0, counts[static_cast<size_t>(r)], "output");
+          p->err.checkCopy(p->g, out, at, r, 0, counts[static_cast<size_t>(r)], "output");
           at += counts[static_cast<size_t>(r)];
         }
-        (void)off;
-        checkInputIntact(in.buf, me);
-        break;
+        checkInputIntact(in, me);
+      };
+      break;
+    }
+    case OpType::ReduceScatter:
+    case OpType::ReduceScatterv: {
+      bool v = c.op == OpType::ReduceScatterv;
+      auto counts = v ? vCounts(cnt, n) : std::vector<size_t>(static_cast<size_t>(n), cnt);
+      size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+      size_t off = std::accumulate(counts.begin(), counts.begin() + me, size_t{0});
+      size_t mine = counts[static_cast<size_t>(me)];
+      Buffer in = s.add(total, t), out = s.add(mine, t);
+      fillRank(in, 0, me, total);
+      Buffer dst = c.inPlace ? in.slice(off, mine) : out;
+      ReduceScatterOptions o;
+      o.op = c.reduce;
+      s.works.push_back(v ? pg.reduceScatterv(in, dst, counts, o) : pg.reduceScatter(in, dst, o));
+      s.verify = [=] {
+        p->err.checkReduced(p->g, c.reduce, n, dst, off, mine, "output");
+        if (!c.inPlace) checkInputIntact(in, me);
+      };
+      break;
+    }
+    case OpType::Alltoall: {
+      // Chunk j of rank r holds elements [j*cnt, (j+1)*cnt) of r's pattern.
+      Buffer in = s.add(cnt * n, t), out = s.add(cnt * n, t);
+      fillRank(in, 0, me, cnt * n);
+      Buffer dst = c.inPlace ? in : out;
+      s.works.push_back(pg.alltoall(in, dst));
+      s.verify = [=] {
+        for (int r = 0; r < n; ++r)
+          p->err.checkCopy(p->g, dst, r * cnt, r, static_cast<size_t>(me) * cnt, cnt, "output");
+        if (!c.inPlace) checkInputIntact(in, me);
+      };
+      break;
+    }
+    case OpType::Alltoallv: {
+      std::vector<size_t> sc(static_cast<size_t>(n)), rc(static_cast<size_t>(n));
+      for (int j = 0; j < n; ++j) {
+        sc[static_cast<size_t>(j)] = a2avCount(cnt, me, j);
+        rc[static_cast<size_t>(j)] = a2avCount(cnt, j, me);
       }
-      case OpType::ReduceScatter:
-      case OpType::ReduceScatterv: {
-        bool v = c.op == OpType::ReduceScatterv;
-        auto counts = v ? vCounts(cnt, n) : std::vector<size_t>(static_cast<size_t>(n), cnt);
-        size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-        size_t off = std::accumulate(counts.begin(), counts.begin() + me, size_t{0});
-        size_t mine = counts[static_cast<size_t>(me)];
-        Storage in(total, t), out(mine, t);
-        fillRank(in.buf, 0, me, total);
-        Buffer dst = c.inPlace ? in.buf.slice(off, mine) : out.buf;
-        ReduceScatterOptions o;
-        o.op = c.reduce;
-        if (v) pg.reduceScatterv(in.buf, dst, counts, o)->wait();
-        else pg.reduceScatter(in.buf, dst, o)->wait();
-        err.checkReduced(g, c.reduce, n, dst, off, mine, "output");
-        if (!c.inPlace) checkInputIntact(in.buf, me);
-        break;
-      }
-      case OpType::Alltoall: {
-        // Chunk j of rank r holds elements [j*cnt, (j+1)*cnt) of r's pattern.
-        Storage in(cnt * n, t), out(cnt * n, t);
-        fillRank(in.buf, 0, me, cnt * n);
-        Buffer dst = c.inPlace ? in.buf : out.buf;
-        pg.alltoall(in.buf, dst)->wait();
-        for (int r = 0; r < n; ++r) err.checkCopy(g, dst, r * cnt, r, static_cast<size_t>(me) * cnt, cnt, "output");
-        if (!c.inPlace) checkInputIntact(in.buf, me);
-        break;
-      }
-      case OpType::Alltoallv: {
-        std::vector<size_t> sc(static_cast<size_t>(n)), rc(static_cast<size_t>(n));
-        for (int j = 0; j < n; ++j) {
-          sc[static_cast<size_t>(j)] = a2avCount(cnt, me, j);
-          rc[static_cast<size_t>(j)] = a2avCount(cnt, j, me);
-        }
-        size_t st = std::accumulate(sc.begin(), sc.end(), size_t{0});
-        size_t rt = std::accumulate(rc.begin(), rc.end(), size_t{0});
-        Storage in(st, t), out(rt, t);
-        fillRank(in.buf, 0, me, st);
-        pg.alltoallv(in.buf, sc, out.buf, rc)->wait();
+      Buffer in = s.add(std::accumulate(sc.begin(), sc.end(), size_t{0}), t);
+      Buffer out = s.add(std::accumulate(rc.begin(), rc.end(), size_t{0}), t);
+      fillRank(in, 0, me, in.count);
+      s.works.push_back(pg.alltoallv(in, sc, out, rc));
+      s.verify = [=] {
         size_t at = 0;
         for (int r = 0; r < n; ++r) {
           // Offset of my chunk in rank r's send buffer.
           size_t srcOff = 0;
           for (int j = 0; j < me; ++j) srcOff += a2avCount(cnt, r, j);
-          err.checkCopy(g, out.buf, at, r, srcOff, rc[static_cast<size_t>(r)], "output");
+          p->err.checkCopy(p->g, out, at, r, srcOff, rc[static_cast<size_t>(r)], "output");
           at += rc[static_cast<size_t>(r)];
         }
-        checkInputIntact(in.buf, me);
-        break;
-      }
-      case OpType::Gather: {
-        Storage in(cnt, t), out(me == c.root ? cnt * n : 0, t);
-        fillRank(in.buf, 0, me, cnt);
-        GatherOptions o;
-        o.root = c.root;
-        pg.gather(in.buf, out.buf, o)->wait();
-        if (me == c.root)
-          for (int r = 0; r < n; ++r) err.checkCopy(g, out.buf, r * cnt, r, 0, cnt, "output");
-        checkInputIntact(in.buf, me);
-        break;
-      }
-      case OpType::Scatter: {
-        Storage in(me == c.root ? cnt * n : 0, t), out(cnt, t);
-        if (me == c.root)
-          for (int r = 0; r < n; ++r) fillRank(in.buf, r * cnt, r, cnt);
-        ScatterOptions o;
-        o.root = c.root;
-        pg.scatter(in.buf, out.buf, o)->wait();
-        err.checkCopy(g, out.buf, 0, me, 0, cnt, "output");
-        break;
-      }
-      case OpType::Barrier:
-        pg.barrier()->wait();
-        break;
-      default:
-        err.add("op not covered by runCase");
+        checkInputIntact(in, me);
+      };
+      break;
     }
-  } catch (const std::exception& e) {
-    err.add(std::string("threw: ") + e.what());
+    case OpType::Gather: {
+      Buffer in = s.add(cnt, t), out = s.add(me == c.root ? cnt * n : 0, t);
+      fillRank(in, 0, me, cnt);
+      GatherOptions o;
+      o.root = c.root;
+      s.works.push_back(pg.gather(in, out, o));
+      s.verify = [=] {
+        if (me == c.root)
+          for (int r = 0; r < n; ++r) p->err.checkCopy(p->g, out, r * cnt, r, 0, cnt, "output");
+        checkInputIntact(in, me);
+      };
+      break;
+    }
+    case OpType::Scatter: {
+      Buffer in = s.add(me == c.root ? cnt * n : 0, t), out = s.add(cnt, t);
+      if (me == c.root)
+        for (int r = 0; r < n; ++r) fillRank(in, r * cnt, r, cnt);
+      ScatterOptions o;
+      o.root = c.root;
+      s.works.push_back(pg.scatter(in, out, o));
+      s.verify = [=] { p->err.checkCopy(p->g, out, 0, me, 0, cnt, "output"); };
+      break;
+    }
+    case OpType::Barrier:
+      s.works.push_back(pg.barrier());
+      break;
+    case OpType::Send: {
+      // A ring: every rank sends its pattern to the next and receives the previous one's.
+      if (n < 2) break;
+      Buffer out = s.add(cnt, t), in = s.add(cnt, t);
+      fillRank(out, 0, me, cnt);
+      SendOptions so;
+      so.tag = static_cast<int>(c.seed % 30000);
+      RecvOptions ro;
+      ro.tag = so.tag;
+      s.works.push_back(pg.send(out, (me + 1) % n, so));
+      s.works.push_back(pg.recv(in, (me + n - 1) % n, ro));
+      s.verify = [=] {
+        p->err.checkCopy(p->g, in, 0, (me + n - 1) % n, 0, cnt, "received");
+        checkInputIntact(out, me);
+      };
+      break;
+    }
+    default:
+      s.err.add("op not covered by runCase");
   }
-  return err.take();
 }
+}  // namespace
+
+PendingCase startCase(ProcessGroup& pg, const Case& c) {
+  auto s = std::make_shared<Pending>(c, pg.rank());
+  try {
+    issueCase(pg, c, *s);
+  } catch (const std::exception& e) {
+    s->err.add(std::string("threw: ") + e.what());
+    s->verify = nullptr;
+  }
+  PendingCase out;
+  out.works = s->works;
+  out.finish = [s] {
+    try {
+      for (auto& w : s->works) w->wait();
+      if (s->verify) s->verify();
+    } catch (const std::exception& e) {
+      s->err.add(std::string("threw: ") + e.what());
+    }
+    return s->err.take();
+  };
+  return out;
+}
+
+std::vector<std::string> runCase(ProcessGroup& pg, const Case& c) { return startCase(pg, c).finish(); }
 
 namespace {
 Case p2pCase(OpType op, DataType t, size_t count) {

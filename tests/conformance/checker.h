@@ -3,6 +3,8 @@
 // deterministic inputs of all ranks. Backend-agnostic: any backend plugs in.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,19 @@ struct Case {
 
 // Runs `c` on `pg` (collective: every rank of `pg` must call it with the same
 // case) and returns what was wrong; empty when every element matched.
+// OpType::Send is a ring of send/recv (tag from the seed).
 std::vector<std::string> runCase(ProcessGroup& pg, const Case& c);
+
+// The same in two steps, for ops left in flight: startCase fills the inputs
+// and issues the op; finish() waits for it and checks every element (and that
+// out-of-place inputs are unchanged). The case's buffers live until finish()
+// has run and the PendingCase is gone. An op that threw when issued is
+// reported by finish().
+struct PendingCase {
+  std::vector<std::shared_ptr<Work>> works;  // in flight (empty when issuing threw)
+  std::function<std::vector<std::string>()> finish;
+};
+PendingCase startCase(ProcessGroup& pg, const Case& c);
 
 // Point-to-point checks: a ring of send/recv, and recv from any source.
 std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uint64_t seed);

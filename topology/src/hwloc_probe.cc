@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "accl/errors.h"
@@ -23,6 +24,10 @@
 
 namespace accl {
 namespace topo {
+
+// The topology that keeps hwloc's plugins loaded (keepHwlocPluginsLoaded):
+// a global, so that it stays reachable for the life of the process.
+hwloc_topology_t gKeptHwlocTopology = nullptr;
 
 void addNvlinksFromNvml(Topology& t);  // nvml.cc
 
@@ -173,11 +178,29 @@ struct Builder {
   }
 };
 
+// hwloc loads its plugins when the first topology of the process is made and
+// unloads them when the last one is destroyed: once per probe, a dozen
+// libraries each time (X11, OpenCL, libxml2), and the plugins' allocations
+// lost at each unload. One topology kept for the life of the process (never
+// loaded, never destroyed) keeps them loaded once.
+void keepHwlocPluginsLoaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { hwloc_topology_init(&gKeptHwlocTopology); });
+}
+
 struct Hwloc {
   hwloc_topology_t topo = nullptr;
   Hwloc() {
+    keepHwlocPluginsLoaded();
     hwloc_topology_init(&topo);
     hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+    // Only PCI, network and OpenFabrics objects are read here (GPUs come from
+    // NVML, nvml.cc). hwloc's GPU-runtime components would start those
+    // runtimes in the user's process (OpenCL and CUDA create contexts on every
+    // GPU: seconds and memory per rank), and "gl" connects to X displays; they
+    // also leave allocations behind in plugins hwloc unloads again.
+    for (const char* c : {"gl", "opencl", "cuda", "nvml", "rsmi", "levelzero"})
+      hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, c);
   }
   ~Hwloc() { hwloc_topology_destroy(topo); }
 };

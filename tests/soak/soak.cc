@@ -1,0 +1,362 @@
+// Soak and load: random collectives and point-to-point rings, in flight
+// together on three process groups from two threads per rank, every result
+// checked against the conformance checker's reference, and the process's
+// resident memory and open file descriptors sampled: both must stay flat once
+// warmed up.
+//
+//   accl-run -n 4 accl_soak [--backend accl] [--seconds S | --ops N]
+//                           [--max-bytes B] [--seed K] [--report S]
+//
+// Groups (4 ranks): the world; a half (even ranks, odd ranks); a pair
+// ({0,1}, {2,3}). Thread 0 issues on the world; thread 1 alternates half and
+// pair. Each group draws its op sequence from a generator seeded by the group,
+// so every member issues the same case at the same step. Each thread keeps up
+// to 8 ops in flight and waits on a random one of them at random points, with
+// an occasional pause of up to 2 ms. When to stop is agreed every 32 steps by
+// an allreduce(MAX) on a control group of the thread's own (a time limit seen
+// by any rank stops all of them at the same step).
+//
+// Exit status: 0 when every result matched and memory and descriptors were
+// flat; 1 otherwise (each wrong result is printed with its case).
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accl/registry.h"
+#include "accl/store.h"
+#include "checker.h"
+
+using namespace accl;
+using namespace accl::conformance;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string backend = "accl";
+  double seconds = 30;
+  uint64_t ops = 0;  // per thread; 0: run for `seconds`
+  size_t maxBytes = 64u << 20;
+  uint64_t seed = 1;
+  double report = 0;  // seconds between progress lines; 0: none
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "accl_soak: %s\nusage: accl_soak [--backend NAME] [--seconds S | --ops N] [--max-bytes B] "
+               "[--seed K] [--report S]\n",
+               why);
+  std::exit(2);
+}
+
+double number(const char* flag, const char* v) {
+  char* end = nullptr;
+  double d = std::strtod(v, &end);
+  if (end == v || *end || !(d >= 0)) usage((std::string(flag) + " takes a number >= 0, not '" + v + "'").c_str());
+  return d;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    if (i + 1 >= argc) usage(("unknown or incomplete argument '" + f + "'").c_str());
+    const char* v = argv[++i];
+    if (f == "--backend") a.backend = v;
+    else if (f == "--seconds") a.seconds = number("--seconds", v);
+    else if (f == "--ops") a.ops = static_cast<uint64_t>(number("--ops", v));
+    else if (f == "--max-bytes") a.maxBytes = static_cast<size_t>(number("--max-bytes", v));
+    else if (f == "--seed") a.seed = static_cast<uint64_t>(number("--seed", v));
+    else if (f == "--report") a.report = number("--report", v);
+    else usage(("unknown argument '" + f + "'").c_str());
+  }
+  return a;
+}
+
+// Resident set size (bytes) and open descriptors of this process.
+size_t residentBytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t total = 0, resident = 0;
+  f >> total >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+int openFds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+    --n;  // the directory stream itself
+  }
+  return n;
+}
+
+const std::vector<OpType> kOps = {OpType::Allreduce,     OpType::Reduce,         OpType::Broadcast,
+                                  OpType::Allgather,     OpType::Allgatherv,     OpType::ReduceScatter,
+                                  OpType::ReduceScatterv, OpType::Alltoall,      OpType::Alltoallv,
+                                  OpType::Gather,        OpType::Scatter,        OpType::Barrier,
+                                  OpType::Send};
+
+// Buffers an op's count multiplies by the group size (per-rank chunks).
+bool chunked(OpType op) {
+  switch (op) {
+    case OpType::Allgather: case OpType::Allgatherv: case OpType::ReduceScatter: case OpType::ReduceScatterv:
+    case OpType::Alltoall: case OpType::Alltoallv: case OpType::Gather: case OpType::Scatter:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// One group as seen by the thread that drives it: the same generator on every member.
+struct Driven {
+  const char* name;
+  std::shared_ptr<ProcessGroup> pg;
+  std::mt19937_64 rng;
+  uint64_t ops = 0, bytes = 0;
+};
+
+// A random case for `d`'s next step: op, dtype, reduction, root, in-place and
+// a size from 0 B to maxBytes (per rank): most small, some medium, a few
+// large, each band log-uniform.
+Case nextCase(Driven& d, size_t maxBytes) {
+  auto& r = d.rng;
+  auto uni = [&](double a, double b) { return std::uniform_real_distribution<double>(a, b)(r); };
+  Case c;
+  c.op = kOps[r() % kOps.size()];
+  auto types = allDataTypes();
+  c.dtype = types[r() % types.size()];
+  auto reds = validReductions(c.dtype);
+  ReduceKind k = reds[r() % reds.size()];
+  c.reduce = k == ReduceKind::PremulSum ? ReduceOp::premulSum(uni(-2, 2)) : ReduceOp(k);
+  c.root = static_cast<int>(r() % static_cast<uint64_t>(d.pg->size()));
+  c.inPlace = r() % 2;
+  c.seed = r();
+  double band = uni(0, 1), bytes;
+  double top = std::log(static_cast<double>(std::max<size_t>(maxBytes, 2)));
+  if (band < 0.03) bytes = 0;
+  else if (band < 0.75) bytes = std::exp(uni(0, std::min(top, std::log(4096.0))));
+  else if (band < 0.98) bytes = std::exp(uni(std::min(top, std::log(4096.0)), std::min(top, std::log(1048576.0))));
+  else bytes = std::exp(uni(std::min(top, std::log(1048576.0)), top));
+  size_t count = static_cast<size_t>(bytes) / dataTypeSize(c.dtype);
+  if (chunked(c.op)) count /= static_cast<size_t>(d.pg->size());
+  c.count = count;
+  return c;
+}
+
+struct Shared {
+  Args args;
+  Clock::time_point start, warmEnd;
+  std::atomic<bool> warm{false};
+  std::atomic<uint64_t> wrong{0}, issued{0};
+  std::mutex printMu;
+  int worldRank = 0;
+};
+
+void report(Shared& sh, const Case& c, const std::string& group, const std::vector<std::string>& errs) {
+  std::lock_guard<std::mutex> lock(sh.printMu);
+  std::fprintf(stderr, "accl_soak: rank %d, group %s: WRONG %s\n", sh.worldRank, group.c_str(), c.describe().c_str());
+  for (auto& e : errs) std::fprintf(stderr, "  %s\n", e.c_str());
+}
+
+// A thread's loop over its groups (taken in turn), with `ctl` for the stop decision.
+void drive(Shared& sh, std::vector<Driven>& groups, ProcessGroup& ctl, uint64_t threadSeed) {
+  std::mt19937_64 local(threadSeed);  // when to wait and pause: differs per rank
+  struct InFlight {
+    PendingCase p;
+    Case c;
+    const char* group;
+    size_t bytes;
+  };
+  std::deque<InFlight> inFlight;
+  size_t inFlightBytes = 0;
+  auto finishAt = [&](size_t i) {
+    auto it = inFlight.begin() + static_cast<long>(i);
+    auto errs = it->p.finish();
+    if (!errs.empty()) {
+      sh.wrong++;
+      report(sh, it->c, it->group, errs);
+    }
+    inFlightBytes -= it->bytes;
+    inFlight.erase(it);
+  };
+  for (uint64_t step = 0;; ++step) {
+    if (step % 32 == 0) {
+      // Agree on stopping: any rank past the limit stops every rank here.
+      bool mine = sh.args.ops ? step >= sh.args.ops
+                              : std::chrono::duration<double>(Clock::now() - sh.start).count() >= sh.args.seconds;
+      int32_t flag = mine ? 1 : 0;
+      AllreduceOptions o;
+      o.op = ReduceKind::Max;
+      ctl.allreduce(Buffer(&flag, 1, DataType::Int32), o)->wait();
+      if (flag) break;
+    }
+    Driven& d = groups[step % groups.size()];
+    Case c = nextCase(d, sh.args.maxBytes);
+    size_t bytes = c.count * dataTypeSize(c.dtype) * (chunked(c.op) ? static_cast<size_t>(d.pg->size()) + 1 : 2);
+    // Bounded memory: at most 8 in flight and 4x the largest op's bytes.
+    while (!inFlight.empty() && (inFlight.size() >= 8 || inFlightBytes + bytes > 4 * sh.args.maxBytes + 4096)) finishAt(0);
+    inFlight.push_back({startCase(*d.pg, c), c, d.name, bytes});
+    inFlightBytes += bytes;
+    d.ops++;
+    d.bytes += c.count * dataTypeSize(c.dtype);
+    sh.issued++;
+    // Random waits: sometimes on a random op in flight, sometimes on all of them.
+    uint64_t x = local() % 100;
+    if (x < 25) finishAt(local() % inFlight.size());
+    else if (x < 30) while (!inFlight.empty()) finishAt(0);
+    if (local() % 200 == 0) std::this_thread::sleep_for(std::chrono::microseconds(local() % 2000));
+  }
+  while (!inFlight.empty()) finishAt(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parse(argc, argv);
+  Shared sh;
+  sh.args = args;
+  std::shared_ptr<ProcessGroup> world, half, pair, ctl0, ctl1;
+  int size = 0;
+  try {
+    Rendezvous rv = rendezvousFromEnv();
+    auto store = std::make_shared<PrefixStore>("soak", rv.store);
+    world = createProcessGroup(args.backend, store, rv.rank, rv.size);
+    sh.worldRank = rv.rank;
+    size = rv.size;
+    if (size < 2 || size % 2) usage("needs an even number of ranks (4 recommended)");
+    std::vector<int> all, even, odd;
+    for (int r = 0; r < size; ++r) {
+      all.push_back(r);
+      (r % 2 ? odd : even).push_back(r);
+    }
+    ctl0 = world->split(all);
+    ctl1 = world->split(all);
+    auto e = world->split(even), o = world->split(odd);
+    half = e ? e : o;
+    for (int r = 0; r < size; r += 2) {
+      auto p = world->split({r, r + 1});
+      if (p) pair = p;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accl_soak: set-up failed: %s\n", e.what());
+    return 1;
+  }
+  const int me = sh.worldRank;
+  // Each group's generator is seeded by the group, so all its members agree.
+  std::vector<Driven> t0{{"world", world, std::mt19937_64(args.seed * 1000 + 1)}};
+  std::vector<Driven> t1{{"half", half, std::mt19937_64(args.seed * 1000 + 100 + static_cast<uint64_t>(me % 2))},
+                         {"pair", pair, std::mt19937_64(args.seed * 1000 + 200 + static_cast<uint64_t>(me / 2))}};
+
+  // Sampler: resident memory and descriptors once a second (and at the end).
+  struct Sample {
+    double t;
+    size_t rss;
+    int fds;
+  };
+  std::vector<Sample> samples;
+  std::mutex sampleMu;
+  std::atomic<bool> done{false};
+  sh.start = Clock::now();
+  auto sampleNow = [&] {
+    std::lock_guard<std::mutex> lock(sampleMu);
+    samples.push_back({std::chrono::duration<double>(Clock::now() - sh.start).count(), residentBytes(), openFds()});
+  };
+  std::thread sampler([&] {
+    double lastReport = 0;
+    uint64_t lastIssued = 0;
+    while (!done) {
+      sampleNow();
+      double t = std::chrono::duration<double>(Clock::now() - sh.start).count();
+      if (args.report > 0 && me == 0 && t - lastReport >= args.report) {
+        uint64_t n = sh.issued;
+        std::lock_guard<std::mutex> lock(sh.printMu);
+        std::printf("accl_soak: t=%.0f s  ops issued by rank 0: %llu (%.0f/s)  wrong: %llu  rss %.1f MiB  fds %d\n", t,
+                    static_cast<unsigned long long>(n), (n - lastIssued) / std::max(1e-9, t - lastReport),
+                    static_cast<unsigned long long>(sh.wrong.load()), samples.back().rss / 1048576.0,
+                    samples.back().fds);
+        std::fflush(stdout);
+        lastReport = t;
+        lastIssued = n;
+      }
+      for (int i = 0; i < 10 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+
+  std::atomic<int> failed{0};
+  auto guarded = [&](std::vector<Driven>& g, ProcessGroup& ctl, uint64_t seed) {
+    try {
+      drive(sh, g, ctl, seed);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(sh.printMu);
+      std::fprintf(stderr, "accl_soak: rank %d: a thread failed: %s\n", me, e.what());
+      failed++;
+    }
+  };
+  std::thread a([&] { guarded(t0, *ctl0, args.seed * 7919 + static_cast<uint64_t>(me) * 2); });
+  std::thread b([&] { guarded(t1, *ctl1, args.seed * 7919 + static_cast<uint64_t>(me) * 2 + 1); });
+  a.join();
+  b.join();
+  double elapsed = std::chrono::duration<double>(Clock::now() - sh.start).count();
+  done = true;
+  sampler.join();
+  sampleNow();
+
+  // Flat after warm-up: the samples after the first quarter of the run are
+  // split in two halves; the later half's peak may not exceed the earlier
+  // half's by more than 10 % + 16 MiB (buffers of up to --max-bytes come and
+  // go), and its descriptor count not at all.
+  int rc = 0;
+  std::vector<Sample> post;
+  for (auto& s : samples)
+    if (s.t >= elapsed / 4) post.push_back(s);
+  size_t rssA = 0, rssB = 0;
+  int fdA = 0, fdB = 0;
+  for (size_t i = 0; i < post.size(); ++i) {
+    bool later = i >= post.size() / 2;
+    (later ? rssB : rssA) = std::max(later ? rssB : rssA, post[i].rss);
+    (later ? fdB : fdA) = std::max(later ? fdB : fdA, post[i].fds);
+  }
+  bool enough = post.size() >= 4;
+  bool rssFlat = !enough || rssB <= rssA + rssA / 10 + (16u << 20);
+  bool fdFlat = !enough || fdB <= fdA;
+  uint64_t ops = 0, bytes = 0;
+  for (auto* v : {&t0, &t1})
+    for (auto& d : *v) {
+      ops += d.ops;
+      bytes += d.bytes;
+    }
+  {
+    std::lock_guard<std::mutex> lock(sh.printMu);
+    std::printf(
+        "accl_soak: rank %d: %llu ops (world %llu, half %llu, pair %llu) in %.1f s, %.0f ops/s, %.2f GiB per-rank "
+        "payload, %llu wrong; rss peak %.1f -> %.1f MiB%s, fds peak %d -> %d%s\n",
+        me, static_cast<unsigned long long>(ops), static_cast<unsigned long long>(t0[0].ops),
+        static_cast<unsigned long long>(t1[0].ops), static_cast<unsigned long long>(t1[1].ops), elapsed,
+        ops / std::max(elapsed, 1e-9), bytes / 1073741824.0, static_cast<unsigned long long>(sh.wrong.load()),
+        rssA / 1048576.0, rssB / 1048576.0, rssFlat ? "" : " (GROWING)", fdA, fdB, fdFlat ? "" : " (GROWING)");
+    if (!enough) std::printf("accl_soak: rank %d: run too short to judge memory and descriptors (%zu samples)\n", me, post.size());
+  }
+  if (sh.wrong || failed || !rssFlat || !fdFlat) rc = 1;
+  try {
+    world->barrier()->wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accl_soak: rank %d: final barrier failed: %s\n", me, e.what());
+    rc = 1;
+  }
+  return rc;
+}
