@@ -371,8 +371,14 @@ std::vector<ReduceKind> validReductions(DataType t) {
   return v;
 }
 
+namespace {
+size_t gLargeCountBytes = size_t{1} << 20;
+}  // namespace
+
+void setLargeCountBytes(size_t bytes) { gLargeCountBytes = bytes; }
+
 std::vector<size_t> standardCounts(DataType t) {
-  return {0, 1, 7, (size_t{1} << 20) / dataTypeSize(t) + 3};
+  return {0, 1, 7, gLargeCountBytes / dataTypeSize(t) + 3};
 }
 
 std::string Case::describe() const {

@@ -47,6 +47,8 @@ std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count
 // The counts every op is checked with: 0, 1, 7 and an odd count whose size
 // exceeds 1 MiB for `t`.
 std::vector<size_t> standardCounts(DataType t);
+// The size of that odd count (1 MiB by default; CI's short runs take less).
+void setLargeCountBytes(size_t bytes);
 std::vector<ReduceKind> validReductions(DataType t);
 std::vector<DataType> allDataTypes();
 

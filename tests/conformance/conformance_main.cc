@@ -164,8 +164,16 @@ int main(int argc, char** argv) {
     else if (!std::strncmp(argv[i], "--backend=", 10)) backend = argv[i] + 10;
     else if (!std::strcmp(argv[i], "--split")) split = true;
     else if (!std::strcmp(argv[i], "--large") && i + 1 < argc) gLargeBytes = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--count-bytes") && i + 1 < argc) {
+      unsigned long long b = std::strtoull(argv[++i], nullptr, 10);
+      if (b < 64) {
+        std::fprintf(stderr, "accl_conformance: --count-bytes takes the size of the large count in bytes (>= 64), not '%s'\n", argv[i]);
+        return 2;
+      }
+      setLargeCountBytes(b);
+    }
     else {
-      std::fprintf(stderr, "accl_conformance: unknown argument '%s'\nusage: accl_conformance --backend NAME [--split] [--large BYTES] [gtest flags]\n", argv[i]);
+      std::fprintf(stderr, "accl_conformance: unknown argument '%s'\nusage: accl_conformance --backend NAME [--split] [--large BYTES] [--count-bytes BYTES] [gtest flags]\n", argv[i]);
       return 2;
     }
   }

@@ -49,20 +49,22 @@ if has conformance; then
   # (1) every rank its own host, verbs only (no tcp fallback), messages up to 16 MiB
   s=$(t)
   ACCL_TRANSPORTS=ib ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT \
-    accl-run -n 2 accl_conformance --backend accl --large 16777216 >"$OUT/conf_ib_np2.log" 2>&1
+    accl-run -n 2 accl_conformance --backend accl --large "${CONF_LARGE_BYTES:-16777216}" \
+      --count-bytes "${CONF_COUNT_BYTES:-1048576}" >"$OUT/conf_ib_np2.log" 2>&1
   r=$?; tail -3 "$OUT/conf_ib_np2.log"
   grep -q "ib (verbs rxe0.*zero-copy from registered user buffers" "$OUT/conf_ib_np2.log" || { echo "no verbs zero-copy INFO line"; r=1; }
-  ok $r "conformance accl np2, ACCL_TRANSPORTS=ib, up to 16 MiB ($(( $(t) - s )) s)"
+  ok $r "conformance accl np2, ACCL_TRANSPORTS=ib, up to $(( ${CONF_LARGE_BYTES:-16777216} >> 20 )) MiB ($(( $(t) - s )) s)"
   # (2) 2 simulated hosts x 2 ranks: shm within, verbs between (default transports), sub-groups too
   s=$(t)
   PER=2 ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT \
-    accl-run -n 4 /tmp/as_hosts.sh accl_conformance --backend accl >"$OUT/conf_hosts_np4.log" 2>&1
+    accl-run -n 4 /tmp/as_hosts.sh accl_conformance --backend accl --count-bytes "${CONF_COUNT_BYTES:-1048576}" \
+      >"$OUT/conf_hosts_np4.log" 2>&1
   r=$?; tail -3 "$OUT/conf_hosts_np4.log"
   grep -q "shm (.*ib (verbs rxe0" "$OUT/conf_hosts_np4.log" || { echo "no shm+verbs INFO line"; r=1; }
   ok $r "conformance accl np4 = 2 hosts x 2 ranks (shm + verbs) ($(( $(t) - s )) s)"
   s=$(t)
   # (3) sub-groups from split across the hosts (both at once); a few dtypes keep it short
-  PER=2 accl-run -n 4 /tmp/as_hosts.sh accl_conformance --backend accl --split \
+  PER=2 accl-run -n 4 /tmp/as_hosts.sh accl_conformance --backend accl --split --count-bytes "${CONF_COUNT_BYTES:-1048576}" \
     --gtest_filter='*float32*:*int64*:*bfloat16*:Barrier*:Async*' >"$OUT/conf_hosts_split_np4.log" 2>&1
   r=$?; tail -2 "$OUT/conf_hosts_split_np4.log"
   ok $r "conformance accl --split np4 over 2 hosts, float32/int64/bfloat16 ($(( $(t) - s )) s)"

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 #include <cerrno>
 #include <climits>
@@ -165,8 +166,11 @@ ShmDomain::~ShmDomain() {
 void ShmDomain::probeCma() {
   OpDesc d{};
   d.op = 0xfff;
-  static volatile uint64_t probe = 0;
-  probe = 0x5ca1ab1e00000000ull | static_cast<uint64_t>(getpid());
+  // One word per process that the local peers read with process_vm_readv;
+  // groups made at the same time by threads of one process all write it (the
+  // same value: the pid, set here since a fork changes it).
+  static std::atomic<uint64_t> probe{0};
+  probe.store(0x5ca1ab1e00000000ull | static_cast<uint64_t>(getpid()), std::memory_order_relaxed);
   bool ok = o_.cma >= 0;
   if (ok && o_.localSize > 1) {
     // Yama's ptrace_scope=1 only lets ancestors read a process; allow the local peers.
