@@ -422,29 +422,25 @@ void issueCase(ProcessGroup& pg, const Case& c, Pending& s) {
     p->err.checkCopy(p->g, in, 0, r, 0, in.count, "input (must be unchanged)");
   };
   switch (c.op) {
-    case OpType::Allreduce: {
-      Buffer in = s.add(cnt, t), out = s.add(cnt, t);
-      fillRank(in, 0, me, cnt);
-      Buffer dst = c.inPlace ? in : out;
-      AllreduceOptions o;
-      o.op = c.reduce;
-      s.works.push_back(pg.allreduce(in, dst, o));
-      s.verify = [=] {
-        p->err.checkReduced(p->g, c.reduce, n, dst, 0, cnt, "output");
-        if (!c.inPlace) checkInputIntact(in, me);
-      };
-      break;
-    }
+    case OpType::Allreduce:
     case OpType::Reduce: {
       Buffer in = s.add(cnt, t), out = s.add(cnt, t);
       fillRank(in, 0, me, cnt);
       Buffer dst = c.inPlace ? in : out;
-      ReduceOptions o;
-      o.op = c.reduce;
-      o.root = c.root;
-      s.works.push_back(pg.reduce(in, dst, o));
+      bool rooted = c.op == OpType::Reduce;
+      if (rooted) {
+        ReduceOptions o;
+        o.op = c.reduce;
+        o.root = c.root;
+        s.works.push_back(pg.reduce(in, dst, o));
+      } else {
+        AllreduceOptions o;
+        o.op = c.reduce;
+        s.works.push_back(pg.allreduce(in, dst, o));
+      }
       s.verify = [=] {
-        if (me == c.root) p->err.checkReduced(p->g, c.reduce, n, dst, 0, cnt, "output");
+        // A reduce's result is defined at its root only.
+        if (!rooted || me == c.root) p->err.checkReduced(p->g, c.reduce, n, dst, 0, cnt, "output");
         if (!c.inPlace) checkInputIntact(in, me);
       };
       break;
