@@ -19,6 +19,7 @@
 // Exit status: 0 when every result matched and memory and descriptors were
 // flat; 1 otherwise (each wrong result is printed with its case).
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,12 +54,13 @@ struct Args {
   size_t maxBytes = 64u << 20;
   uint64_t seed = 1;
   double report = 0;  // seconds between progress lines; 0: none
+  uint64_t leakFdEvery = 0;  // self-test: leak a descriptor every N steps
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "accl_soak: %s\nusage: accl_soak [--backend NAME] [--seconds S | --ops N] [--max-bytes B] "
-               "[--seed K] [--report S]\n",
+               "[--seed K] [--report S] [--leak-fd-every N (self-test)]\n",
                why);
   std::exit(2);
 }
@@ -82,6 +84,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--max-bytes") a.maxBytes = static_cast<size_t>(number("--max-bytes", v));
     else if (f == "--seed") a.seed = static_cast<uint64_t>(number("--seed", v));
     else if (f == "--report") a.report = number("--report", v);
+    else if (f == "--leak-fd-every") a.leakFdEvery = static_cast<uint64_t>(number("--leak-fd-every", v));
     else usage(("unknown argument '" + f + "'").c_str());
   }
   return a;
@@ -204,6 +207,11 @@ void drive(Shared& sh, std::vector<Driven>& groups, ProcessGroup& ctl, uint64_t 
       o.op = ReduceKind::Max;
       ctl.allreduce(Buffer(&flag, 1, DataType::Int32), o)->wait();
       if (flag) break;
+    }
+    // The self-test of the descriptor check: a leak it must report.
+    if (sh.args.leakFdEvery && step % sh.args.leakFdEvery == 0) {
+      int leaked = open("/dev/null", O_RDONLY);
+      (void)leaked;
     }
     Driven& d = groups[step % groups.size()];
     Case c = nextCase(d, sh.args.maxBytes);
