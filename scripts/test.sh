@@ -13,18 +13,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
+sanitize=
 if [ "${1:-}" = --sanitize ]; then
-  kind=${2:-}
-  case "$kind" in
-    address) dir=build-asan ;;
-    thread)  dir=build-tsan ;;
-    *) echo "test.sh: --sanitize takes address (ASan+UBSan) or thread (TSan), not '${kind}'" >&2; exit 2 ;;
+  sanitize=${2:-}
+  case "$sanitize" in
+    address) export BUILD_DIR=${SANITIZE_BUILD_DIR:-build-asan} ;;
+    thread)  export BUILD_DIR=${SANITIZE_BUILD_DIR:-build-tsan} ;;
+    *) echo "test.sh: --sanitize takes address (ASan+UBSan) or thread (TSan), not '${sanitize}'" >&2; exit 2 ;;
   esac
   shift 2
-  scripts/setup.sh
-  export BUILD_DIR=${SANITIZE_BUILD_DIR:-$dir}
-  scripts/build.sh -DACCL_SANITIZE="$kind" -DACCL_WITH_TORCH=OFF -DACCL_WITH_CUDA=OFF -DACCL_WITH_NCCL=OFF
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+scripts/setup.sh
+if [ -n "$sanitize" ]; then
+  scripts/build.sh -DACCL_SANITIZE="$sanitize" -DACCL_WITH_TORCH=OFF -DACCL_WITH_CUDA=OFF -DACCL_WITH_NCCL=OFF
   supp=$src/tests/sanitizers
   # Any finding aborts the process that made it, so its test fails.
   # verify_asan_link_order=0: some tests run ranks under stdbuf (an LD_PRELOAD).
@@ -32,18 +33,10 @@ if [ "${1:-}" = --sanitize ]; then
   export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp
   export TSAN_OPTIONS=suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1:print_suppressions=0
-  cd "$BUILD_DIR"
   [ $# -gt 0 ] || set -- -L 'unit|threads|sanitizer|faults|netns' -LE 'rdma|fuzz|package|install|perf|gpu'
-  start=$(date +%s)
-  rc=0
-  ctest --output-on-failure --timeout 3000 "$@" || rc=$?
-  echo "test.sh: $kind sanitizer run finished in $(( $(date +%s) - start )) s (rc $rc)"
-  exit $rc
-fi
-scripts/setup.sh
 # CI's 90 minutes: the conformance suite's large count is 256 KiB there (the
 # same ops, dtypes, reductions and roots; still several chunks), 1 MiB elsewhere.
-if [ "${CI:-}" = true ]; then scripts/build.sh -DACCL_CONFORMANCE_COUNT_BYTES=262144
+elif [ "${CI:-}" = true ]; then scripts/build.sh -DACCL_CONFORMANCE_COUNT_BYTES=262144
 else scripts/build.sh -DACCL_CONFORMANCE_COUNT_BYTES=; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cd "${BUILD_DIR:-build}"
@@ -53,6 +46,10 @@ nargs=$#   # a run with no arguments is the whole suite
 if [ "${ACCL_TEST_RDMA:-1}" = 0 ]; then set -- -LE rdma "$@"; fi
 rc=0
 ctest --output-on-failure --timeout 3000 "$@" || rc=$?
+if [ -n "$sanitize" ]; then
+  echo "test.sh: $sanitize sanitizer run finished in $(( $(date +%s) - start )) s (rc $rc)"
+  exit $rc
+fi
 # Which torch versions torch_accl was built and tested against.
 if [ -s torch-builds.txt ]; then
   while IFS='=' read -r ver py _dir; do

@@ -28,7 +28,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <fstream>
 #include <mutex>
@@ -163,8 +162,7 @@ Case nextCase(Driven& d, size_t maxBytes) {
 
 struct Shared {
   Args args;
-  Clock::time_point start, warmEnd;
-  std::atomic<bool> warm{false};
+  Clock::time_point start;
   std::atomic<uint64_t> wrong{0}, issued{0};
   std::mutex printMu;
   int worldRank = 0;

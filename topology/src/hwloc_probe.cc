@@ -197,8 +197,7 @@ struct Hwloc {
     // Only PCI, network and OpenFabrics objects are read here (GPUs come from
     // NVML, nvml.cc). hwloc's GPU-runtime components would start those
     // runtimes in the user's process (OpenCL and CUDA create contexts on every
-    // GPU: seconds and memory per rank), and "gl" connects to X displays; they
-    // also leave allocations behind in plugins hwloc unloads again.
+    // GPU: seconds and memory per rank), and "gl" connects to X displays.
     for (const char* c : {"gl", "opencl", "cuda", "nvml", "rsmi", "levelzero"})
       hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, c);
   }
