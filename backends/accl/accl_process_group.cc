@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "accl/config.h"
+#include "accl/internal/strings.h"
 #include "accl/internal/net.h"
 #include "accl/internal/reduce_kernels.h"
 #include "accl/logging.h"
@@ -32,9 +33,7 @@ namespace {
 std::string defaultHostId() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
+  std::string boot = internal::readFirstLine("/proc/sys/kernel/random/boot_id");
   struct stat st{};
   std::string ns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
   return std::string(host) + "/" + boot + "/netns:" + ns;
@@ -212,7 +211,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     layout_.uniform = layout_.uniform && h.size() == hostRanks_[0].size();
   }
 
-  core::TcpTransport::Options to;
+  core::net::NetTransport::Options to;
   to.rank = rank;
   to.size = size;
   to.nstreams.resize(size, 1);
@@ -243,7 +242,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.ib.ackTimeout = cfg.ibTimeout;
   to.ib.zcopyBytes = static_cast<size_t>(cfg.ibZcopyBytes);
   to.ib.regCacheBytes = static_cast<size_t>(cfg.ibRegCacheMb) << 20;
-  tcp_.reset(new core::TcpTransport(to));
+  net_.reset(new core::net::NetTransport(to));
 
   if (shmOn && mine.size() > 1) {
     core::ShmDomain::Options so;
@@ -260,7 +259,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     std::vector<int> peers;
     for (int r : mine)
       if (r != rank) peers.push_back(r);
-    core::TcpTransport* t = tcp_.get();
+    core::net::NetTransport* t = net_.get();
     so.checkFailure = [t, peers] { t->checkPeers(peers); };
     so.onTimeout = [t](const std::vector<int>& missing) {
       t->throwTimeout("local ranks " + list(missing) + " (shared memory)");
@@ -275,7 +274,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
 AcclProcessGroup::~AcclProcessGroup() {
   queue_.reset();  // finishes queued ops (each bounded by its deadline)
   shm_.reset();
-  tcp_.reset();
+  net_.reset();
 }
 
 void AcclProcessGroup::logSetup() {
@@ -283,7 +282,7 @@ void AcclProcessGroup::logSetup() {
   std::vector<int> shmPeers, tcpPeers, ibPeers;
   for (int r = 0; r < size(); ++r) {
     if (r == rank()) continue;
-    (shm_ && hostOf_[r] == myHost_ ? shmPeers : tcp_->overIb(r) ? ibPeers : tcpPeers).push_back(r);
+    (shm_ && hostOf_[r] == myHost_ ? shmPeers : net_->overIb(r) ? ibPeers : tcpPeers).push_back(r);
   }
   std::ostringstream os;
   os << "communicator" << (options().name.empty() ? "" : " '" + options().name + "'") << ": "
@@ -293,14 +292,10 @@ void AcclProcessGroup::logSetup() {
     os << "shm (" << (shm_->singleCopy() ? "single-copy process_vm_readv" : "copy through the segment")
        << ") with ranks " << list(shmPeers) << "; ";
   if (!ibPeers.empty()) {
-    auto* l = tcp_->ibLink();
-    os << "ib (verbs " << l->port().describe() << ", " << l->qps() << " RC QP(s) per peer, "
-       << l->chunkBytes() / 1024 << " KiB chunks, inline up to " << l->inlineLimit() << " bytes, "
-       << l->sendMode() << ") with ranks "
-       << list(ibPeers) << "; ";
+    os << "ib (" << net_->describeIb() << ") with ranks " << list(ibPeers) << "; ";
   }
   if (!tcpPeers.empty())
-    os << "tcp (" << tcp_->interfaceName() << " " << tcp_->address() << ", "
+    os << "tcp (" << net_->interfaceName() << " " << net_->address() << ", "
        << Config::get().socketNstreams << " stream(s) per remote host) with ranks " << list(tcpPeers) << "; ";
   if (shm_ && !shmPeers.empty())
     os << "point-to-point with ranks " << list(shmPeers) << " over tcp; ";
@@ -312,7 +307,7 @@ void AcclProcessGroup::logSetup() {
 
 Peers AcclProcessGroup::flat(uint32_t stepBase) {
   Peers g;
-  g.t = tcp_.get();
+  g.t = net_.get();
   g.ranks.resize(size());
   for (int r = 0; r < size(); ++r) g.ranks[r] = r;
   g.me = rank();
@@ -322,7 +317,7 @@ Peers AcclProcessGroup::flat(uint32_t stepBase) {
 
 Peers AcclProcessGroup::members(const std::vector<int>& ranks, uint32_t stepBase) {
   Peers g;
-  g.t = tcp_.get();
+  g.t = net_.get();
   g.ranks = ranks;
   g.me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
   g.stepBase = stepBase;
@@ -351,12 +346,12 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
       throw RemoteError(prefix + core::describe(d) + ": the group is unusable after an earlier failure: " + broken_);
     }
     auto deadline = Clock::now() + timeout;
-    tcp_->beginOp(d, deadline, timeout);
+    net_->beginOp(d, deadline, timeout);
     try {
       body(d, deadline);
     } catch (const std::exception& e) {
       std::string msg = e.what();
-      tcp_->endOp(msg);
+      net_->endOp(msg);
       {
         std::lock_guard<std::mutex> lk(brokenMu_);
         if (broken_.empty()) broken_ = msg;
@@ -366,7 +361,7 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
     }
     // On one host nothing of the op went through the transport: nothing to
     // clean up (saves a lock per op on the latency path).
-    if (!layout_.singleHost()) tcp_->endOp();
+    if (!layout_.singleHost()) net_->endOp();
     return -1;
   };
   // Small ops, and ops whose caller waits at once, run on the calling thread
@@ -648,7 +643,7 @@ std::shared_ptr<Work> AcclProcessGroup::doSend(Buffer buf, int dst, const SendOp
   std::string what = context("send to rank " + std::to_string(dst) + " (tag " + std::to_string(o.tag) + ", " +
                              std::to_string(bytes) + " bytes)");
   auto work = std::make_shared<Work>(what);
-  tcp_->postTagged(true, dst, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
+  net_->postTagged(true, dst, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;
 }
 
@@ -657,7 +652,7 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   std::string what = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
                              " (tag " + std::to_string(o.tag) + ", " + std::to_string(bytes) + " bytes)");
   auto work = std::make_shared<Work>(what);
-  tcp_->postTagged(false, src, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
+  net_->postTagged(false, src, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;
 }
 

@@ -12,7 +12,7 @@
 #include "accl/process_group.h"
 #include "algorithms/select.h"
 #include "transport/shm.h"
-#include "transport/tcp.h"
+#include "transport/net/net_transport.h"
 
 namespace accl {
 
@@ -25,7 +25,6 @@ class AcclProcessGroup : public ProcessGroup {
   // Layout as discovered at creation (tests, logs).
   const core::Layout& layout() const { return layout_; }
   int hostIndex(int rank) const { return hostOf_[rank]; }
-  const core::TcpTransport& tcp() const { return *tcp_; }
   bool singleCopy() const { return shm_ && shm_->singleCopy(); }
 
  protected:
@@ -72,7 +71,7 @@ class AcclProcessGroup : public ProcessGroup {
   int localRank_ = 0;
   core::Layout layout_;
   core::AlgoOverrides algo_;
-  std::unique_ptr<core::TcpTransport> tcp_;
+  std::unique_ptr<core::net::NetTransport> net_;
   std::unique_ptr<core::ShmDomain> shm_;
   std::unique_ptr<internal::OpQueue> queue_;
   size_t inlineBytes_ = 0;

@@ -17,8 +17,8 @@
 #include "accl/process_group.h"
 #include "accl/store.h"
 #include "signal_snapshot.h"
-#include "transport/ibverbs/ib_link.h"
-#include "transport/tcp.h"
+#include "transport/net/ibverbs/qp_mesh.h"
+#include "transport/net/net_transport.h"
 
 using namespace accl;
 using namespace accl::core;
@@ -41,7 +41,7 @@ std::string whyNoRdma() {
 
 // Two transports (ranks 0 and 1) connected through one store, as two hosts.
 struct Pair {
-  std::unique_ptr<TcpTransport> t[2];
+  std::unique_ptr<net::NetTransport> t[2];
 };
 
 void connect(Pair& p, bool ib) {
@@ -50,7 +50,7 @@ void connect(Pair& p, bool ib) {
   SignalSnapshot before;
   auto store = std::make_shared<HashStore>();
   auto make = [&](int rank) {
-    TcpTransport::Options o;
+    net::NetTransport::Options o;
     o.rank = rank;
     o.size = 2;
     o.nstreams = {1, 1};
@@ -62,13 +62,13 @@ void connect(Pair& p, bool ib) {
     o.where = "net test rank " + std::to_string(rank);
     o.ibWanted = o.ibRequired = ib;
     o.remote = {rank != 0, rank != 1};
-    p.t[rank] = std::make_unique<TcpTransport>(o);
+    p.t[rank] = std::make_unique<net::NetTransport>(o);
   };
   std::thread other([&] { make(1); });
   make(0);
   other.join();
   if (ib) {
-    ASSERT_TRUE(p.t[0]->overIb(1) && p.t[1]->overIb(0)) << p.t[0]->ibStatus();
+    ASSERT_TRUE(p.t[0]->overIb(1) && p.t[1]->overIb(0)) << p.t[0]->whyNotIb();
   }
   for (auto& c : before.changed()) ADD_FAILURE() << "changed by creating the transport: " << c;
 }

@@ -11,7 +11,7 @@
 #include <map>
 #include <set>
 
-#include "transport/ibverbs/reg_cache.h"
+#include "transport/net/ibverbs/reg_cache.h"
 
 using accl::core::ib::RegCache;
 

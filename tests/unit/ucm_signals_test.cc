@@ -11,7 +11,7 @@
 #include <string>
 
 #include "signal_snapshot.h"
-#include "transport/ibverbs/mem_events.h"
+#include "transport/net/ibverbs/mem_events.h"
 
 using accl::core::ib::UnmapHook;
 

@@ -1,4 +1,4 @@
-// The verbs data path (ib::Link) between two links of one process, over the
+// The verbs data path (ib::QpMesh) between two meshes of one process, over the
 // host's first ACTIVE RDMA port. Without one (no rdma-core, no device, a
 // kernel without RDMA) the device tests skip and say why; tests/rdma runs them
 // inside a soft-RoCE guest.
@@ -13,7 +13,7 @@
 
 #include "accl/errors.h"
 #include "accl/store.h"
-#include "transport/ibverbs/ib_link.h"
+#include "transport/net/ibverbs/qp_mesh.h"
 
 using namespace accl;
 using namespace accl::core;
@@ -37,7 +37,7 @@ std::string whyUnusable() {
   } while (0)
 
 struct Side {
-  std::unique_ptr<ib::Link> link;
+  std::unique_ptr<ib::QpMesh> link;
   std::vector<std::pair<FrameHeader, std::string>> got;
   int sent = 0;
   std::string failed;
@@ -45,8 +45,8 @@ struct Side {
   std::vector<bool> usable;
 };
 
-ib::Link::Callbacks callbacks(Side& s) {
-  ib::Link::Callbacks cb;
+ib::QpMesh::Callbacks callbacks(Side& s) {
+  ib::QpMesh::Callbacks cb;
   cb.deliver = [&s](int, int, const FrameHeader& h, const char* p) { s.got.push_back({h, std::string(p, h.len)}); };
   cb.sent = [&s](const std::shared_ptr<void>&) { ++s.sent; };
   cb.fail = [&s](int, const std::string& why) { if (s.failed.empty()) s.failed = why; };
@@ -57,7 +57,7 @@ ib::Link::Callbacks callbacks(Side& s) {
 void connectPair(Side& a, Side& b, const ib::Settings& settings) {
   auto store = std::make_shared<HashStore>();
   auto one = [&](int rank, Side& s) {
-    ib::Link::Options o;
+    ib::QpMesh::Options o;
     o.rank = rank;
     o.size = 2;
     o.peers = {rank == 1, rank == 0};
@@ -66,7 +66,7 @@ void connectPair(Side& a, Side& b, const ib::Settings& settings) {
     o.timeout = 20s;
     o.store = store;
     o.where = "verbs test rank " + std::to_string(rank);
-    s.link = ib::Link::connect(o, callbacks(s), &s.usable, &s.why);
+    s.link = ib::QpMesh::connect(o, callbacks(s), &s.usable, &s.why);
   };
   std::thread t([&] { one(1, b); });
   one(0, a);

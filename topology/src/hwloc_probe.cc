@@ -19,6 +19,7 @@
 #include <set>
 
 #include "accl/errors.h"
+#include "accl/internal/strings.h"
 #include "accl/topology.h"
 #include "util.h"
 
@@ -56,13 +57,6 @@ bool isDownstreamPort(hwloc_obj_t o) {
   return true;
 }
 
-std::string readSmall(const std::string& path) {
-  std::ifstream f(path);
-  std::string s;
-  std::getline(f, s);
-  return s;
-}
-
 struct Builder {
   hwloc_topology_t topo;
   Topology t;
@@ -96,13 +90,13 @@ struct Builder {
     if (fsroot.empty()) return;
     if (n.rdma) {
       // "100 Gb/sec (4X EDR)"
-      std::string rate = readSmall(fsroot + "/sys/class/infiniband/" + n.name + "/ports/1/rate");
+      std::string rate = internal::readFirstLine(fsroot + "/sys/class/infiniband/" + n.name + "/ports/1/rate");
       if (!rate.empty()) n.speedGbps = std::atof(rate.c_str());
       if (!(n.speedGbps >= 0 && n.speedGbps <= 1e5)) n.speedGbps = 0;  // unreadable: unknown
     }
     for (auto& d : n.netdevs) {
       if (n.speedGbps > 0) break;
-      long mbps = std::atol(readSmall(fsroot + "/sys/class/net/" + d + "/speed").c_str());
+      long mbps = std::atol(internal::readFirstLine(fsroot + "/sys/class/net/" + d + "/speed").c_str());
       if (mbps > 0) n.speedGbps = mbps / 1000.0;
     }
   }
@@ -321,7 +315,7 @@ Topology probe(const std::string& fsroot) {
     while (auto* e = readdir(dir)) {
       std::string name = e->d_name;
       if (name == "." || name == ".." || name == "lo") continue;
-      if (readSmall(netDir + "/" + name + "/operstate") == "up") upHere.push_back(name);
+      if (internal::readFirstLine(netDir + "/" + name + "/operstate") == "up") upHere.push_back(name);
     }
     closedir(dir);
   }
@@ -336,7 +330,7 @@ Topology probe(const std::string& fsroot) {
     n.type = NodeType::Nic;
     n.name = name;
     n.netdevs = {name};
-    long mbps = std::atol(readSmall(netDir + "/" + name + "/speed").c_str());
+    long mbps = std::atol(internal::readFirstLine(netDir + "/" + name + "/speed").c_str());
     if (mbps > 0) n.speedGbps = mbps / 1000.0;
     t.addNode(n, 0);
   }

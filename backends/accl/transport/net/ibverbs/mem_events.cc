@@ -1,4 +1,4 @@
-#include "transport/ibverbs/mem_events.h"
+#include "transport/net/ibverbs/mem_events.h"
 
 #include <dlfcn.h>
 #include <signal.h>

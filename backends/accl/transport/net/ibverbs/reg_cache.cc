@@ -1,4 +1,4 @@
-#include "transport/ibverbs/reg_cache.h"
+#include "transport/net/ibverbs/reg_cache.h"
 
 #include <unistd.h>
 

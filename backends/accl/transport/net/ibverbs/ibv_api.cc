@@ -1,4 +1,4 @@
-#include "transport/ibverbs/ibv_api.h"
+#include "transport/net/ibverbs/ibv_api.h"
 
 #include <dlfcn.h>
 

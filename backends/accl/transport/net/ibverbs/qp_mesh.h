@@ -1,5 +1,6 @@
 // The verbs data path of the accl backend's network transport: RC queue pairs
-// to the ranks on other hosts, connected through the rendezvous store.
+// to the ranks on other hosts, connected through the rendezvous store. The
+// verbs FrameLink (verbs_link.h) sends and receives its frames through it.
 //
 // Every message (a frame: the wire header of transport/wire.h + up to one
 // chunk of payload) is one RDMA WRITE WITH IMMEDIATE into a slot of a
@@ -29,7 +30,8 @@
 #include <vector>
 
 #include "accl/store.h"
-#include "transport/ibverbs/reg_cache.h"
+#include "transport/net/ibverbs/port.h"
+#include "transport/net/ibverbs/reg_cache.h"
 #include "transport/wire.h"
 
 struct ibv_context;
@@ -43,46 +45,7 @@ namespace accl {
 namespace core {
 namespace ib {
 
-// The device/port/GID a rank uses; chosen before any QP exists.
-struct PortInfo {
-  std::string device;
-  int port = 0;
-  int gidIndex = -1;      // -1: no GRH (InfiniBand LID routing)
-  std::string gidText;    // "::ffff:192.0.2.1"
-  std::string gidType;    // "RoCE v2", "IB/RoCE v1", "" (IB)
-  bool ethernet = false;  // RoCE (link layer Ethernet) vs InfiniBand
-  uint16_t lid = 0;
-  int activeMtu = 0;      // bytes
-  std::string describe() const;
-};
-
-// Settings of ACCL_IB_* plus what the topology chose.
-struct Settings {
-  std::string device;    // the topology's RDMA device for this rank ("" = first usable)
-  std::string hcaSpec;   // ACCL_IB_HCA
-  int gidIndex = -1;     // ACCL_IB_GID_INDEX (-1: the IPv4-mapped RoCE v2 GID, else v1, else 0)
-  int qpsPerPeer = 1;    // ACCL_IB_QPS_PER_PEER
-  size_t chunkBytes = 128u << 10;  // payload bytes per write (one mailbox slot)
-  int slots = 16;                   // mailbox slots per QP (the credits)
-  int ackTimeout = 18;              // ACCL_IB_TIMEOUT: 4.096 us * 2^x before a retry
-  size_t zcopyBytes = 16384;        // ACCL_IB_ZCOPY_BYTES: payloads from this size are not copied (0: never)
-  size_t regCacheBytes = size_t(1) << 30;  // ACCL_IB_REG_CACHE_MB
-};
-
-// Picks device and port by `s` (ACTIVE ports only). Throws accl::Error saying
-// why none is usable (no library, no device, ENOSYS, port down, no GID).
-PortInfo choosePort(const Settings& s);
-
-// Whether `why` (from choosePort / Link::connect) says this host has no RDMA
-// at all (no libibverbs, no device, a kernel without RDMA) rather than an
-// RDMA setup that failed; the first is logged as INFO, the second as WARN.
-bool noRdmaHere(const std::string& why);
-
-// Exported for tests: the IPv4-mapped GID index rule, given each index's GID
-// text and type ("" when the entry is empty); -1 if none qualifies.
-int pickGidIndex(const std::vector<std::pair<std::string, std::string>>& table);
-
-class Link {
+class QpMesh {
  public:
   struct Callbacks {
     // A frame arrived from `peer` on QP `qp`; `payload` holds hdr.len bytes.
@@ -107,9 +70,9 @@ class Link {
   // publishes either its QP endpoints or why verbs is not usable here, so both
   // ends of a pair agree. Returns the link (null if no peer pair can use
   // verbs); *usable[p] says which peers are served; *why explains the rest.
-  static std::unique_ptr<Link> connect(const Options& o, Callbacks cb, std::vector<bool>* usable,
+  static std::unique_ptr<QpMesh> connect(const Options& o, Callbacks cb, std::vector<bool>* usable,
                                        std::string* why);
-  ~Link();
+  ~QpMesh();
 
   const PortInfo& port() const { return port_; }
   size_t chunkBytes() const { return chunk_; }
@@ -153,7 +116,17 @@ class Link {
  private:
   struct Qp;
   struct Frame;
-  Link() = default;
+  struct Remote;
+  QpMesh() = default;
+  // connect(), in its three steps (qp_connect.cc): this rank's verbs
+  // resources with a QP in state INIT per served peer; the endpoint record
+  // published through the store and the peers' records read back (both ends
+  // of a pair decide alike); each QP moved to RTR and RTS against its peer.
+  void createResources(const Options& o);
+  void createQp(int peer, int k, uint32_t psn);
+  std::string endpointRecord() const;
+  bool readRemote(int peer, const std::string& record, Remote* r, std::string* whyNot) const;
+  void connectQp(Qp& q, const Remote& r);
   void trySend(Qp& q);
   void maybeReturnCredits(Qp& q);
   void postRecv(Qp& q, int n);

@@ -22,7 +22,7 @@
 #include <mutex>
 #include <string>
 
-#include "transport/ibverbs/mem_events.h"
+#include "transport/net/ibverbs/mem_events.h"
 
 namespace accl {
 namespace core {

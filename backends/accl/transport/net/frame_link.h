@@ -1,0 +1,108 @@
+// The seam inside the network transport: NetTransport (matching, op
+// sessions, arrivals) above, the wires that carry its frames below. A frame
+// is a FrameHeader (wire.h) and up to one chunk of payload. Two links
+// implement it as siblings:
+//   socket/  SocketLink: TCP connections, several streams per remote host;
+//            always present, it also carries set-up and control frames, and
+//            a closed socket is how a dead peer process is noticed;
+//   ibverbs/ VerbsLink: RC queue pairs (RDMA WRITE WITH IMMEDIATE), for the
+//            data of peers on other hosts where both ends have an RDMA port.
+// A new link (another fabric, a GPU-direct path) implements FrameLink and
+// reports to a FrameSink; nothing above this seam changes.
+//
+// Threading: every call in both directions happens with the owning
+// NetTransport's lock held (on the caller's thread or its progress thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transport/wire.h"
+
+namespace accl {
+namespace core {
+namespace net {
+
+// A message handed to a link to send (the transport's requests derive from
+// it). The link sets framesLeft before it writes any frame of the message;
+// FrameSink::onSent follows once per frame, and the sink calls frameSent().
+struct OutMessage {
+  virtual ~OutMessage() = default;
+  virtual void frameSent() {
+    if (framesLeft > 0) --framesLeft;
+  }
+  size_t framesLeft = 0;
+};
+using OutPtr = std::shared_ptr<OutMessage>;
+
+// Where the payload of an arriving message goes: frame bytes at h.offset land
+// at base + h.offset. The receiving side may withdraw it at any time (base =
+// nullptr); the link then reads the rest of the frame and discards it.
+struct Landing {
+  virtual ~Landing() = default;
+  char* base = nullptr;
+};
+using LandingPtr = std::shared_ptr<Landing>;
+
+// A frame the receiving side refuses (the link then fails the peer with
+// "protocol error: <what>").
+struct ProtocolError {
+  std::string what;
+};
+
+class FrameLink;
+
+// What a link reports to (implemented by NetTransport).
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  // A well-formed header (validateHeader passed) from `peer`. Returns the
+  // landing of its h.len payload bytes (null: discard them); throws
+  // ProtocolError to refuse the frame.
+  virtual LandingPtr onHeader(int peer, const FrameHeader& h) = 0;
+  // All h.len payload bytes of the frame went to `l` (or were discarded).
+  virtual void onFrame(int peer, const FrameHeader& h, const LandingPtr& l) = 0;
+  // One frame of `m` left this host: the part of its buffer is free.
+  virtual void onSent(const OutPtr& m) = 0;
+  // `link` can no longer reach `peer` (connection closed or reset, queue
+  // pair in error, protocol error): nothing more comes from it that way.
+  virtual void onPeerFailed(FrameLink* link, int peer, const std::string& why) = 0;
+};
+
+class FrameLink {
+ public:
+  // Spread: the frames may go over any of the peer's channels, in any order
+  // (collective data; the receiver places them by offset). Ordered: one
+  // channel, in order (point-to-point messages, control frames).
+  enum class Route { Spread, Ordered };
+
+  virtual ~FrameLink() = default;
+  virtual const char* name() const = 0;  // "tcp", "ib"
+  // Whether this link carries frames to `peer`.
+  virtual bool serves(int peer) const = 0;
+  // Sends [buf, buf+len) to `peer` as frames of `type` (key, desc as in
+  // FrameHeader), chunked as the link sees fit. `m` (may be null: no
+  // completions wanted) keeps the message's owner alive; buf must stay valid
+  // until every frame was reported sent or withdraw(m) returned. onSent may
+  // be called from inside this call.
+  virtual void send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
+                    const OutPtr& m, Route route) = 0;
+  // Withdraws the frames of `m` not yet written; after it returns the link
+  // no longer reads the message's buffer (a frame half on the wire is
+  // finished from a copy, or from the registration a write in flight holds)
+  // and reports no more onSent for it. False if part of the message reached
+  // the wire already (the receiver discards the rest).
+  virtual bool withdraw(const OutPtr& m) = 0;
+  // `peer` failed: queued frames to it are dropped without onSent (their
+  // messages' failure is the sink's to record).
+  virtual void dropPeer(int peer) = 0;
+  // Progress that no file descriptor signals (verbs completions); true if
+  // anything happened. The event loop spins on it while it returns true.
+  virtual bool poll() { return false; }
+};
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,92 @@
+// Matching of arriving messages to posted receives, written once for both
+// spaces: an op's steps (exact peer and key) and the user's point-to-point
+// messages (tag, in order of posting, a receive may take any source). A
+// message arrives as one or more frames, in any order for op steps (several
+// streams or queue pairs) and in order for tagged ones; each frame lands at
+// its offset, straight in the receive's buffer when one is posted, else in
+// a held copy that the receive takes when it is posted.
+//
+// Contract: a receive withdrawn (failed op, timeout, destroyed group) is
+// never written again: the rest of its message is read and discarded.
+// Sizes that differ fail the receive with Failure::Mismatch; the message is
+// discarded. Every call is made with the transport's lock held.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "transport/net/request.h"
+
+namespace accl {
+namespace core {
+namespace net {
+
+// One message being received or held.
+struct Inbound : Landing {
+  int peer = -1;
+  Space space = Space::Op;
+  uint64_t key = 0;
+  OpDesc desc{};
+  size_t total = 0;
+  size_t got = 0;
+  RequestPtr req;          // the receive it lands in (null: held or discarded)
+  std::vector<char> held;  // unmatched: the bytes, until a receive takes them
+  RequestPtr waiter;       // a receive that took it while it was still arriving
+  bool dropped = false;    // discarded: its bytes go nowhere, no receive takes it
+
+  void drop() {
+    dropped = true;
+    base = nullptr;
+    req.reset();
+  }
+};
+using InboundPtr = std::shared_ptr<Inbound>;
+
+class Matcher {
+ public:
+  // A frame's header (after the caller's own checks): returns the landing of
+  // its payload. Throws ProtocolError for a continuation of no message or a
+  // length that contradicts the message's.
+  InboundPtr arrive(int peer, Space s, const FrameHeader& h);
+  // The frame's payload landed (or was discarded): completes the receive
+  // when it was the message's last.
+  void landed(const FrameHeader& h, Inbound& in);
+  // A receive: takes the first held message that matches, else waits.
+  void post(const RequestPtr& r);
+  // After this, nothing writes r's buffer.
+  void withdraw(const RequestPtr& r);
+  // The op `seq` and those before it ended: their receives and partial
+  // messages are forgotten (frames still coming for them are the caller's to
+  // discard). Held messages stay until the next sweep.
+  void forgetOpsUpTo(uint64_t seq);
+  // Calls `drop` for every held message of an op, oldest first; those it
+  // returns true for are discarded.
+  void sweepHeldOps(const std::function<bool(const Inbound&)>& drop);
+
+  size_t postedCount() const { return posted_.size(); }
+  size_t heldCount() const { return held_.size(); }
+
+ private:
+  using Key = std::tuple<int, Space, uint64_t>;
+  static bool matches(const Request& r, int peer, Space s, uint64_t key) {
+    return r.space == s && r.key == key && (r.peer == peer || (s == Space::Tagged && r.peer == -1));
+  }
+  void takeHeld(const RequestPtr& r, const InboundPtr& u);
+
+  std::deque<RequestPtr> posted_;  // in order of posting
+  std::deque<InboundPtr> held_;    // in order of arrival
+  std::map<Key, InboundPtr> active_;  // messages with bytes still to come
+};
+
+// "rank 1 sends 8 bytes for step 0 of allreduce #3 (...), this rank expects 4"
+// or "rank 1 sent 8 bytes with tag 5, the receive expects 4".
+std::string sizeMismatch(int peer, Space s, uint64_t key, const OpDesc& theirs, size_t theirBytes,
+                         size_t expected);
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,275 @@
+#include "transport/net/net_transport.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "accl/errors.h"
+#include "accl/logging.h"
+#include "transport/net/socket/socket_link.h"
+#ifdef ACCL_HAVE_IBVERBS
+#include "transport/net/ibverbs/verbs_link.h"
+#endif
+
+namespace accl {
+namespace core {
+namespace net {
+
+namespace {
+// Where an abort's reason lands.
+struct TextLanding : Landing {
+  explicit TextLanding(size_t n) : text(n, '\0') { base = &text[0]; }
+  std::string text;
+};
+}  // namespace
+
+#ifndef ACCL_HAVE_IBVERBS
+// A build without verbs headers: the type exists, never an object of it.
+class VerbsLink : public FrameLink {};
+#endif
+
+NetTransport::NetTransport(Options o)
+    : o_(std::move(o)), session_(o_.size), arrivals_(o_.size), peerFailed_(o_.size) {
+  auto deadline = Clock::now() + o_.timeout;
+  SocketLink::Options so;
+  so.rank = o_.rank;
+  so.size = o_.size;
+  so.nstreams = o_.nstreams;
+  so.token = o_.token;
+  so.ifSpec = o_.ifSpec;
+  so.store = o_.store;
+  so.where = o_.where;
+  sockets_ = std::make_unique<SocketLink>(so, static_cast<FrameSink*>(this), deadline);
+  if (o_.ibWanted) setupIb(deadline);
+  loop_ = std::make_unique<EventLoop>(o_.where);
+  sockets_->attach(loop_.get());
+#ifdef ACCL_HAVE_IBVERBS
+  if (verbs_) loop_->add(verbs_->eventFd(), verbs_.get(), EPOLLIN);
+#endif
+  thread_ = std::thread([this] { progressLoop(); });
+  pthread_setname_np(thread_.native_handle(), "accl-net");
+}
+
+NetTransport::~NetTransport() {
+  stop_ = true;
+  loop_->wake();
+  if (thread_.joinable()) thread_.join();
+  verbs_.reset();    // writes in flight land before their QPs go
+  sockets_.reset();  // orderly close
+  loop_.reset();
+}
+
+const std::string& NetTransport::interfaceName() const { return sockets_->interfaceName(); }
+const std::string& NetTransport::address() const { return sockets_->address(); }
+bool NetTransport::overIb(int peer) const { return !ibPeer_.empty() && ibPeer_[peer]; }
+
+std::string NetTransport::describeIb() const {
+#ifdef ACCL_HAVE_IBVERBS
+  if (!verbs_) return "";
+  const ib::QpMesh& m = verbs_->mesh();
+  return "verbs " + m.port().describe() + ", " + std::to_string(m.qps()) + " RC QP(s) per peer, " +
+         std::to_string(m.chunkBytes() / 1024) + " KiB chunks, inline up to " + std::to_string(m.inlineLimit()) +
+         " bytes, " + m.sendMode();
+#else
+  return "";
+#endif
+}
+
+FrameLink& NetTransport::dataLink(int peer) {
+  if (overIb(peer)) return *verbs_;
+  return *sockets_;
+}
+
+void NetTransport::setupIb(Clock::time_point deadline) {
+  bool anyRemote = std::find(o_.remote.begin(), o_.remote.end(), true) != o_.remote.end();
+  if (!anyRemote) return;
+#ifdef ACCL_HAVE_IBVERBS
+  ib::QpMesh::Options lo;
+  lo.rank = o_.rank;
+  lo.size = o_.size;
+  lo.peers = o_.remote;
+  lo.required = o_.ibRequired;
+  lo.settings = o_.ib;
+  lo.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (lo.timeout.count() < 1000) lo.timeout = std::chrono::milliseconds(1000);
+  lo.store = o_.store;
+  lo.where = o_.where;
+  verbs_ = VerbsLink::connect(lo, this, &ibPeer_, &ibWhy_);
+#else
+  (void)deadline;
+  ibPeer_.assign(o_.size, false);
+  ibWhy_ = "this build has no verbs support (libibverbs headers were missing at build time)";
+#endif
+  std::vector<int> tcpOnly;
+  for (int p = 0; p < o_.size; ++p)
+    if (o_.remote[p] && !overIb(p)) tcpOnly.push_back(p);
+  if (tcpOnly.empty()) return;
+  if (o_.ibRequired) {
+    verbs_.reset();
+    throw NotSupported(o_.where + ": ACCL_TRANSPORTS requires verbs (no tcp) but it is not usable: " + ibWhy_);
+  }
+  std::string ranks;
+  for (int p : tcpOnly) ranks += (ranks.empty() ? "" : ",") + std::to_string(p);
+  // A host without RDMA is the common case (INFO); RDMA that is there but fails is not (WARN).
+#ifdef ACCL_HAVE_IBVERBS
+  LogLevel level = ib::noRdmaHere(ibWhy_) ? LogLevel::Info : LogLevel::Warn;
+#else
+  LogLevel level = LogLevel::Info;
+#endif
+  if (logEnabled(level, "INIT"))
+    logLine(level, "INIT", o_.where + ": verbs not used with ranks " + ranks + ", falling back to tcp: " + ibWhy_);
+}
+
+// ---------------------------------------------------------------- progress
+
+void NetTransport::progressLoop() {
+  // With verbs, completions are polled while they keep coming (and a short
+  // while after), then the loop blocks on the completion channel.
+  constexpr auto kSpin = std::chrono::microseconds(200);
+  auto lastIb = Clock::now();
+  int waitMs = 50;
+  while (!stop_) {
+    loop_->wait(waitMs);
+    std::vector<std::function<void()>> completions;
+    std::unique_lock<std::mutex> lk(mu_);
+    loop_->dispatch();
+    auto now = Clock::now();
+    sockets_->expireHandshakes(now);
+    waitMs = 50;
+    if (verbs_) {
+      if (verbs_->poll()) lastIb = now;
+      if (now - lastIb < kSpin) {
+        waitMs = 0;
+      } else {
+#ifdef ACCL_HAVE_IBVERBS
+        if (verbs_->arm()) lastIb = now, waitMs = 0;
+#endif
+      }
+    }
+    if (!tagged_.empty()) completions = reapTagged();
+    cv_.notify_all();
+    lk.unlock();
+    for (auto& f : completions) f();
+  }
+  // Requests still pending at shutdown fail rather than never completing.
+  std::vector<std::function<void()>> left;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& p : tagged_) {
+      auto w = p.work;
+      auto what = p.what;
+      left.push_back([w, what] {
+        w->markCompleted(std::make_exception_ptr(RemoteError(what + ": the process group was destroyed")));
+      });
+    }
+    tagged_.clear();
+  }
+  for (auto& f : left) f();
+}
+
+// ---------------------------------------------------------------- frames in
+
+LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::Data: {
+      uint64_t seq = h.key >> 32;
+      if (session_.isPast(seq)) {
+        // For an op this rank completed: nothing of it was left to receive, so the
+        // peer called something else. Left over from a failed op: discard.
+        if (!session_.anyFailed()) {
+          session_.noteLate(peer, h.desc);
+          cv_.notify_all();
+        }
+        return nullptr;
+      }
+      session_.noteDesc(peer, h.desc);
+      return matcher_.arrive(peer, Space::Op, h);
+    }
+    case FrameType::Tagged:
+      return matcher_.arrive(peer, Space::Tagged, h);
+    case FrameType::Query:
+      sendControl(peer, FrameType::Reply, session_.entered(), nullptr, nullptr);
+      return nullptr;
+    case FrameType::Reply:
+      arrivals_.onReply(peer, h.key, h.desc);
+      cv_.notify_all();
+      return nullptr;
+    case FrameType::Abort:
+      return std::make_shared<TextLanding>(h.len);
+    default:
+      throw ProtocolError{"unexpected frame type " + std::to_string(h.type)};
+  }
+}
+
+void NetTransport::onFrame(int peer, const FrameHeader& h, const LandingPtr& l) {
+  if (!l) return;
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::Data:
+    case FrameType::Tagged:
+      matcher_.landed(h, static_cast<Inbound&>(*l));
+      break;
+    case FrameType::Abort:
+      session_.noteAbort(peer, h.key, static_cast<TextLanding&>(*l).text);
+      cv_.notify_all();
+      break;
+    default:
+      break;
+  }
+}
+
+void NetTransport::onPeerFailed(FrameLink* link, int peer, const std::string& why) {
+  // A peer served over verbs closes its sockets only after its writes
+  // completed: their receive completions may be queued here still, behind
+  // the socket's end. Deliver them first, so that a peer that finished its
+  // last op and exited does not fail that op here.
+  if (link == sockets_.get() && verbs_ && overIb(peer) && peerFailed_[peer].empty())
+    while (verbs_->poll()) {
+    }
+  failPeer(peer, why);
+}
+
+void NetTransport::failPeer(int peer, const std::string& why) {
+  if (!peerFailed_[peer].empty()) return;
+  peerFailed_[peer] = why;
+  ACCL_INFO("NET", o_.where << ": rank " << peer << ": " << why);
+  std::string text = "rank " + std::to_string(peer) + ": " + why;
+  for (auto& r : session_.requests())
+    if (r->peer == peer) r->fail(Failure::Remote, text);
+  for (auto& t : tagged_)
+    if (t.req->peer == peer) t.req->fail(Failure::Remote, text);
+  sockets_->dropPeer(peer);
+  if (verbs_ && overIb(peer)) verbs_->dropPeer(peer);
+  cv_.notify_all();
+}
+
+void NetTransport::sendControl(int peer, FrameType type, uint64_t key, std::shared_ptr<OutMessage> owner,
+                               const std::string* text) {
+  // Control goes over the socket, also for peers whose data goes over verbs.
+  const char* buf = text ? text->data() : nullptr;
+  size_t len = text ? text->size() : 0;
+  sockets_->send(peer, type, key, session_.current(), buf, len, owner, FrameLink::Route::Ordered);
+}
+
+// ---------------------------------------------------------------- withdrawal
+
+void NetTransport::withdrawLocked(const RequestPtr& r, const std::string& why, const char* what) {
+  r->fail(Failure::Remote, why);
+  if (!r->isSend) {
+    matcher_.withdraw(r);
+    return;
+  }
+  // Frames not yet written are dropped; a frame half on a socket is finished
+  // from a copy; a verbs write in flight reads registered (pinned) pages.
+  sockets_->withdraw(r);
+  if (verbs_ && !verbs_->withdraw(r) && what)
+    ACCL_INFO("NET", o_.where << ": " << what << " failed with part of the message written; "
+                              << "the receiver discards the rest");
+}
+
+void NetTransport::retireOpLocked() {
+  for (auto& r : session_.requests()) withdrawLocked(r, "the op failed", nullptr);
+}
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,153 @@
+// The accl backend's network transport. It implements the algorithms'
+// Transport seam (transport.h) and the user's point-to-point messages over
+// two FrameLinks (frame_link.h): the socket link to every peer, and the
+// verbs link for the data of peers on other hosts where both ends can use
+// RDMA (the sockets then carry only set-up and control frames, and their
+// closing still tells this rank at once that a peer process is gone).
+//
+// Its parts, one concern each:
+//   matcher.h     posted receives and unexpected messages, both spaces
+//   op_session.h  the current op, its requests, mismatches, aborts, failure
+//   arrivals.h    which op every peer is in, for timeout messages
+//   event_loop.h  the progress thread's epoll loop
+// This class wires them: one progress thread, one lock.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accl/store.h"
+#include "accl/work.h"
+#include "transport/net/arrivals.h"
+#include "transport/net/event_loop.h"
+#include "transport/net/frame_link.h"
+#include "transport/net/ibverbs/port.h"
+#include "transport/net/matcher.h"
+#include "transport/net/op_session.h"
+#include "transport/transport.h"
+
+namespace accl {
+namespace core {
+namespace net {
+
+class SocketLink;
+class VerbsLink;
+
+class NetTransport : public Transport, private FrameSink {
+ public:
+  struct Options {
+    int rank = 0;
+    int size = 1;
+    std::vector<int> nstreams;  // connections to each peer (entry for self ignored)
+    uint64_t token = 0;         // job token; connections that do not present it are dropped
+    std::string ifSpec;         // ACCL_SOCKET_IFNAME syntax
+    std::chrono::milliseconds timeout{30000};
+    std::shared_ptr<Store> store;  // already prefixed for this communicator
+    std::string where;             // "accl rank R/N accl" for messages
+    // verbs: peers on other hosts (remote[p]) use it when both ends can;
+    // required = no fallback to TCP (ACCL_TRANSPORTS without tcp).
+    bool ibWanted = false;
+    bool ibRequired = false;
+    std::vector<bool> remote;
+    ib::Settings ib;
+  };
+  explicit NetTransport(Options o);
+  ~NetTransport() override;
+
+  int rank() const override { return o_.rank; }
+  int size() const override { return o_.size; }
+
+  // Marks the start / end of an op: its descriptor goes into every data frame,
+  // peers asking whether this rank arrived get its sequence number, and the
+  // deadline bounds every wait. endOp with an error tells all peers (abort frame).
+  // `timeout` is what `deadline` was computed from (named in timeout errors).
+  void beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout);
+  void endOp(const std::string& error = "");
+
+  void send(int peer, uint32_t step, const void* buf, size_t len) override;
+  void recv(int peer, uint32_t step, void* buf, size_t len) override;
+  void wait() override;
+
+  // Point-to-point messages of the user API: matched by (source, tag) in order
+  // of posting, like MPI; peer may be -1 (any source) for receives. Posted at
+  // once; `work` completes on the progress thread when the message is done,
+  // failed, or `deadline` passed (Timeout).
+  void postTagged(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
+                  std::shared_ptr<Work> work, std::string what);
+
+  // For waits outside this transport (shared memory): throws RemoteError if
+  // one of `peers` failed or any peer aborted the current op; detects mismatch.
+  void checkPeers(const std::vector<int>& peers);
+  // Throws accl::Timeout for the current op after asking every peer which op
+  // it is in; names the ranks that did not arrive. `waitingFor` is what this
+  // rank was waiting on when the deadline passed.
+  [[noreturn]] void throwTimeout(const std::string& waitingFor);
+
+  const std::string& interfaceName() const;
+  const std::string& address() const;
+  // Whether frames to `peer` go over verbs; how (device, port, queue pairs,
+  // chunks, send mode; "" without verbs); why verbs is not used for the
+  // other peers ("" if it is for all).
+  bool overIb(int peer) const;
+  std::string describeIb() const;
+  const std::string& whyNotIb() const { return ibWhy_; }
+
+ private:
+  struct Tagged {
+    RequestPtr req;
+    std::shared_ptr<Work> work;
+    Clock::time_point deadline;
+    std::string what;
+  };
+
+  // FrameSink (called with mu_ held)
+  LandingPtr onHeader(int peer, const FrameHeader& h) override;
+  void onFrame(int peer, const FrameHeader& h, const LandingPtr& l) override;
+  void onSent(const OutPtr& m) override { m->frameSent(); }
+  void onPeerFailed(FrameLink* link, int peer, const std::string& why) override;
+
+  void setupIb(Clock::time_point deadline);
+  void progressLoop();
+  FrameLink& dataLink(int peer);
+  void sendControl(int peer, FrameType type, uint64_t key, std::shared_ptr<OutMessage> owner, const std::string* text);
+  void failPeer(int peer, const std::string& why);
+  // Throws the op's first failure (mu_ held), after withdrawing its requests.
+  void throwIfFailed(const std::vector<int>& peers);
+  // Withdraws a request (mu_ held): once this returns, nothing reads or
+  // writes its buffer. It is done, failed with `why` unless it failed
+  // already; `what` names it in the log when part of a send was written.
+  void withdrawLocked(const RequestPtr& r, const std::string& why, const char* what);
+  // Withdraws every request of the current op (mu_ held): called before an
+  // error of the op leaves this transport, so that buffers freed while the
+  // error unwinds (the algorithm's scratch, the caller's) are never touched.
+  void retireOpLocked();
+  // Completes finished or expired user requests (mu_ held); returns the
+  // Work completions to run after mu_ is released.
+  std::vector<std::function<void()>> reapTagged();
+
+  Options o_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<SocketLink> sockets_;
+  std::unique_ptr<VerbsLink> verbs_;
+  std::vector<bool> ibPeer_;
+  std::string ibWhy_;
+  Matcher matcher_;
+  OpSession session_;
+  Arrivals arrivals_;
+  std::vector<Tagged> tagged_;           // user sends/recvs not yet completed
+  std::vector<std::string> peerFailed_;  // per peer: why it failed ("" = fine)
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl

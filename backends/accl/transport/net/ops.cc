@@ -1,0 +1,214 @@
+// NetTransport: the algorithms' side (an op's sends, receives and wait) and
+// the user's point-to-point messages.
+#include <algorithm>
+
+#include "accl/errors.h"
+#include "accl/logging.h"
+#include "accl/process_group.h"
+#include "transport/net/net_transport.h"
+#include "transport/net/socket/socket_link.h"
+
+namespace accl {
+namespace core {
+namespace net {
+
+namespace {
+constexpr auto kQueryGrace = std::chrono::milliseconds(1500);
+
+struct OwnedText : OutMessage {
+  explicit OwnedText(std::string t) : text(std::move(t)) {}
+  std::string text;
+};
+}  // namespace
+
+// ---------------------------------------------------------------- op sessions
+
+void NetTransport::beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lk(mu_);
+  session_.begin(d, deadline, timeout);
+  // Messages of this op that arrived early tell whether the peers run the
+  // same op; those of ops before it are late.
+  matcher_.sweepHeldOps([&](const Inbound& u) {
+    uint64_t seq = u.key >> 32;
+    if (seq < d.seq) {
+      if (!session_.anyFailed()) session_.noteLate(u.peer, u.desc);
+      return true;
+    }
+    if (seq == d.seq) session_.noteDesc(u.peer, u.desc);
+    return false;
+  });
+}
+
+void NetTransport::endOp(const std::string& error) {
+  std::lock_guard<std::mutex> lk(mu_);
+  matcher_.forgetOpsUpTo(session_.current().seq);
+  // The op failed: nothing of it touches the caller's buffers any more (the
+  // peers get the abort below instead). Usually done already by the wait
+  // that threw; errors raised outside this transport arrive here.
+  if (!error.empty()) retireOpLocked();
+  session_.end(error.empty());
+  if (error.empty()) return;
+  auto reason = std::make_shared<OwnedText>(error.substr(0, kMaxAbortBytes));
+  for (int p = 0; p < o_.size; ++p) {
+    if (p == o_.rank || !sockets_->serves(p) || !peerFailed_[p].empty()) continue;
+    sendControl(p, FrameType::Abort, session_.current().seq, reason, &reason->text);
+  }
+}
+
+void NetTransport::send(int peer, uint32_t step, const void* buf, size_t len) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto r = std::make_shared<Request>();
+  r->isSend = true;
+  r->peer = peer;
+  r->len = len;
+  r->key = (session_.current().seq << 32) | step;
+  session_.requests().push_back(r);
+  if (!peerFailed_[peer].empty()) {
+    r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
+    return;
+  }
+  dataLink(peer).send(peer, FrameType::Data, r->key, session_.current(), static_cast<const char*>(buf), len, r,
+                      FrameLink::Route::Spread);
+}
+
+void NetTransport::recv(int peer, uint32_t step, void* buf, size_t len) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto r = std::make_shared<Request>();
+  r->peer = peer;
+  r->buf = static_cast<char*>(buf);
+  r->len = len;
+  r->key = (session_.current().seq << 32) | step;
+  session_.requests().push_back(r);
+  matcher_.post(r);
+  if (!r->done && !peerFailed_[peer].empty()) {
+    matcher_.withdraw(r);
+    r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
+  }
+}
+
+void NetTransport::throwIfFailed(const std::vector<int>& peers) {
+  try {
+    session_.check(peerFailed_, peers);
+  } catch (...) {
+    // Before the error leaves the transport (and the algorithm's scratch
+    // buffers are freed by unwinding), every request of the op is withdrawn.
+    retireOpLocked();
+    throw;
+  }
+}
+
+void NetTransport::wait() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    // A zero-length receive completes when its frame's header was handled.
+    bool all = session_.allDone();
+    throwIfFailed({});
+    if (all) {
+      session_.requests().clear();
+      return;
+    }
+    if (Clock::now() >= session_.deadline()) {
+      std::string waiting;
+      for (auto& r : session_.requests())
+        if (!r->done)
+          waiting += std::string(waiting.empty() ? "" : ", ") + (r->isSend ? "send to" : "data from") + " rank " +
+                     std::to_string(r->peer);
+      lk.unlock();
+      throwTimeout(waiting);
+    }
+    cv_.wait_until(lk, std::min(session_.deadline(), Clock::now() + std::chrono::milliseconds(100)));
+  }
+}
+
+void NetTransport::checkPeers(const std::vector<int>& peers) {
+  std::lock_guard<std::mutex> lk(mu_);
+  throwIfFailed(peers);
+}
+
+// ---------------------------------------------------------------- arrivals
+
+void NetTransport::throwTimeout(const std::string& waitingFor) {
+  std::unique_lock<std::mutex> lk(mu_);
+  OpDesc d = session_.current();
+  auto limit = session_.timeout();
+  for (int p = 0; p < o_.size; ++p) {
+    arrivals_.clear(p);
+    if (p == o_.rank || !peerFailed_[p].empty() || !sockets_->serves(p)) continue;
+    sendControl(p, FrameType::Query, d.seq, nullptr, nullptr);
+  }
+  auto until = Clock::now() + kQueryGrace;
+  auto pending = [&] {
+    for (int p = 0; p < o_.size; ++p)
+      if (p != o_.rank && peerFailed_[p].empty() && !arrivals_.answered(p)) return true;
+    return false;
+  };
+  while (pending() && Clock::now() < until) cv_.wait_until(lk, until);
+  auto missing = arrivals_.missing(d.seq, o_.rank, peerFailed_);
+  std::string msg = Arrivals::timeoutMessage(d, limit, missing, peerFailed_, waitingFor);
+  retireOpLocked();
+  throw Timeout(msg);
+}
+
+// ---------------------------------------------------------------- point-to-point
+
+void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
+                              std::shared_ptr<Work> work, std::string what) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto r = std::make_shared<Request>();
+  r->isSend = isSend;
+  r->peer = peer;
+  r->space = Space::Tagged;
+  r->key = static_cast<uint64_t>(static_cast<int64_t>(tag));
+  r->buf = static_cast<char*>(buf);
+  r->len = len;
+  tagged_.push_back({r, std::move(work), deadline, std::move(what)});
+  if (peer >= 0 && !peerFailed_[peer].empty()) {
+    r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
+  } else if (isSend) {
+    OpDesc d{};
+    d.op = static_cast<uint16_t>(OpType::Send);
+    dataLink(peer).send(peer, FrameType::Tagged, r->key, d, static_cast<const char*>(buf), len, r,
+                        FrameLink::Route::Ordered);
+  } else {
+    matcher_.post(r);
+  }
+  if (r->done) loop_->wake();
+}
+
+std::vector<std::function<void()>> NetTransport::reapTagged() {
+  std::vector<std::function<void()>> out;
+  auto now = Clock::now();
+  for (size_t i = 0; i < tagged_.size();) {
+    Tagged& p = tagged_[i];
+    auto r = p.req;
+    std::exception_ptr err;
+    bool finish = false;
+    if (r->done) {
+      finish = true;
+      if (r->failure == Failure::Mismatch) err = std::make_exception_ptr(InvalidArgument(p.what + ": " + r->error));
+      else if (r->failure == Failure::Remote) err = std::make_exception_ptr(RemoteError(p.what + ": " + r->error));
+      if (r->failure != Failure::None) withdrawLocked(r, r->error, p.what.c_str());
+    } else if (now >= p.deadline) {
+      finish = true;
+      err = std::make_exception_ptr(Timeout(p.what + " timed out" +
+                                            (r->peer >= 0 ? " waiting for rank " + std::to_string(r->peer) : std::string())));
+      // Withdrawn, so that nothing lands in (or is read from) the user's
+      // buffer after the Work failed.
+      withdrawLocked(r, "timed out", p.what.c_str());
+    }
+    if (!finish) {
+      ++i;
+      continue;
+    }
+    auto work = std::move(p.work);
+    int src = r->isSend ? -1 : r->source;
+    out.push_back([work, err, src] { work->markCompleted(err, src); });
+    tagged_[i] = std::move(tagged_.back());
+    tagged_.pop_back();
+  }
+  return out;
+}
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,228 @@
+// The socket link's data path: frames read and written by non-blocking
+// connections on the event loop's thread.
+#include "transport/net/socket/socket_link.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "accl/errors.h"
+#include "accl/logging.h"
+
+namespace accl {
+namespace core {
+namespace net {
+
+namespace {
+constexpr size_t kMaxFrameBytes = 4u << 20;  // chunks of collective messages
+constexpr size_t kSplitBytes = 256u << 10;   // messages at least this big use every stream
+}  // namespace
+
+void SocketLink::Conn::onEvents(uint32_t events) {
+  if (closed) return;
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) link->readConn(*this);
+  if (!closed && (events & EPOLLOUT)) link->writeConn(*this);
+}
+
+void SocketLink::closeConn(Conn& c, const std::string& why) {
+  if (c.closed) return;
+  c.closed = true;
+  loop_->remove(c.fd);
+  ::close(c.fd);
+  c.out.clear();
+  c.land.reset();
+  sink_->onPeerFailed(this, c.peer, why);
+}
+
+// ---------------------------------------------------------------- receive
+
+void SocketLink::readConn(Conn& c) {
+  static thread_local std::vector<char> discard(1 << 16);
+  for (int iter = 0; iter < 64 && !c.closed; ++iter) {
+    if (c.hdrGot < sizeof(FrameHeader)) {
+      ssize_t n = ::recv(c.fd, reinterpret_cast<char*>(&c.hdr) + c.hdrGot, sizeof(FrameHeader) - c.hdrGot,
+                         MSG_DONTWAIT);
+      if (n == 0) {
+        closeConn(c, "connection closed by the peer (process exited or was killed?)");
+        return;
+      }
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR) return;
+        closeConn(c, errnoMessage("connection failed", errno));
+        return;
+      }
+      c.hdrGot += n;
+      if (c.hdrGot < sizeof(FrameHeader)) return;
+      if (!headerArrived(c)) return;
+      if (c.hdr.len == 0) {
+        frameArrived(c);
+        continue;
+      }
+    }
+    // The landing is looked at for every read: a receive withdrawn meanwhile
+    // (base = nullptr) gets no more bytes.
+    size_t left = c.hdr.len - c.pos;
+    bool keep = c.land && c.land->base;
+    char* dst = keep ? c.land->base + c.hdr.offset + c.pos : discard.data();
+    size_t want = keep ? left : std::min(left, discard.size());
+    ssize_t n = ::recv(c.fd, dst, want, MSG_DONTWAIT);
+    if (n == 0) {
+      closeConn(c, "connection closed by the peer in the middle of a message");
+      return;
+    }
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) return;
+      closeConn(c, errnoMessage("connection failed", errno));
+      return;
+    }
+    c.pos += n;
+    if (c.pos == c.hdr.len) frameArrived(c);
+  }
+}
+
+bool SocketLink::headerArrived(Conn& c) {
+  std::string bad = validateHeader(c.hdr);
+  if (!bad.empty()) {
+    ACCL_WARN("NET", o_.where << ": malformed frame from rank " << c.peer << ": " << bad);
+    closeConn(c, "protocol error: " + bad);
+    return false;
+  }
+  c.pos = 0;
+  try {
+    c.land = sink_->onHeader(c.peer, c.hdr);
+  } catch (const ProtocolError& e) {
+    ACCL_WARN("NET", o_.where << ": refused frame from rank " << c.peer << ": " << e.what);
+    closeConn(c, "protocol error: " + e.what);
+    return false;
+  }
+  return !c.closed;
+}
+
+void SocketLink::frameArrived(Conn& c) {
+  c.hdrGot = 0;
+  LandingPtr l = std::move(c.land);
+  sink_->onFrame(c.peer, c.hdr, l);
+}
+
+// ---------------------------------------------------------------- send
+
+void SocketLink::queue(Conn& c, OutFrame f) {
+  c.out.push_back(std::move(f));
+  // A queue that was not empty waits for EPOLLOUT: the socket is full.
+  if (!c.armedOut) writeConn(c);
+}
+
+void SocketLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
+                      const OutPtr& m, Route route) {
+  auto& cs = conns_[peer];
+  auto frame = [&](uint64_t off, size_t n) {
+    OutFrame f;
+    f.hdr = FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(type), 0, key, off, n, len, desc};
+    f.data = buf + off;
+    f.msg = m;
+    return f;
+  };
+  if (route == Route::Ordered) {  // one frame on stream 0
+    if (m) m->framesLeft = 1;
+    if (!cs[0]->closed) queue(*cs[0], frame(0, len));
+    return;
+  }
+  // Spread: parts of big messages go to every stream, in chunks.
+  size_t ns = cs.size();
+  size_t parts = (len >= kSplitBytes && ns > 1) ? ns : 1;
+  size_t per = (len + parts - 1) / parts;
+  std::vector<std::pair<size_t, OutFrame>> fs;  // (stream, frame)
+  for (size_t p = 0; p < parts; ++p) {
+    size_t lo = p * per, hi = std::min(len, lo + per);
+    if (lo >= hi && !(len == 0 && p == 0)) continue;
+    for (size_t off = lo; off < hi || (len == 0 && off == 0); off += kMaxFrameBytes) {
+      fs.emplace_back(p % ns, frame(off, std::min(kMaxFrameBytes, hi - off)));
+      if (len == 0) break;
+    }
+  }
+  if (m) m->framesLeft = fs.size();
+  std::vector<bool> touched(ns);
+  for (auto& sf : fs) {
+    Conn& c = *cs[sf.first];
+    if (c.closed) continue;
+    c.out.push_back(std::move(sf.second));
+    touched[sf.first] = true;
+  }
+  for (size_t s = 0; s < ns; ++s)
+    if (touched[s] && !cs[s]->armedOut) writeConn(*cs[s]);
+}
+
+void SocketLink::writeConn(Conn& c) {
+  while (!c.out.empty() && !c.closed) {
+    OutFrame& f = c.out.front();
+    const char* payload = f.copy ? f.copy->data() : f.data;
+    size_t hdrLen = sizeof(FrameHeader);
+    size_t total = hdrLen + f.hdr.len;
+    iovec iov[2];
+    int n = 0;
+    if (f.sent < hdrLen) {
+      iov[n++] = {reinterpret_cast<char*>(&f.hdr) + f.sent, hdrLen - f.sent};
+      if (f.hdr.len) iov[n++] = {const_cast<char*>(payload), f.hdr.len};
+    } else {
+      iov[n++] = {const_cast<char*>(payload) + (f.sent - hdrLen), total - f.sent};
+    }
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = n;
+    ssize_t w = sendmsg(c.fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EINTR) break;
+      closeConn(c, errnoMessage("connection failed", errno));
+      return;
+    }
+    f.sent += w;
+    if (f.sent < total) break;
+    OutPtr m = std::move(f.msg);
+    c.out.pop_front();
+    if (m) sink_->onSent(m);
+  }
+  bool want = !c.out.empty() && !c.closed;
+  if (want != c.armedOut && !c.closed) {
+    if (!loop_->modify(c.fd, &c, EPOLLIN | (want ? static_cast<uint32_t>(EPOLLOUT) : 0u))) {
+      closeConn(c, errnoMessage("epoll_ctl(MOD) on the connection", errno));
+      return;
+    }
+    c.armedOut = want;
+  }
+}
+
+bool SocketLink::withdraw(const OutPtr& m) {
+  // Frames not yet written are dropped; a frame half on a socket is finished
+  // from a copy (the stream stays in step; the receiver discards it).
+  bool clean = true;
+  for (auto& v : conns_)
+    for (auto& c : v) {
+      if (!c || c->closed) continue;
+      for (auto f = c->out.begin(); f != c->out.end();) {
+        if (f->msg != m) {
+          ++f;
+        } else if (f->sent == 0) {
+          f = c->out.erase(f);
+        } else {
+          clean = false;
+          if (!f->copy && f->hdr.len) f->copy = std::make_shared<std::string>(f->data, f->hdr.len);
+          f->data = nullptr;
+          f->msg.reset();
+          ++f;
+        }
+      }
+    }
+  return clean;
+}
+
+void SocketLink::dropPeer(int peer) {
+  for (auto& c : conns_[peer])
+    if (c) c->out.clear();
+}
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl

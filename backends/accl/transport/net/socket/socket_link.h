@@ -1,0 +1,123 @@
+// The socket link: a full mesh of TCP connections between the ranks of a
+// communicator (several streams per pair of hosts), each opened with a Hello
+// that carries the job token and checked before use. After set-up every
+// connection is non-blocking and served by the event loop; the listener
+// stays open only to refuse (and log) late, foreign or garbage connections,
+// which never disturb the job. Frames of big collective messages are cut in
+// chunks spread over the streams; ordered messages use stream 0. A closed or
+// reset connection fails its peer (FrameSink::onPeerFailed): that is how a
+// dead peer process is noticed, also for peers whose data goes over verbs.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accl/store.h"
+#include "transport/net/event_loop.h"
+#include "transport/net/frame_link.h"
+
+namespace accl {
+namespace core {
+namespace net {
+
+class SocketLink : public FrameLink {
+ public:
+  struct Options {
+    int rank = 0;
+    int size = 1;
+    std::vector<int> nstreams;  // connections to each peer (entry for self ignored)
+    uint64_t token = 0;         // job token; connections that do not present it are dropped
+    std::string ifSpec;         // ACCL_SOCKET_IFNAME syntax
+    std::shared_ptr<Store> store;  // already prefixed for the communicator
+    std::string where;             // "accl rank R/N accl" for messages
+  };
+  // Listens on the chosen interface, publishes the address and connects the
+  // mesh (blocking, bounded by `deadline`). Throws InvalidArgument (no
+  // interface matches), Timeout (ranks that never connected), SystemError.
+  SocketLink(Options o, FrameSink* sink, Clock::time_point deadline);
+  // Orderly close: half-close, then drain what peers still send for up to
+  // 2 s, so that no connection is reset with data in flight.
+  ~SocketLink() override;
+
+  // From now on the connections and the listener are served by `loop`.
+  void attach(EventLoop* loop);
+  // Drops connections that did not complete their Hello in time (call
+  // from the loop's thread, now and then).
+  void expireHandshakes(Clock::time_point now);
+
+  const std::string& interfaceName() const { return ifName_; }
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+  const char* name() const override { return "tcp"; }
+  bool serves(int peer) const override { return !conns_[peer].empty(); }
+  void send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
+            const OutPtr& m, Route route) override;
+  bool withdraw(const OutPtr& m) override;
+  void dropPeer(int peer) override;
+
+ private:
+  struct OutFrame {
+    FrameHeader hdr{};
+    const char* data = nullptr;
+    size_t sent = 0;  // of header + payload
+    OutPtr msg;
+    std::shared_ptr<std::string> copy;  // the payload, once its message was withdrawn mid-frame
+  };
+  struct Conn : EventHandler {
+    SocketLink* link = nullptr;
+    int fd = -1;
+    int peer = -1;
+    int stream = 0;
+    bool closed = false;
+    std::deque<OutFrame> out;
+    bool armedOut = false;
+    FrameHeader hdr{};  // the frame being read
+    size_t hdrGot = 0;
+    size_t pos = 0;  // of its payload
+    LandingPtr land;
+    void onEvents(uint32_t events) override;
+  };
+  struct Listener : EventHandler {
+    SocketLink* link = nullptr;
+    void onEvents(uint32_t) override { link->acceptLate(); }
+  };
+  struct LateConn : EventHandler {
+    SocketLink* link = nullptr;
+    int fd = -1;
+    Clock::time_point since;
+    void onEvents(uint32_t) override;
+  };
+
+  // set-up (mesh.cc)
+  void connectMesh(Clock::time_point deadline);
+  bool checkHello(int fd, const std::string& from, Clock::time_point deadline, int* peer, int* stream);
+  std::unique_ptr<Conn> makeConn(int fd, int peer, int stream);
+  void acceptLate();
+  void refuseLate(int fd);
+  // data (socket_link.cc)
+  void readConn(Conn& c);
+  bool headerArrived(Conn& c);
+  void frameArrived(Conn& c);
+  void writeConn(Conn& c);
+  void queue(Conn& c, OutFrame f);
+  void closeConn(Conn& c, const std::string& why);
+
+  Options o_;
+  FrameSink* sink_;
+  EventLoop* loop_ = nullptr;
+  std::string ifName_, address_;
+  int port_ = 0;
+  int listenFd_ = -1;
+  Listener listener_;
+  std::vector<std::vector<std::unique_ptr<Conn>>> conns_;  // [peer][stream]
+  std::map<int, std::unique_ptr<LateConn>> late_;         // fd -> connection accepted after set-up
+};
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl

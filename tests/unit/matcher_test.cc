@@ -1,0 +1,342 @@
+// The network transport's matcher, driven through the FrameLink seam by a
+// fake link: frames sent by one side are held on a fake wire and delivered
+// to the receiving side in the order and cuts a test chooses (reversed
+// chunks, as several streams give; a frame read in two parts, as a socket
+// gives), with the same landing rules as the real links.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "transport/net/frame_link.h"
+#include "transport/net/matcher.h"
+
+using namespace accl::core;
+using namespace accl::core::net;
+
+namespace {
+
+// A link with no wire: send() cuts a message in frames of `chunk` bytes and
+// keeps copies of them until the test delivers them.
+class FakeLink : public FrameLink {
+ public:
+  struct Frame {
+    int from = 0;
+    FrameHeader h{};
+    std::vector<char> payload;
+  };
+  explicit FakeLink(int self, size_t chunk) : self_(self), chunk_(chunk) {}
+  const char* name() const override { return "fake"; }
+  bool serves(int) const override { return true; }
+  void send(int, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len, const OutPtr& m,
+            Route) override {
+    size_t frames = len == 0 ? 1 : (len + chunk_ - 1) / chunk_;
+    if (m) m->framesLeft = frames;
+    for (size_t i = 0; i < frames; ++i) {
+      size_t off = i * chunk_, n = std::min(chunk_, len - std::min(len, off));
+      Frame f;
+      f.from = self_;
+      f.h = FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(type), 0, key, off, n, len, desc};
+      f.payload.assign(buf + off, buf + off + n);
+      wire.push_back(std::move(f));
+      if (m) m->frameSent();
+    }
+  }
+  bool withdraw(const OutPtr&) override { return true; }
+  void dropPeer(int) override {}
+  std::deque<Frame> wire;
+
+ private:
+  int self_;
+  size_t chunk_;
+};
+
+// The receiving side, wired to a matcher as NetTransport wires it.
+struct Receiver : FrameSink {
+  Matcher m;
+  LandingPtr onHeader(int peer, const FrameHeader& h) override {
+    return m.arrive(peer, h.type == static_cast<uint8_t>(FrameType::Tagged) ? Space::Tagged : Space::Op, h);
+  }
+  void onFrame(int, const FrameHeader& h, const LandingPtr& l) override {
+    if (l) m.landed(h, static_cast<Inbound&>(*l));
+  }
+  void onSent(const OutPtr& o) override { o->frameSent(); }
+  void onPeerFailed(FrameLink*, int, const std::string&) override {}
+
+  // Delivers a frame; its payload lands in two reads cut at `cut`, with
+  // `between` run in the middle (a socket reads the landing before each read).
+  void deliver(const FakeLink::Frame& f, size_t cut = 0, const std::function<void()>& between = {}) {
+    LandingPtr l = onHeader(f.from, f.h);
+    size_t first = std::min(cut ? cut : f.payload.size(), f.payload.size());
+    if (l && l->base && first) std::memcpy(l->base + f.h.offset, f.payload.data(), first);
+    if (between) between();
+    size_t rest = f.payload.size() - first;
+    if (l && l->base && rest) std::memcpy(l->base + f.h.offset + first, f.payload.data() + first, rest);
+    onFrame(f.from, f.h, l);
+  }
+};
+
+std::vector<char> randomBytes(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<char> v(n);
+  for (auto& c : v) c = static_cast<char>(rng());
+  return v;
+}
+
+OpDesc op(uint64_t seq, uint64_t count) {
+  OpDesc d;
+  d.seq = seq;
+  d.count = count;
+  d.op = 1;
+  d.dtype = 0;
+  return d;
+}
+
+RequestPtr opRecv(int peer, uint64_t seq, uint32_t step, std::vector<char>& buf) {
+  auto r = std::make_shared<Request>();
+  r->peer = peer;
+  r->space = Space::Op;
+  r->key = (seq << 32) | step;
+  r->buf = buf.data();
+  r->len = buf.size();
+  return r;
+}
+
+RequestPtr tagRecv(int peer, int tag, std::vector<char>& buf) {
+  auto r = std::make_shared<Request>();
+  r->peer = peer;
+  r->space = Space::Tagged;
+  r->key = static_cast<uint64_t>(static_cast<int64_t>(tag));
+  r->buf = buf.data();
+  r->len = buf.size();
+  return r;
+}
+
+void sendOp(FakeLink& link, uint64_t seq, uint32_t step, const std::vector<char>& data) {
+  link.send(0, FrameType::Data, (seq << 32) | step, op(seq, data.size()), data.data(), data.size(), nullptr,
+            FrameLink::Route::Spread);
+}
+
+void sendTag(FakeLink& link, int tag, const std::vector<char>& data) {
+  link.send(0, FrameType::Tagged, static_cast<uint64_t>(static_cast<int64_t>(tag)), OpDesc{}, data.data(),
+            data.size(), nullptr, FrameLink::Route::Ordered);
+}
+
+}  // namespace
+
+TEST(Matcher, ChunksInAnyOrderLandInThePostedReceive) {
+  FakeLink link(1, 1000);
+  Receiver rx;
+  auto src = randomBytes(10500, 1);
+  std::vector<char> dst(src.size(), 0);
+  auto r = opRecv(1, 7, 3, dst);
+  rx.m.post(r);
+  sendOp(link, 7, 3, src);
+  ASSERT_EQ(link.wire.size(), 11u);
+  std::reverse(link.wire.begin(), link.wire.end());
+  for (size_t i = 0; i < link.wire.size(); ++i) {
+    EXPECT_FALSE(r->done) << "done before its last frame (frame " << i << ")";
+    rx.deliver(link.wire[i]);
+  }
+  EXPECT_TRUE(r->done);
+  EXPECT_EQ(r->failure, Failure::None);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(rx.m.postedCount(), 0u);
+  EXPECT_EQ(rx.m.heldCount(), 0u);
+}
+
+TEST(Matcher, AMessageThatArrivesFirstIsHeldAndCopiedWhenPosted) {
+  FakeLink link(2, 4096);
+  Receiver rx;
+  auto src = randomBytes(9000, 2);
+  sendOp(link, 1, 0, src);
+  for (auto& f : link.wire) rx.deliver(f);
+  EXPECT_EQ(rx.m.heldCount(), 1u);
+  std::vector<char> dst(src.size(), 0);
+  auto r = opRecv(2, 1, 0, dst);
+  rx.m.post(r);
+  EXPECT_TRUE(r->done);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(rx.m.heldCount(), 0u);
+}
+
+TEST(Matcher, AReceivePostedWhileItsMessageArrivesCompletesWithTheLastFrame) {
+  FakeLink link(1, 1024);
+  Receiver rx;
+  auto src = randomBytes(8 * 1024, 3);
+  sendOp(link, 2, 5, src);
+  for (size_t i = 0; i < 4; ++i) rx.deliver(link.wire[i]);
+  std::vector<char> dst(src.size(), 0);
+  auto r = opRecv(1, 2, 5, dst);
+  rx.m.post(r);
+  EXPECT_FALSE(r->done);
+  for (size_t i = 4; i < link.wire.size(); ++i) rx.deliver(link.wire[i]);
+  EXPECT_TRUE(r->done);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(rx.m.heldCount(), 0u);
+}
+
+TEST(Matcher, OpStepsMatchOnlyTheirPeerAndKey) {
+  FakeLink from1(1, 64), from2(2, 64);
+  Receiver rx;
+  auto a = randomBytes(100, 4), b = randomBytes(100, 5);
+  std::vector<char> d1(100), d2(100);
+  auto r1 = opRecv(1, 3, 0, d1), r2 = opRecv(2, 3, 0, d2);
+  rx.m.post(r1);
+  rx.m.post(r2);
+  sendOp(from2, 3, 0, b);
+  sendOp(from1, 3, 1, a);  // another step: held
+  for (auto& f : from2.wire) rx.deliver(f);
+  for (auto& f : from1.wire) rx.deliver(f);
+  EXPECT_TRUE(r2->done);
+  EXPECT_EQ(d2, b);
+  EXPECT_FALSE(r1->done);
+  EXPECT_EQ(rx.m.heldCount(), 1u);
+}
+
+TEST(Matcher, TaggedReceivesMatchInPostingOrderAndAnySourceTakesTheFirstArrival) {
+  FakeLink from1(1, 1 << 20), from2(2, 1 << 20);
+  Receiver rx;
+  auto a = randomBytes(32, 6), b = randomBytes(32, 7), c = randomBytes(32, 8);
+  std::vector<char> anyBuf(32), twoBuf(32), oneBuf(32);
+  auto any = tagRecv(-1, 5, anyBuf), two = tagRecv(2, 5, twoBuf);
+  rx.m.post(any);
+  rx.m.post(two);
+  sendTag(from2, 5, a);
+  rx.deliver(from2.wire.back());
+  EXPECT_TRUE(any->done);
+  EXPECT_EQ(any->source, 2);
+  EXPECT_EQ(anyBuf, a);
+  EXPECT_FALSE(two->done);
+  sendTag(from1, 5, b);  // rank 1's message: the open receive wants rank 2, so it is held
+  rx.deliver(from1.wire.back());
+  EXPECT_FALSE(two->done);
+  EXPECT_EQ(rx.m.heldCount(), 1u);
+  sendTag(from2, 5, c);
+  rx.deliver(from2.wire.back());
+  EXPECT_TRUE(two->done);
+  EXPECT_EQ(twoBuf, c);
+  auto one = tagRecv(1, 5, oneBuf);
+  rx.m.post(one);
+  EXPECT_TRUE(one->done);
+  EXPECT_EQ(one->source, 1);
+  EXPECT_EQ(oneBuf, b);
+}
+
+TEST(Matcher, TaggedMessagesInSeveralFramesKeepTheirOrder) {
+  FakeLink link(1, 100);
+  Receiver rx;
+  auto first = randomBytes(250, 9), second = randomBytes(250, 10);
+  sendTag(link, 9, first);
+  sendTag(link, 9, second);
+  std::vector<char> b1(250), b2(250);
+  auto r1 = tagRecv(1, 9, b1);
+  rx.m.post(r1);
+  for (auto& f : link.wire) rx.deliver(f);  // in order, as one channel carries them
+  auto r2 = tagRecv(1, 9, b2);
+  rx.m.post(r2);
+  EXPECT_TRUE(r1->done && r2->done);
+  EXPECT_EQ(b1, first);
+  EXPECT_EQ(b2, second);
+}
+
+TEST(Matcher, AContinuationFrameWithoutItsMessageIsAProtocolError) {
+  FakeLink link(1, 100);
+  Receiver rx;
+  sendTag(link, 1, randomBytes(300, 11));
+  EXPECT_THROW(rx.deliver(link.wire[1]), ProtocolError);
+}
+
+TEST(Matcher, AFrameThatContradictsItsMessageLengthIsAProtocolError) {
+  FakeLink link(1, 100);
+  Receiver rx;
+  sendOp(link, 1, 0, randomBytes(300, 12));
+  rx.deliver(link.wire[0]);
+  FakeLink::Frame bad = link.wire[1];
+  bad.h.total = 5000;
+  EXPECT_THROW(rx.deliver(bad), ProtocolError);
+}
+
+TEST(Matcher, ASizeMismatchFailsTheReceiveAndNothingIsWritten) {
+  for (bool postFirst : {true, false}) {
+    SCOPED_TRACE(postFirst ? "posted first" : "held first");
+    FakeLink link(1, 100);
+    Receiver rx;
+    std::vector<char> dst(100, 'x');
+    auto r = opRecv(1, 4, 2, dst);
+    if (postFirst) rx.m.post(r);
+    sendOp(link, 4, 2, randomBytes(300, 13));
+    for (auto& f : link.wire) rx.deliver(f);
+    if (!postFirst) rx.m.post(r);
+    EXPECT_TRUE(r->done);
+    EXPECT_EQ(r->failure, Failure::Mismatch);
+    EXPECT_NE(r->error.find("rank 1 sends 300 bytes for step 2"), std::string::npos) << r->error;
+    EXPECT_NE(r->error.find("this rank expects 100"), std::string::npos) << r->error;
+    EXPECT_EQ(dst, std::vector<char>(100, 'x'));
+  }
+}
+
+TEST(Matcher, AWithdrawnReceiveIsNeverWrittenAgainEvenInTheMiddleOfAFrame) {
+  FakeLink link(1, 1000);
+  Receiver rx;
+  std::vector<char> dst(3000, 'x');
+  auto r = opRecv(1, 6, 0, dst);
+  rx.m.post(r);
+  auto src = randomBytes(3000, 14);
+  sendOp(link, 6, 0, src);
+  rx.deliver(link.wire[0]);
+  rx.deliver(link.wire[1], 400, [&] {
+    r->fail(Failure::Remote, "the op failed");
+    rx.m.withdraw(r);
+  });
+  rx.deliver(link.wire[2]);
+  EXPECT_TRUE(std::equal(src.begin(), src.begin() + 1400, dst.begin()));
+  EXPECT_EQ(std::vector<char>(dst.begin() + 1400, dst.end()), std::vector<char>(1600, 'x'));
+  EXPECT_EQ(r->failure, Failure::Remote);
+}
+
+TEST(Matcher, ZeroLengthMessagesCompleteWithTheirHeader) {
+  FakeLink link(1, 100);
+  Receiver rx;
+  std::vector<char> none;
+  auto posted = opRecv(1, 1, 0, none);
+  rx.m.post(posted);
+  sendOp(link, 1, 0, none);
+  sendOp(link, 1, 1, none);
+  for (auto& f : link.wire) rx.deliver(f);
+  EXPECT_TRUE(posted->done);
+  auto late = opRecv(1, 1, 1, none);
+  rx.m.post(late);
+  EXPECT_TRUE(late->done);
+  EXPECT_EQ(late->failure, Failure::None);
+}
+
+TEST(Matcher, EndedOpsAreForgottenAndHeldOnesSweptByTheNextOp) {
+  FakeLink link(1, 100);
+  Receiver rx;
+  std::vector<char> dst(300);
+  auto r = opRecv(1, 1, 0, dst);
+  rx.m.post(r);
+  sendOp(link, 1, 0, randomBytes(300, 15));
+  sendOp(link, 2, 0, randomBytes(50, 16));
+  sendOp(link, 3, 0, randomBytes(50, 17));
+  rx.deliver(link.wire[0]);  // op 1 partly received
+  for (size_t i = 3; i < link.wire.size(); ++i) rx.deliver(link.wire[i]);
+  rx.m.forgetOpsUpTo(1);
+  EXPECT_EQ(rx.m.postedCount(), 0u);
+  std::vector<uint64_t> seen;
+  rx.m.sweepHeldOps([&](const Inbound& u) {
+    seen.push_back(u.key >> 32);
+    return (u.key >> 32) < 3;
+  });
+  EXPECT_EQ(seen, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(rx.m.heldCount(), 1u);
+  std::vector<char> three(50);
+  auto r3 = opRecv(1, 3, 0, three);
+  rx.m.post(r3);
+  EXPECT_TRUE(r3->done);
+}
