@@ -305,22 +305,20 @@ void AcclProcessGroup::logSetup() {
   ACCL_INFO("INIT", "algorithms: " << core::describeSelection(layout_, algo_));
 }
 
-Peers AcclProcessGroup::flat(uint32_t stepBase) {
+Peers AcclProcessGroup::flat() {
   Peers g;
   g.t = net_.get();
   g.ranks.resize(size());
   for (int r = 0; r < size(); ++r) g.ranks[r] = r;
   g.me = rank();
-  g.stepBase = stepBase;
   return g;
 }
 
-Peers AcclProcessGroup::members(const std::vector<int>& ranks, uint32_t stepBase) {
+Peers AcclProcessGroup::members(const std::vector<int>& ranks) {
   Peers g;
   g.t = net_.get();
   g.ranks = ranks;
   g.me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
-  g.stepBase = stepBase;
   return g;
 }
 
@@ -395,7 +393,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
       else if (in != out && bytes) std::memcpy(out, in, bytes);
       std::vector<int> rail;
       for (auto& h : hostRanks_) rail.push_back(h[localRank_]);
-      Peers g = members(rail, 0);
+      Peers g = members(rail);
       size_t sliceBytes = counts[localRank_] * es;
       if (core::chooseInterHost(Coll::Allreduce, sliceBytes, layout_.hosts, algo_) == Algo::Ring)
         algo::allreduceRing(g, slice, counts[localRank_], t, k);
@@ -410,7 +408,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
       if (localRank_ == 0) {
         std::vector<int> leaders;
         for (auto& h : hostRanks_) leaders.push_back(h[0]);
-        Peers g = members(leaders, 0);
+        Peers g = members(leaders);
         if (core::chooseInterHost(Coll::Allreduce, bytes, layout_.hosts, algo_) == Algo::Ring)
           algo::allreduceRing(g, out, count, t, k);
         else
@@ -451,7 +449,7 @@ std::shared_ptr<Work> AcclProcessGroup::doBroadcast(Buffer buf, const BroadcastO
                       reps.push_back(static_cast<int>(h) == rootHost ? root : hostRanks_[h][0]);
                     int myRep = reps[myHost_];
                     if (myRep == rank()) {
-                      Peers g = members(reps, 0);
+                      Peers g = members(reps);
                       if (core::chooseInterHost(Coll::Broadcast, bytes, layout_.hosts, algo_) == Algo::Ring)
                         algo::broadcastRing(g, buf.data, bytes, rootHost);
                       else
@@ -494,7 +492,7 @@ std::shared_ptr<Work> AcclProcessGroup::doReduce(Buffer in, Buffer out, const Re
                     if (shm_) shm_->reduce(in.data, acc, in.count, in.dtype, k, localRoot, d, dl);
                     else if (acc != in.data && bytes) std::memcpy(acc, in.data, bytes);
                     if (myRep == rank())
-                      algo::reduceTree(members(reps, 0), acc, acc, in.count, in.dtype, k, rootHost);
+                      algo::reduceTree(members(reps), acc, acc, in.count, in.dtype, k, rootHost);
                   } else {
                     algo::reduceTree(flat(), in.data, out.data, in.count, in.dtype, k, root);
                   }
@@ -627,7 +625,7 @@ std::shared_ptr<Work> AcclProcessGroup::doBarrier(const BarrierOptions& o) {
                     if (localRank_ == 0) {
                       std::vector<int> leaders;
                       for (auto& h : hostRanks_) leaders.push_back(h[0]);
-                      algo::barrierDissemination(members(leaders, 0));
+                      algo::barrierDissemination(members(leaders));
                     }
                     if (shm_) shm_->barrier(d, dl);
                   } else {

@@ -22,11 +22,6 @@ class AcclProcessGroup : public ProcessGroup {
   AcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& opts);
   ~AcclProcessGroup() override;
 
-  // Layout as discovered at creation (tests, logs).
-  const core::Layout& layout() const { return layout_; }
-  int hostIndex(int rank) const { return hostOf_[rank]; }
-  bool singleCopy() const { return shm_ && shm_->singleCopy(); }
-
  protected:
   std::shared_ptr<Work> doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) override;
   std::shared_ptr<Work> doBroadcast(Buffer buf, const BroadcastOptions& o) override;
@@ -57,8 +52,8 @@ class AcclProcessGroup : public ProcessGroup {
   template <typename Body>
   std::shared_ptr<Work> submit(OpType op, size_t count, DataType t, ReduceKind r, int root,
                                size_t bytes, std::chrono::milliseconds timeout, bool blocking, Body&& body);
-  core::Peers flat(uint32_t stepBase = 0);
-  core::Peers members(const std::vector<int>& ranks, uint32_t stepBase);
+  core::Peers flat();
+  core::Peers members(const std::vector<int>& ranks);
   void allreduceBody(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                      const core::OpDesc& d, core::Clock::time_point deadline);
   void logSetup();

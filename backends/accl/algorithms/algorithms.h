@@ -15,10 +15,6 @@ namespace accl {
 namespace core {
 namespace algo {
 
-// Number of steps an algorithm may use; callers composing phases space their
-// stepBase by at least this much.
-constexpr uint32_t kMaxSteps = 1u << 20;
-
 // Allreduce in place. Ring: reduce-scatter then allgather, 2(p-1) steps, each
 // moving 1/p of the data (bandwidth-optimal). Recursive doubling: log2(p)
 // steps of the whole vector, plus one step each way for the ranks beyond the

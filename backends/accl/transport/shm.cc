@@ -100,7 +100,7 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
   if (o_.localRank == 0) {
     shm_unlink(name.c_str());
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) throw SystemError(o_.where + ": cannot create shared memory " + name + ": " + std::strerror(errno));
+    if (fd < 0) throw SystemError(o_.where + ": " + errnoMessage("cannot create shared memory " + name, errno));
     // Reserve the pages now: a sparse segment on a full /dev/shm would kill
     // the process with SIGBUS at the first touch of a missing page.
     int e = ftruncate(fd, static_cast<off_t>(mapBytes_)) != 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(mapBytes_));
@@ -113,17 +113,18 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
         space = "; /dev/shm has " + std::to_string(static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize >> 10) +
                 " KiB free of " + std::to_string(static_cast<unsigned long long>(vfs.f_blocks) * vfs.f_frsize >> 10) + " KiB";
       throw SystemError(o_.where + ": cannot reserve " + std::to_string(mapBytes_ >> 10) + " KiB of shared memory for " +
-                        std::to_string(n) + " ranks on this host (" + name + "): " + std::strerror(e) + space +
+                        std::to_string(n) + " ranks on this host (" + name + "): " + errnoMessage("reserving the pages", e) + space +
                         ". Give the container more (docker run --shm-size=1g, or --ipc=host), or run without "
                         "shared memory: ACCL_TRANSPORTS=tcp");
     }
   }
   if (o_.localRank == 0) {
     base_ = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
     ::close(fd);
     if (base_ == MAP_FAILED) {
       shm_unlink(name.c_str());
-      throw SystemError(o_.where + ": cannot map shared memory: " + std::strerror(errno));
+      throw SystemError(o_.where + ": " + errnoMessage("cannot map shared memory", e));
     }
     auto* h = new (base_) Header();
     h->magic = kShmMagic;
@@ -133,10 +134,11 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
   } else {
     o_.store->wait({name + "/created"}, o_.timeout);
     fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) throw SystemError(o_.where + ": cannot open shared memory " + name + ": " + std::strerror(errno));
+    if (fd < 0) throw SystemError(o_.where + ": " + errnoMessage("cannot open shared memory " + name, errno));
     base_ = mmap(nullptr, mapBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
     ::close(fd);
-    if (base_ == MAP_FAILED) throw SystemError(o_.where + ": cannot map shared memory: " + std::strerror(errno));
+    if (base_ == MAP_FAILED) throw SystemError(o_.where + ": " + errnoMessage("cannot map shared memory", e));
     auto* h = static_cast<Header*>(base_);
     if (h->magic != kShmMagic || static_cast<int>(h->nlocal) != n)
       throw Internal(o_.where + ": shared memory " + name + " has an unexpected layout");
@@ -185,7 +187,7 @@ void ShmDomain::probeCma() {
       if (got != static_cast<ssize_t>(sizeof(v)) || v != (0x5ca1ab1e00000000ull | static_cast<uint64_t>(ctl(p).pid))) {
         ok = false;
         ACCL_INFO("INIT", o_.where << ": process_vm_readv from local rank " << p
-                                   << " failed (" << (got < 0 ? std::strerror(errno) : "wrong data")
+                                   << " failed (" << (got < 0 ? errnoMessage("process_vm_readv", errno) : std::string("wrong data"))
                                    << "); copying through the shared segment");
       }
     }
@@ -281,7 +283,7 @@ void ShmDomain::cmaFailed(int peer, const char* what, int e) {
     if (o_.checkFailure) o_.checkFailure();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   } while (Clock::now() < until);
-  throw SystemError(std::string(what) + " rank " + std::to_string(o_.ranks[peer]) + " failed: " + std::strerror(e));
+  throw SystemError(errnoMessage(std::string(what) + " rank " + std::to_string(o_.ranks[peer]) + " failed", e));
 }
 
 void ShmDomain::cmaRead(int peer, uint64_t remote, void* local, size_t len) {

@@ -80,7 +80,7 @@ ibv_context* openPort(const Settings& s, PortInfo* out) {
   ibv_device** list = a->getDeviceList(&n);
   if (!list) {
     int e = errno;
-    throw NotSupported(std::string("ibv_get_device_list failed: ") + std::strerror(e) +
+    throw NotSupported(errnoMessage("ibv_get_device_list failed", e) +
                        (e == ENOSYS ? " (this kernel has no RDMA support)" : ""));
   }
   std::vector<std::string> names;
@@ -105,7 +105,7 @@ ibv_context* openPort(const Settings& s, PortInfo* out) {
     }
     ibv_context* ctx = a->openDevice(list[i]);
     if (!ctx) {
-      note(name + ": ibv_open_device: " + std::strerror(errno) + " (permissions of /dev/infiniband?)");
+      note(name + ": " + errnoMessage("ibv_open_device", errno) + " (permissions of /dev/infiniband?)");
       continue;
     }
     ibv_device_attr da{};

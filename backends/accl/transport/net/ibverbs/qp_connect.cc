@@ -30,7 +30,7 @@ ibv_mtu mtuEnum(int bytes) {
 }
 
 std::string regError(size_t bytes, int err) {
-  return "ibv_reg_mr of " + std::to_string(bytes) + " bytes failed: " + std::strerror(err) +
+  return errnoMessage("ibv_reg_mr of " + std::to_string(bytes) + " bytes", err) +
          "; this process may lock " + memlockText() +
          " (RLIMIT_MEMLOCK); raise it: `ulimit -l unlimited`, `docker run --ulimit memlock=-1`, "
          "or LimitMEMLOCK=infinity for a systemd service";
@@ -118,7 +118,7 @@ void QpMesh::createResources(const Options& o) {
   int npeers = 0;
   for (int p = 0; p < o.size; ++p) npeers += o.peers[p] && p != o.rank;
   pd_ = ap->allocPd(ctx_);
-  if (!pd_) throw SystemError("ibv_alloc_pd failed: " + std::string(std::strerror(errno)));
+  if (!pd_) throw SystemError(errnoMessage("ibv_alloc_pd", errno));
   zcopyBytes_ = o.settings.zcopyBytes;
   if (zcopyBytes_ == 0) {
     noZcopyWhy_ = "ACCL_IB_ZCOPY_BYTES=0";
@@ -139,13 +139,13 @@ void QpMesh::createResources(const Options& o) {
     cache_ = RegCache::create(reg, dereg, o.settings.regCacheBytes, &noZcopyWhy_);
   }
   channel_ = ap->createCompChannel(ctx_);
-  if (!channel_) throw SystemError("ibv_create_comp_channel failed: " + std::string(std::strerror(errno)));
+  if (!channel_) throw SystemError(errnoMessage("ibv_create_comp_channel", errno));
   int fl = fcntl(channel_->fd, F_GETFL);
   if (fl < 0 || fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK) != 0)
     throw SystemError(errnoMessage("fcntl(O_NONBLOCK) on the completion channel", errno));
   int perQp = 2 * (static_cast<int>(slots_) + kExtraWr);
   cq_ = ap->createCq(ctx_, std::max(16, perQp * nqp_ * std::max(1, npeers)), nullptr, channel_, 0);
-  if (!cq_) throw SystemError("ibv_create_cq failed: " + std::string(std::strerror(errno)));
+  if (!cq_) throw SystemError(errnoMessage("ibv_create_cq", errno));
   qps_.resize(static_cast<size_t>(o.size) * nqp_);
   std::mt19937 rng(std::random_device{}());
   for (int p = 0; p < o.size; ++p) {
@@ -191,7 +191,7 @@ void QpMesh::createQp(int peer, int k, uint32_t psn) {
     ia.cap.max_inline_data = 0;
     q->qp = ap->createQp(pd_, &ia);
   }
-  if (!q->qp) fail(std::string("ibv_create_qp failed: ") + std::strerror(errno));
+  if (!q->qp) fail(errnoMessage("ibv_create_qp", errno));
   maxInline_ = ia.cap.max_inline_data;
   ibv_qp_attr at{};
   at.qp_state = IBV_QPS_INIT;
@@ -199,7 +199,7 @@ void QpMesh::createQp(int peer, int k, uint32_t psn) {
   at.pkey_index = 0;
   at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   if (int rc = ap->modifyQp(q->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    fail(std::string("ibv_modify_qp(INIT) failed: ") + std::strerror(rc));
+    fail(errnoMessage("ibv_modify_qp(INIT)", rc));
   q->psn = psn;
   size_t i = q->index;
   qps_[i] = std::move(q);
@@ -298,7 +298,7 @@ void QpMesh::connectQp(Qp& q, const Remote& r) {
   }
   if (rc != 0)
     throw SystemError(o_.where + ": connecting the queue pair to rank " + std::to_string(q.peer) +
-                      " failed: ibv_modify_qp: " + std::strerror(rc) +
+                      " failed: " + errnoMessage("ibv_modify_qp", rc) +
                       " (a wrong ACCL_IB_GID_INDEX, or the peer unreachable from " + port_.describe() + ")");
 }
 

@@ -34,7 +34,7 @@ void QpMesh::postRecv(Qp& q, int n) {
     wr.sg_list = nullptr;
     wr.num_sge = 0;
     if (int rc = ibv_post_recv(q.qp, &wr, &bad)) {
-      failQp(q, std::string("ibv_post_recv failed: ") + std::strerror(rc));
+      failQp(q, errnoMessage("ibv_post_recv", rc));
       return;
     }
   }
@@ -120,7 +120,7 @@ void QpMesh::trySend(Qp& q) {
     }
     if (int rc = ibv_post_send(q.qp, &wr, &bad)) {
       if (reg) cache_->release(reg);
-      failQp(q, std::string("ibv_post_send failed: ") + std::strerror(rc));
+      failQp(q, errnoMessage("ibv_post_send", rc));
       return;
     }
     ++stats_.writes;
@@ -146,7 +146,7 @@ void QpMesh::maybeReturnCredits(Qp& q) {
   wr.wr.rdma.rkey = q.rkey;
   wr.num_sge = 0;
   if (int rc = ibv_post_send(q.qp, &wr, &bad)) {
-    failQp(q, std::string("ibv_post_send (credits) failed: ") + std::strerror(rc));
+    failQp(q, errnoMessage("ibv_post_send (credits)", rc));
     return;
   }
   ++stats_.creditWrites;
