@@ -42,8 +42,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto rv = accl::rendezvousFromEnv();
-  auto pg = accl::createProcessGroup(backend, rv.store, rank, size);
+  std::shared_ptr<accl::ProcessGroup> pg;
+  try {
+    auto rv = accl::rendezvousFromEnv();
+    pg = accl::createProcessGroup(backend, rv.store, rank, size);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accl-vs-mpi: %s\n(run it under mpirun: mpirun -n 2 accl-vs-mpi ...)\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   size_t n = maxb / 4;
   std::vector<float> in(n), outM(n), outA(n);
   for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>((i * 7 + rank * 13) % 64) * 0.25f;
