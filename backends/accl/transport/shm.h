@@ -43,7 +43,6 @@ class ShmDomain {
   int rank() const { return o_.localRank; }
   int size() const { return o_.localSize; }
   bool singleCopy() const { return cma_; }
-  size_t slotBytes() const { return slot_; }
 
   // Every op is called by all local ranks with the same descriptor `d` (the
   // enclosing op's) and bounded by `deadline`. Reductions take elementwise

@@ -6,7 +6,6 @@
 
 #include "accl/errors.h"
 #include "accl/logging.h"
-#include "transport/net/socket/socket_link.h"
 #ifdef ACCL_HAVE_IBVERBS
 #include "transport/net/ibverbs/verbs_link.h"
 #endif
@@ -31,15 +30,8 @@ class VerbsLink : public FrameLink {};
 NetTransport::NetTransport(Options o)
     : o_(std::move(o)), session_(o_.size), arrivals_(o_.size), peerFailed_(o_.size) {
   auto deadline = Clock::now() + o_.timeout;
-  SocketLink::Options so;
-  so.rank = o_.rank;
-  so.size = o_.size;
-  so.nstreams = o_.nstreams;
-  so.token = o_.token;
-  so.ifSpec = o_.ifSpec;
-  so.store = o_.store;
-  so.where = o_.where;
-  sockets_ = std::make_unique<SocketLink>(so, static_cast<FrameSink*>(this), deadline);
+  sockets_ = std::make_unique<SocketLink>(static_cast<const SocketLink::Options&>(o_), static_cast<FrameSink*>(this),
+                                          deadline);
   if (o_.ibWanted) setupIb(deadline);
   loop_ = std::make_unique<EventLoop>(o_.where);
   sockets_->attach(loop_.get());

@@ -30,26 +30,21 @@
 #include "transport/net/ibverbs/port.h"
 #include "transport/net/matcher.h"
 #include "transport/net/op_session.h"
+#include "transport/net/socket/socket_link.h"
 #include "transport/transport.h"
 
 namespace accl {
 namespace core {
 namespace net {
 
-class SocketLink;
 class VerbsLink;
 
 class NetTransport : public Transport, private FrameSink {
  public:
-  struct Options {
-    int rank = 0;
-    int size = 1;
-    std::vector<int> nstreams;  // connections to each peer (entry for self ignored)
-    uint64_t token = 0;         // job token; connections that do not present it are dropped
-    std::string ifSpec;         // ACCL_SOCKET_IFNAME syntax
-    std::chrono::milliseconds timeout{30000};
-    std::shared_ptr<Store> store;  // already prefixed for this communicator
-    std::string where;             // "accl rank R/N accl" for messages
+  // The socket link's (rank, size, streams, token, interface, store, where)
+  // and what the rest needs.
+  struct Options : SocketLink::Options {
+    std::chrono::milliseconds timeout{30000};  // of set-up
     // verbs: peers on other hosts (remote[p]) use it when both ends can;
     // required = no fallback to TCP (ACCL_TRANSPORTS without tcp).
     bool ibWanted = false;

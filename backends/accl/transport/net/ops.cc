@@ -6,7 +6,6 @@
 #include "accl/logging.h"
 #include "accl/process_group.h"
 #include "transport/net/net_transport.h"
-#include "transport/net/socket/socket_link.h"
 
 namespace accl {
 namespace core {
