@@ -101,6 +101,9 @@ class FrameLink {
   // Progress that no file descriptor signals (verbs completions); true if
   // anything happened. The event loop spins on it while it returns true.
   virtual bool poll() { return false; }
+  // Before the event loop blocks: asks for a wake-up on the link's
+  // descriptor; true if progress arrived meanwhile (poll again instead).
+  virtual bool arm() { return false; }
 };
 
 }  // namespace net

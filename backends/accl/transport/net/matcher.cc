@@ -92,8 +92,7 @@ void Matcher::takeHeld(const RequestPtr& r, const InboundPtr& u) {
     r->done = true;
     return;
   }
-  u->waiter = r;
-  held_.push_back(u);  // still arriving: kept until its last frame
+  u->waiter = r;  // still arriving: it stays held until its last frame
 }
 
 void Matcher::post(const RequestPtr& r) {
@@ -105,7 +104,7 @@ void Matcher::post(const RequestPtr& r) {
     return;
   }
   InboundPtr u = *it;
-  held_.erase(it);
+  if (u->got == u->total || u->total != r->len) held_.erase(it);
   takeHeld(r, u);
 }
 

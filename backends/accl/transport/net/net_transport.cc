@@ -130,13 +130,8 @@ void NetTransport::progressLoop() {
     waitMs = 50;
     if (verbs_) {
       if (verbs_->poll()) lastIb = now;
-      if (now - lastIb < kSpin) {
-        waitMs = 0;
-      } else {
-#ifdef ACCL_HAVE_IBVERBS
-        if (verbs_->arm()) lastIb = now, waitMs = 0;
-#endif
-      }
+      if (now - lastIb < kSpin) waitMs = 0;
+      else if (verbs_->arm()) lastIb = now, waitMs = 0;
     }
     if (!tagged_.empty()) completions = reapTagged();
     cv_.notify_all();

@@ -29,8 +29,6 @@ class VerbsLink : public FrameLink, public EventHandler {
 
   const ib::QpMesh& mesh() const { return *mesh_; }
   int eventFd() const { return mesh_->eventFd(); }
-  // Before the loop blocks: true if completions arrived meanwhile.
-  bool arm() { return mesh_->arm(); }
 
   const char* name() const override { return "ib"; }
   bool serves(int peer) const override { return usable_[peer]; }
@@ -39,6 +37,7 @@ class VerbsLink : public FrameLink, public EventHandler {
   bool withdraw(const OutPtr& m) override { return mesh_->withdraw(m); }
   void dropPeer(int peer) override;
   bool poll() override { return mesh_->progress(); }
+  bool arm() override { return mesh_->arm(); }
   void onEvents(uint32_t) override { mesh_->onEvent(); }
 
  private:

@@ -39,21 +39,24 @@ void SocketLink::closeConn(Conn& c, const std::string& why) {
 
 // ---------------------------------------------------------------- receive
 
+// One non-blocking read of up to `len` bytes into `dst`: the bytes read, or
+// 0 when there is nothing to do now (no data yet, or the connection closed:
+// `atEof` names how).
+size_t SocketLink::readSome(Conn& c, char* dst, size_t len, const char* atEof) {
+  ssize_t n = ::recv(c.fd, dst, len, MSG_DONTWAIT);
+  if (n > 0) return static_cast<size_t>(n);
+  if (n == 0) closeConn(c, atEof);
+  else if (errno != EAGAIN && errno != EINTR) closeConn(c, errnoMessage("connection failed", errno));
+  return 0;
+}
+
 void SocketLink::readConn(Conn& c) {
   static thread_local std::vector<char> discard(1 << 16);
   for (int iter = 0; iter < 64 && !c.closed; ++iter) {
     if (c.hdrGot < sizeof(FrameHeader)) {
-      ssize_t n = ::recv(c.fd, reinterpret_cast<char*>(&c.hdr) + c.hdrGot, sizeof(FrameHeader) - c.hdrGot,
-                         MSG_DONTWAIT);
-      if (n == 0) {
-        closeConn(c, "connection closed by the peer (process exited or was killed?)");
-        return;
-      }
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR) return;
-        closeConn(c, errnoMessage("connection failed", errno));
-        return;
-      }
+      size_t n = readSome(c, reinterpret_cast<char*>(&c.hdr) + c.hdrGot, sizeof(FrameHeader) - c.hdrGot,
+                          "connection closed by the peer (process exited or was killed?)");
+      if (n == 0) return;
       c.hdrGot += n;
       if (c.hdrGot < sizeof(FrameHeader)) return;
       if (!headerArrived(c)) return;
@@ -67,17 +70,9 @@ void SocketLink::readConn(Conn& c) {
     size_t left = c.hdr.len - c.pos;
     bool keep = c.land && c.land->base;
     char* dst = keep ? c.land->base + c.hdr.offset + c.pos : discard.data();
-    size_t want = keep ? left : std::min(left, discard.size());
-    ssize_t n = ::recv(c.fd, dst, want, MSG_DONTWAIT);
-    if (n == 0) {
-      closeConn(c, "connection closed by the peer in the middle of a message");
-      return;
-    }
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) return;
-      closeConn(c, errnoMessage("connection failed", errno));
-      return;
-    }
+    size_t n = readSome(c, dst, keep ? left : std::min(left, discard.size()),
+                        "connection closed by the peer in the middle of a message");
+    if (n == 0) return;
     c.pos += n;
     if (c.pos == c.hdr.len) frameArrived(c);
   }

@@ -101,6 +101,7 @@ class SocketLink : public FrameLink {
   void refuseLate(int fd);
   // data (socket_link.cc)
   void readConn(Conn& c);
+  size_t readSome(Conn& c, char* dst, size_t len, const char* atEof);
   bool headerArrived(Conn& c);
   void frameArrived(Conn& c);
   void writeConn(Conn& c);
