@@ -10,6 +10,7 @@ PACKAGES=(
   libgloo-dev                       # gloo backend
   libopenmpi-dev openmpi-bin        # mpi backend and mpirun
   libhwloc-dev libpugixml-dev       # topology probe, hwloc XML and NCCL topology files
+  nlohmann-json3-dev libcli11-dev   # JSON output and command lines of the tools (headers only)
   iproute2 procps                   # multi-host tests (network namespaces), process tools
   libibverbs-dev ibverbs-providers  # verbs transport (headers at build time; libibverbs1 loaded at run time)
   libucx-dev                        # UCX's memory hooks (libucm): invalidate verbs registrations of freed buffers

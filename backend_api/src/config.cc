@@ -2,41 +2,386 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 
 #include <unistd.h>
 
 #include "accl/errors.h"
+#include "accl/internal/config_var.h"
+#include "accl/internal/name_spec.h"
+#include "accl/internal/strings.h"
+#include "accl/registry.h"
 
 namespace accl {
+namespace config {
 
-namespace {
-
-const char* const kSubsystems = "INIT, COLL, P2P, STORE, NET, ALL";
+std::string upper(std::string s);
+std::string lower(std::string s);
+struct Rows {
+  std::mutex mu;
+  std::vector<Row> rows;
+};
+Rows& rows();
 
 std::string upper(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
 }
 
-std::vector<std::string> splitList(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(sep, start);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(start, end - start);
-    if (!item.empty()) out.push_back(item);
-    start = end + 1;
-  }
-  return out;
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
-[[noreturn]] void invalid(const std::string& var, const std::string& value,
-                          const std::string& accepted) {
-  throw InvalidArgument("accl: invalid value '" + value + "' for " + var + "; accepted: " +
-                        accepted);
+namespace {
+
+// "1800000" ms as "30m": the largest unit that divides it.
+std::string printDuration(std::chrono::milliseconds d) {
+  long long ms = d.count();
+  if (ms % 3600000 == 0) return std::to_string(ms / 3600000) + "h";
+  if (ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+}  // namespace
+
+Rows& rows() {
+  static Rows* r = new Rows;  // never destroyed: modules register from static init
+  return *r;
+}
+
+void invalid(const std::string& name, const std::string& value, const std::string& accepted) {
+  throw InvalidArgument("accl: invalid value '" + value + "' for " + name + "; accepted: " + accepted);
+}
+
+Kind<int> intRange(long lo, long hi, const std::string& note) {
+  Kind<int> k;
+  k.type = "int";
+  k.accepted = std::to_string(lo) + ".." + std::to_string(hi) + (note.empty() ? "" : " (" + note + ")");
+  k.parse = [lo, hi](const std::string& v, int* out) {
+    char* end = nullptr;
+    errno = 0;
+    long x = std::strtol(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || errno || x < lo || x > hi) return false;
+    *out = static_cast<int>(x);
+    return true;
+  };
+  k.print = [](const int& v) { return std::to_string(v); };
+  return k;
+}
+
+Kind<std::chrono::milliseconds> duration() {
+  Kind<std::chrono::milliseconds> k;
+  k.type = "duration";
+  k.accepted = "a positive number with an optional unit: ms, s (default), m, h";
+  k.parse = [](const std::string& text, std::chrono::milliseconds* out) {
+    size_t pos = 0;
+    double v;
+    try {
+      v = std::stod(text, &pos);
+    } catch (const std::exception&) {
+      return false;
+    }
+    std::string unit = text.substr(pos);
+    double ms;
+    if (unit.empty() || unit == "s") ms = v * 1000;
+    else if (unit == "ms") ms = v;
+    else if (unit == "m") ms = v * 60000;
+    else if (unit == "h") ms = v * 3600000;
+    else return false;
+    if (!(ms >= 1) || ms > 1e12) return false;
+    *out = std::chrono::milliseconds(static_cast<int64_t>(ms));
+    return true;
+  };
+  k.print = printDuration;
+  return k;
+}
+
+Kind<std::string> text(const std::string& accepted, const std::string& type) {
+  Kind<std::string> k;
+  k.type = type;
+  k.accepted = accepted;
+  k.parse = [](const std::string& v, std::string* out) {
+    *out = v;
+    return !v.empty();
+  };
+  k.print = [](const std::string& v) { return v.empty() ? std::string("(unset)") : v; };
+  return k;
+}
+
+Kind<std::string> oneOf(const std::vector<std::string>& values) {
+  Kind<std::string> k;
+  k.type = "enum";
+  k.accepted = internal::join(values, ", ");
+  k.parse = [values](const std::string& v, std::string* out) {
+    for (const auto& x : values)
+      if (lower(x) == lower(v)) return *out = x, true;
+    return false;
+  };
+  k.print = [](const std::string& v) { return v; };
+  return k;
+}
+
+Kind<std::vector<std::string>> subsetOf(const std::vector<std::string>& values,
+                                        const std::vector<std::pair<std::string, std::string>>& aliases) {
+  Kind<std::vector<std::string>> k;
+  k.type = "list";
+  k.accepted = "a comma-separated subset of " + internal::join(values, ", ");
+  k.parse = [values, aliases](const std::string& v, std::vector<std::string>* out) {
+    out->clear();
+    for (const auto& piece : internal::split(v, ',', /*skipEmpty=*/true)) {
+      std::string item = lower(internal::trim(piece));
+      for (const auto& [alias, value] : aliases)
+        if (lower(alias) == item) item = lower(value);
+      auto it = std::find_if(values.begin(), values.end(), [&](const std::string& x) { return lower(x) == item; });
+      if (it == values.end()) return false;
+      if (std::find(out->begin(), out->end(), *it) == out->end()) out->push_back(*it);
+    }
+    return !out->empty();
+  };
+  k.print = [](const std::vector<std::string>& v) { return internal::join(v, ","); };
+  return k;
+}
+
+void registerRow(Row row) {
+  Rows& r = rows();
+  std::lock_guard<std::mutex> lk(r.mu);
+  for (const auto& x : r.rows)
+    if (x.entry.name == row.entry.name) return;
+  r.rows.push_back(std::move(row));
+}
+
+const char* processEnv(const char* name) { return std::getenv(name); }
+
+}  // namespace config
+
+namespace {
+
+using config::Getenv;
+using config::Kind;
+
+// A row of the core: the documented entry, how it sets its field of Config
+// from an environment (the default when unset), and how it prints it.
+struct CoreRow {
+  ConfigEntry entry;
+  std::function<void(Config&, const Getenv&)> apply;
+  std::function<std::string(const Config&)> print;
+};
+
+// The row of field `m`: unset (and none of `follows`, variables of other
+// libraries, set either) it takes `def`.
+template <typename T>
+CoreRow field(const char* name, Kind<T> kind, T def, const char* defaultDoc, const char* meaning, T Config::*m,
+              std::vector<const char*> follows = {}) {
+  CoreRow r;
+  r.entry = {name, kind.type, defaultDoc ? defaultDoc : kind.print(def), kind.accepted, meaning, "core"};
+  r.apply = [=](Config& c, const Getenv& env) {
+    std::string from = name;
+    const char* v = env(name);
+    for (size_t i = 0; (!v || !*v) && i < follows.size(); ++i) {
+      v = env(follows[i]);
+      if (v && *v) {
+        from = follows[i];
+        c.notes.push_back(std::string(name) + " is unset: following " + from + "=" + v);
+      }
+    }
+    if (!v || !*v) {
+      c.*m = def;
+      return;
+    }
+    T out;
+    if (!kind.parse(v, &out)) config::invalid(from, v, kind.accepted);
+    c.*m = out;
+  };
+  r.print = [=](const Config& c) { return kind.print(c.*m); };
+  return r;
+}
+
+template <typename T>
+Kind<T> printedAs(Kind<T> k, std::function<std::string(const T&)> print) {
+  k.print = std::move(print);
+  return k;
+}
+
+// NCCL's name-list syntax (accl/internal/name_spec.h): at least one name.
+Kind<std::string> nameList(const std::string& accepted, bool withPorts) {
+  Kind<std::string> k = config::text(accepted);
+  k.parse = [withPorts](const std::string& v, std::string* out) {
+    *out = v;
+    return !internal::NameSpec::parse(v, withPorts).items.empty();
+  };
+  k.print = [](const std::string& v) { return v.empty() ? std::string("(auto)") : v; };
+  return k;
+}
+
+Kind<LogLevel> logLevel(bool alias) {
+  Kind<LogLevel> k;
+  k.type = "enum";
+  k.accepted = alias ? "NONE, OFF, ERROR, WARN, WARNING, INFO, DEBUG, TRACE (an alias of ACCL_DEBUG)"
+                     : "NONE, WARN, INFO, TRACE (any case)";
+  k.parse = [alias](const std::string& v, LogLevel* out) {
+    std::string u = config::upper(v);
+    if (u == "NONE" || (alias && u == "OFF")) *out = LogLevel::None;
+    else if (u == "WARN" || (alias && (u == "WARNING" || u == "ERROR"))) *out = LogLevel::Warn;
+    else if (u == "INFO" || (alias && u == "DEBUG")) *out = LogLevel::Info;
+    else if (u == "TRACE") *out = LogLevel::Trace;
+    else return false;
+    return true;
+  };
+  k.print = [](const LogLevel& l) {
+    static const char* names[] = {"NONE", "WARN", "INFO", "TRACE"};
+    return std::string(names[static_cast<int>(l)]);
+  };
+  return k;
+}
+
+const std::vector<CoreRow>& coreRows() {
+  static const std::vector<CoreRow> rows = [] {
+    std::vector<CoreRow> v;
+    // ACCL_DEBUG, with ACCL_LOG_LEVEL (what container launch scripts set) as
+    // its alias: ACCL_DEBUG wins.
+    CoreRow debug = field("ACCL_DEBUG", logLevel(false), LogLevel::Warn, nullptr,
+                          "How much ACCL logs to stderr. INFO prints, once per communicator, what was chosen "
+                          "(backend, transport, interface); TRACE adds every operation.",
+                          &Config::debug);
+    auto applyDebug = debug.apply;
+    debug.apply = [applyDebug](Config& c, const Getenv& env) {
+      const char* d = env("ACCL_DEBUG");
+      const char* l = env("ACCL_LOG_LEVEL");
+      bool hasD = d && *d, hasL = l && *l;
+      if (hasD || !hasL) {
+        applyDebug(c, env);
+        if (hasD && hasL && config::upper(l) != config::upper(d))
+          c.notes.push_back(std::string("ACCL_LOG_LEVEL=") + l + " ignored: ACCL_DEBUG=" + d + " is set");
+        return;
+      }
+      if (!logLevel(true).parse(l, &c.debug)) config::invalid("ACCL_LOG_LEVEL", l, logLevel(true).accepted);
+    };
+    v.push_back(debug);
+    CoreRow alias;
+    alias.entry = {"ACCL_LOG_LEVEL", "enum", "(unset)", logLevel(true).accepted,
+                   "Alias of ACCL_DEBUG (container launch scripts set it); ACCL_DEBUG wins when both are set.",
+                   "core"};
+    alias.apply = [](Config&, const Getenv&) {};  // ACCL_DEBUG's row reads it
+    alias.print = [](const Config&) { return std::string("(alias of ACCL_DEBUG)"); };
+    v.push_back(alias);
+    Kind<std::vector<std::string>> subsys = config::subsetOf({"INIT", "COLL", "P2P", "STORE", "NET", "ALL"});
+    auto parseSubsys = subsys.parse;
+    subsys.parse = [parseSubsys](const std::string& text, std::vector<std::string>* out) {
+      if (!parseSubsys(text, out)) return false;
+      out->erase(std::remove(out->begin(), out->end(), "ALL"), out->end());  // ALL: no restriction
+      return true;
+    };
+    subsys.print = [](const std::vector<std::string>& s) { return s.empty() ? std::string("ALL") : internal::join(s, ","); };
+    v.push_back(field("ACCL_DEBUG_SUBSYS", subsys, std::vector<std::string>{}, nullptr,
+                      "Restricts INFO/TRACE messages to these subsystems (warnings always print).",
+                      &Config::debugSubsys));
+    v.push_back(field("ACCL_DEBUG_FILE", config::text("a file path; %h is replaced by the host name, %p by the pid", "path"),
+                      std::string(), "(stderr)", "Writes log lines to this file instead of stderr.", &Config::debugFile));
+    v.push_back(field("ACCL_TIMEOUT", config::duration(), std::chrono::milliseconds(std::chrono::minutes(30)), nullptr,
+                      "Default deadline of every operation and of rendezvous; a timed-out operation fails "
+                      "with accl::Timeout instead of hanging.",
+                      &Config::timeout));
+    v.push_back(field(
+        "ACCL_SOCKET_IFNAME",
+        nameList("interface name prefixes separated by commas; ^ excludes, = matches names exactly "
+                 "(e.g. eth0  ^lo,docker  =eth1)",
+                 false),
+        std::string(), "(auto: accl per rank from the topology, gloo the first up non-loopback interface)",
+        "Network interface used for TCP traffic between ranks (accl and gloo backends). Unset, "
+        "NCCL_SOCKET_IFNAME or else GLOO_SOCKET_IFNAME is followed when set (logged at INFO); with neither, "
+        "the accl backend uses the netdev of the NIC the topology assigns to each local rank "
+        "(nearest to its GPU, or to its NUMA node on hosts without GPUs), else the first up interface.",
+        &Config::socketIfname, {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}));
+    v.push_back(field(
+        "ACCL_IB_HCA",
+        nameList("RDMA device name prefixes with an optional :port, separated by commas; ^ excludes, = matches "
+                 "names exactly (e.g. mlx5_0:1,mlx5_1  ^mlx5_2  =mlx5_0)",
+                 true),
+        std::string(), "(auto: the NICs the topology assigns to each local rank)",
+        "Restricts the NICs the accl backend assigns to its ranks to these RDMA devices (and the "
+        "port, when named; unset, NCCL_IB_HCA is followed when set, logged at INFO) for verbs; the TCP transport "
+        "then runs over the chosen device's netdev. An ACCL_IB_HCA that matches no RDMA device of the topology is "
+        "an error.",
+        &Config::ibHca, {"NCCL_IB_HCA"}));
+    v.push_back(field("ACCL_TORCH_BACKEND", config::oneOf({"accl", "gloo", "mpi", "nccl"}), std::string("accl"), nullptr,
+                      "Which ACCL backend runs the ops of torch's backend=\"accl\" (torch_accl). Other values "
+                      "route the same adapter through ACCL's gloo, mpi or nccl backend for comparisons.",
+                      &Config::torchBackend));
+    v.push_back(field("ACCL_TORCH_CUDA", config::oneOf({"auto", "nccl", "stage"}), std::string("auto"), nullptr,
+                      "Where torch_accl sends CUDA tensors when the backend in ACCL_TORCH_BACKEND addresses host "
+                      "memory only: nccl = ACCL's nccl backend (like cpu:gloo,cuda:nccl), stage = copied to the "
+                      "host, run there and copied back (slow; logged once at WARN), auto = nccl where that backend "
+                      "is usable, else stage.",
+                      &Config::torchCuda));
+    v.push_back(field("ACCL_PLUGIN_PATH", config::text("colon-separated directories", "list"), std::string(),
+                      "(directory of libaccl)",
+                      "Where backend modules libaccl-backend-<name>.so are searched after libaccl's own directory.",
+                      &Config::pluginPath));
+    v.push_back(field("ACCL_STORE_PORT",
+                      printedAs<int>(config::intRange(1, 65535),
+                                     [](const int& p) { return p ? std::to_string(p) : std::string("(derived)"); }),
+                      0, "(MASTER_PORT; MASTER_PORT+1 under torchrun's agent store)",
+                      "Port of the TCP store that rendezvousFromEnv() hosts on rank 0 at MASTER_ADDR.",
+                      &Config::storePort));
+    v.push_back(field("ACCL_STORE_FILE", config::text("a path on a file system all ranks share", "path"), std::string(),
+                      "(unset: TCP store)",
+                      "Makes rendezvousFromEnv() use a FileStore at this path instead of a TCP store.",
+                      &Config::storeFile));
+    v.push_back(field(
+        "ACCL_STORE_SECRET",
+        printedAs<std::string>(config::text("any non-empty string, the same on every rank"),
+                               [](const std::string& s) { return s.empty() ? "(unset)" : "(set, not shown)"; }),
+        std::string(), "(unset: no authentication)",
+        "Shared secret that every client of ACCL's TCP store must prove before its first request "
+        "(HMAC-SHA256 challenge-response over fresh nonces of both sides; the secret never crosses the "
+        "network, and the server proves it too). A client without it, or with another, is refused and "
+        "the server logs why. Needs OpenSSL's libcrypto.so.3 at run time. Prefer ACCL_STORE_SECRET_FILE: "
+        "a process's environment can be read by other processes of the same user.",
+        &Config::storeSecret));
+    v.push_back(field("ACCL_STORE_SECRET_FILE", config::text("a file whose first line is the secret (mode 0600)", "path"),
+                      std::string(), nullptr,
+                      "The same as ACCL_STORE_SECRET, read from a file; ACCL_STORE_SECRET wins when both are set.",
+                      &Config::storeSecretFile));
+    v.push_back(field("ACCL_STORE_BIND", config::text("auto, any, or an IP address of this host"), std::string("auto"),
+                      nullptr,
+                      "Where rank 0's TCP store listens. auto: the address MASTER_ADDR names when it is one of this "
+                      "host's (a name that resolves to a loopback address other than localhost, as Debian's "
+                      "/etc/hosts does for the host's own name, counts as not: other hosts could not connect), else "
+                      "every interface (logged at INFO); any: every interface.",
+                      &Config::storeBind));
+    v.push_back(field("ACCL_TOPO_FILE",
+                      config::text("an NCCL topology XML file (what NCCL_TOPO_FILE takes) or an hwloc XML export", "path"),
+                      std::string(), "(unset: probe this host)",
+                      "Topology to use instead of probing the host, e.g. the file a cloud vendor ships for its VMs. "
+                      "Unset, NCCL_TOPO_FILE is followed when set (logged at INFO).",
+                      &Config::topoFile, {"NCCL_TOPO_FILE"}));
+    v.push_back(field("ACCL_TOPO_DUMP_FILE",
+                      config::text("a file path; .json writes JSON, anything else NCCL topology XML", "path"),
+                      std::string(), nullptr, "Writes the topology in use (probed or loaded) to this file.",
+                      &Config::topoDumpFile));
+    return v;
+  }();
+  return rows;
+}
+
+const CoreRow* findCore(const std::string& name) {
+  for (const auto& r : coreRows())
+    if (r.entry.name == name) return &r;
+  return nullptr;
+}
+
+// The registered (non-core) row of `name`, copied out of the table.
+bool findRegistered(const std::string& name, config::Row* out) {
+  config::Rows& r = config::rows();
+  std::lock_guard<std::mutex> lk(r.mu);
+  for (const auto& x : r.rows)
+    if (x.entry.name == name) return *out = x, true;
+  return false;
 }
 
 // ACCL_* variables of the project's build, test and install scripts, which
@@ -54,254 +399,60 @@ bool isScriptVariable(const std::string& n) {
   return false;
 }
 
-const ConfigEntry* findEntry(const std::string& name) {
-  for (const auto& e : configTable())
-    if (name == e.name) return &e;
-  return nullptr;
+bool isKnown(const std::string& name) {
+  config::Row row;
+  return findCore(name) || findRegistered(name, &row);
 }
 
 }  // namespace
 
-const std::vector<ConfigEntry>& configTable() {
-  static const std::vector<ConfigEntry> table = {
-      {"ACCL_DEBUG", "enum", "WARN", "NONE, WARN, INFO, TRACE (any case)",
-       "How much ACCL logs to stderr. INFO prints, once per communicator, what was chosen "
-       "(backend, transport, interface); TRACE adds every operation."},
-      {"ACCL_LOG_LEVEL", "enum", "(unset)", "as ACCL_DEBUG, plus DEBUG (= INFO) and ERROR/WARNING (= WARN)",
-       "Alias of ACCL_DEBUG (container launch scripts set it); ACCL_DEBUG wins when both are set."},
-      {"ACCL_DEBUG_SUBSYS", "list", "ALL", "comma-separated subset of INIT, COLL, P2P, STORE, NET, ALL",
-       "Restricts INFO/TRACE messages to these subsystems (warnings always print)."},
-      {"ACCL_DEBUG_FILE", "path", "(stderr)", "a file path; %h is replaced by the host name, %p by the pid",
-       "Writes log lines to this file instead of stderr."},
-      {"ACCL_TIMEOUT", "duration", "30m",
-       "a positive number with an optional unit: ms, s (default), m, h",
-       "Default deadline of every operation and of rendezvous; a timed-out operation fails "
-       "with accl::Timeout instead of hanging."},
-      {"ACCL_SOCKET_IFNAME", "string", "(auto: accl per rank from the topology, gloo the first up non-loopback interface)",
-       "interface name prefixes separated by commas; ^ excludes, = matches names exactly "
-       "(e.g. eth0  ^lo,docker  =eth1)",
-       "Network interface used for TCP traffic between ranks (accl and gloo backends). Unset, "
-       "NCCL_SOCKET_IFNAME or else GLOO_SOCKET_IFNAME is followed when set (logged at INFO); with neither, "
-       "the accl backend uses the netdev of the NIC the topology assigns to each local rank "
-       "(nearest to its GPU, or to its NUMA node on hosts without GPUs), else the first up interface."},
-      {"ACCL_IB_HCA", "string", "(auto: the NICs the topology assigns to each local rank)",
-       "RDMA device name prefixes with an optional :port, separated by commas; ^ excludes, = matches "
-       "names exactly (e.g. mlx5_0:1,mlx5_1  ^mlx5_2  =mlx5_0)",
-       "Restricts the NICs the accl backend assigns to its ranks to these RDMA devices (and the "
-       "port, when named; unset, NCCL_IB_HCA is followed when set, logged at INFO) for verbs; the TCP transport then runs over the chosen device's netdev. An "
-       "ACCL_IB_HCA that matches no RDMA device of the topology is an error."},
-      {"ACCL_TRANSPORTS", "list", "shm,ib,tcp", "comma-separated subset of shm, ib, tcp (with ib or tcp)",
-       "Transports the accl backend may use. shm: ranks on one host run collectives on a shared "
-       "segment; ib: verbs (RDMA) between hosts where both ends have an ACTIVE port; tcp: between "
-       "hosts otherwise (a failed verbs set-up falls back to it, logged). Without shm every rank is "
-       "its own host; without tcp a rank that cannot use verbs fails at set-up "
-       "(ACCL_TRANSPORTS=tcp or =ib forces either)."},
-      {"ACCL_IB_GID_INDEX", "int", "(auto: the IPv4-mapped RoCE v2 GID, else v1; none on InfiniBand)", "0..255",
-       "GID table index of the RDMA port used for RoCE addressing (the global routing header). Auto "
-       "needs the port's netdev to have an IPv4 address."},
-      {"ACCL_IB_QPS_PER_PEER", "int", "1", "1..8",
-       "RC queue pairs per pair of ranks on different hosts; chunks of large collective messages "
-       "alternate between them (spreads traffic over ports and ECMP paths)."},
-      {"ACCL_IB_TIMEOUT", "int", "18", "1..31",
-       "Verbs ACK timeout exponent: a write is retried after 4.096 us * 2^value (18: ~1 s), 6 times, "
-       "before the QP fails and the peer is reported failed."},
-      {"ACCL_IB_ZCOPY_BYTES", "int", "16384", "0..134217728 (0: always copy)",
-       "Verbs writes with at least this much payload are made straight from the caller's buffer "
-       "(registered once and cached); smaller ones are copied into a registered staging ring. Needs "
-       "UCX's memory hooks (libucm) to see memory being freed; without them every payload is copied."},
-      {"ACCL_IB_REG_CACHE_MB", "int", "1024", "1..1048576",
-       "Most memory (MiB) the verbs registration cache keeps registered (pinned); least recently used "
-       "buffers are deregistered first, and when a registration fails for lack of lockable memory. "
-       "A buffer larger than this is copied."},
-      {"ACCL_ALGO", "string", "(auto: chosen by op, size, ranks and host layout)",
-       "op:algorithm pairs separated by ';', e.g. allreduce:ring;broadcast:tree. ops: allreduce, "
-       "broadcast, reduce, allgather, reduce_scatter, alltoall, gather, scatter, barrier; algorithms: "
-       "ring, recursive_doubling (rd), tree, direct, hierarchical (hier); accl-info lists which op takes which",
-       "Forces the accl backend's algorithm for the ops named (between hosts; shared memory "
-       "within a host is always used where the layout allows). Unknown names are errors."},
-      {"ACCL_HOSTID", "string", "(hostname + boot id + network namespace)", "any non-empty string",
-       "Host identity of this rank: ranks with equal host ids use shared memory with each other."},
-      {"ACCL_SOCKET_NSTREAMS", "int", "2", "1..16",
-       "TCP connections per pair of ranks on different hosts; large messages are split across them."},
-      {"ACCL_SHM_CMA", "enum", "auto", "auto, on, off",
-       "Single-copy shared-memory transfers with process_vm_readv. auto: used when the kernel "
-       "allows it; off: always copy through the shared segment; on: fail if unavailable."},
-      {"ACCL_INLINE_BYTES", "int", "65536", "0..1073741824",
-       "Ops of at most this many bytes issued while the group is idle run on the calling thread "
-       "(lowest latency; the call returns a completed Work). Larger ones are queued for the "
-       "group's worker thread; a thread that waits on one while it is next in line runs it "
-       "itself. 0 queues every op."},
-      {"ACCL_TORCH_BACKEND", "enum", "accl", "accl, gloo, mpi, nccl",
-       "Which ACCL backend runs the ops of torch's backend=\"accl\" (torch_accl). Other values "
-       "route the same adapter through ACCL's gloo, mpi or nccl backend for comparisons."},
-      {"ACCL_TORCH_CUDA", "enum", "auto", "auto, nccl, stage",
-       "Where torch_accl sends CUDA tensors when the backend in ACCL_TORCH_BACKEND addresses host memory "
-       "only: nccl = ACCL's nccl backend (like cpu:gloo,cuda:nccl), stage = copied to the host, run there "
-       "and copied back (slow; logged once at WARN), auto = nccl where that backend is usable, else stage."},
-      {"ACCL_PLUGIN_PATH", "list", "(directory of libaccl)", "colon-separated directories",
-       "Where backend modules libaccl-backend-<name>.so are searched after libaccl's own directory."},
-      {"ACCL_STORE_PORT", "int", "(MASTER_PORT; MASTER_PORT+1 under torchrun's agent store)",
-       "1..65535",
-       "Port of the TCP store that rendezvousFromEnv() hosts on rank 0 at MASTER_ADDR."},
-      {"ACCL_STORE_FILE", "path", "(unset: TCP store)", "a path on a file system all ranks share",
-       "Makes rendezvousFromEnv() use a FileStore at this path instead of a TCP store."},
-      {"ACCL_STORE_SECRET", "string", "(unset: no authentication)", "any non-empty string, the same on every rank",
-       "Shared secret that every client of ACCL's TCP store must prove before its first request "
-       "(HMAC-SHA256 challenge-response over fresh nonces of both sides; the secret never crosses the "
-       "network, and the server proves it too). A client without it, or with another, is refused and "
-       "the server logs why. Needs OpenSSL's libcrypto.so.3 at run time. Prefer ACCL_STORE_SECRET_FILE: "
-       "a process's environment can be read by other processes of the same user."},
-      {"ACCL_STORE_SECRET_FILE", "path", "(unset)", "a file whose first line is the secret (mode 0600)",
-       "The same as ACCL_STORE_SECRET, read from a file; ACCL_STORE_SECRET wins when both are set."},
-      {"ACCL_STORE_BIND", "string", "auto", "auto, any, or an IP address of this host",
-       "Where rank 0's TCP store listens. auto: the address MASTER_ADDR names when it is one of this "
-       "host's (a name that resolves to a loopback address other than localhost, as Debian's /etc/hosts "
-       "does for the host's own name, counts as not: other hosts could not connect), else every "
-       "interface (logged at INFO); any: every interface."},
-      {"ACCL_TOPO_FILE", "path", "(unset: probe this host)",
-       "an NCCL topology XML file (what NCCL_TOPO_FILE takes) or an hwloc XML export",
-       "Topology to use instead of probing the host, e.g. the file a cloud vendor ships for its VMs. "
-       "Unset, NCCL_TOPO_FILE is followed when set (logged at INFO)."},
-      {"ACCL_TOPO_DUMP_FILE", "path", "(unset)", "a file path; .json writes JSON, anything else NCCL topology XML",
-       "Writes the topology in use (probed or loaded) to this file."},
-  };
-  return table;
+std::vector<ConfigEntry> configTable() {
+  std::vector<ConfigEntry> out;
+  for (const auto& r : coreRows()) out.push_back(r.entry);
+  config::Rows& rows = config::rows();
+  std::lock_guard<std::mutex> lk(rows.mu);
+  for (const auto& r : rows.rows) out.push_back(r.entry);
+  return out;
+}
+
+std::string configValue(const std::string& name) {
+  if (findCore(name)) return Config::get().valueText(name);
+  config::Row row;
+  if (!findRegistered(name, &row))
+    throw InvalidArgument("accl: unknown configuration variable " + name + " (accl-info --config lists them all)");
+  return row.valueText(config::processEnv);
 }
 
 std::chrono::milliseconds parseDuration(const std::string& var, const std::string& text) {
-  const char* accepted = "a positive number with an optional unit ms, s, m or h (e.g. 30, 500ms, 2m)";
-  size_t pos = 0;
-  double v;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    invalid(var, text, accepted);
-  }
-  std::string unit = text.substr(pos);
-  double ms;
-  if (unit.empty() || unit == "s") ms = v * 1000;
-  else if (unit == "ms") ms = v;
-  else if (unit == "m") ms = v * 60000;
-  else if (unit == "h") ms = v * 3600000;
-  else invalid(var, text, accepted);
-  if (!(ms >= 1) || ms > 1e12) invalid(var, text, accepted);
-  return std::chrono::milliseconds(static_cast<int64_t>(ms));
+  Kind<std::chrono::milliseconds> k = config::duration();
+  std::chrono::milliseconds out{};
+  if (!k.parse(text, &out)) config::invalid(var, text, k.accepted + " (e.g. 30, 500ms, 2m)");
+  return out;
 }
 
-Config Config::parse(const std::function<const char*(const char*)>& getenv, const std::vector<std::string>& names) {
+Config Config::parse(const std::function<const char*(const char*)>& getenv) {
   Config c;
-  auto val = [&](const char* name) -> std::string {
-    const char* v = getenv(name);
-    return v ? std::string(v) : std::string();
-  };
-  if (auto v = val("ACCL_DEBUG"); !v.empty()) {
-    auto u = upper(v);
-    if (u == "NONE") c.debug = LogLevel::None;
-    else if (u == "WARN") c.debug = LogLevel::Warn;
-    else if (u == "INFO") c.debug = LogLevel::Info;
-    else if (u == "TRACE") c.debug = LogLevel::Trace;
-    else invalid("ACCL_DEBUG", v, "NONE, WARN, INFO, TRACE");
-    if (!val("ACCL_LOG_LEVEL").empty() && upper(val("ACCL_LOG_LEVEL")) != u)
-      c.notes.push_back("ACCL_LOG_LEVEL=" + val("ACCL_LOG_LEVEL") + " ignored: ACCL_DEBUG=" + v + " is set");
-  } else if (auto l = val("ACCL_LOG_LEVEL"); !l.empty()) {
-    auto u = upper(l);
-    if (u == "NONE" || u == "OFF") c.debug = LogLevel::None;
-    else if (u == "WARN" || u == "WARNING" || u == "ERROR") c.debug = LogLevel::Warn;
-    else if (u == "INFO" || u == "DEBUG") c.debug = LogLevel::Info;
-    else if (u == "TRACE") c.debug = LogLevel::Trace;
-    else invalid("ACCL_LOG_LEVEL", l, "NONE, OFF, ERROR, WARN, WARNING, INFO, DEBUG, TRACE (an alias of ACCL_DEBUG)");
-  }
-  // Variables of other libraries that launch scripts already set: followed
-  // when ACCL's own is unset, and said so.
-  auto follow = [&](const char* ours, std::initializer_list<const char*> theirs) -> std::string {
-    if (!val(ours).empty()) return val(ours);
-    for (const char* t : theirs)
-      if (auto v = val(t); !v.empty()) {
-        c.notes.push_back(std::string(ours) + " is unset: following " + t + "=" + v);
-        return v;
-      }
-    return "";
-  };
-  if (auto v = val("ACCL_DEBUG_SUBSYS"); !v.empty()) {
-    for (auto& s : splitList(upper(v), ',')) {
-      if (s != "INIT" && s != "COLL" && s != "P2P" && s != "STORE" && s != "NET" && s != "ALL")
-        invalid("ACCL_DEBUG_SUBSYS", v, kSubsystems);
-      if (s != "ALL") c.debugSubsys.push_back(s);
-    }
-  }
-  c.debugFile = val("ACCL_DEBUG_FILE");
-  if (auto v = val("ACCL_TIMEOUT"); !v.empty()) c.timeout = parseDuration("ACCL_TIMEOUT", v);
-  c.socketIfname = follow("ACCL_SOCKET_IFNAME", {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"});
-  if (!c.socketIfname.empty() && splitList(c.socketIfname.substr(c.socketIfname[0] == '^' || c.socketIfname[0] == '=' ? 1 : 0), ',').empty())
-    invalid("ACCL_SOCKET_IFNAME", c.socketIfname, "interface names or prefixes, e.g. eth0 or ^lo");
-  c.ibHca = follow("ACCL_IB_HCA", {"NCCL_IB_HCA"});
-  if (!c.ibHca.empty() && splitList(c.ibHca.substr(c.ibHca[0] == '^' || c.ibHca[0] == '=' ? 1 : 0), ',').empty())
-    invalid("ACCL_IB_HCA", c.ibHca, "RDMA device names or prefixes with an optional :port, e.g. mlx5_0:1,mlx5_1 or ^mlx5_2");
-  if (auto v = val("ACCL_TRANSPORTS"); !v.empty()) {
-    c.transports.clear();
-    for (auto& t : splitList(v, ',')) {
-      std::string l = t;
-      for (auto& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      if (l == "verbs" || l == "ibverbs" || l == "rdma") l = "ib";
-      if (l != "shm" && l != "tcp" && l != "ib") invalid("ACCL_TRANSPORTS", v, "a comma-separated subset of shm, ib, tcp");
-      if (std::find(c.transports.begin(), c.transports.end(), l) == c.transports.end())
-        c.transports.push_back(l);
-    }
-    if (std::find(c.transports.begin(), c.transports.end(), "tcp") == c.transports.end() &&
-        std::find(c.transports.begin(), c.transports.end(), "ib") == c.transports.end())
-      invalid("ACCL_TRANSPORTS", v, "a list that includes tcp or ib (ranks on other hosts need one), e.g. shm,ib,tcp or tcp");
-  }
-  c.algo = val("ACCL_ALGO");
-  c.hostId = val("ACCL_HOSTID");
-  auto intVar = [&](const char* name, long lo, long hi, int* out) {
-    auto v = val(name);
-    if (v.empty()) return;
-    char* end = nullptr;
-    long x = std::strtol(v.c_str(), &end, 10);
-    if (end == v.c_str() || *end != '\0' || x < lo || x > hi)
-      invalid(name, v, "an integer " + std::to_string(lo) + ".." + std::to_string(hi));
-    *out = static_cast<int>(x);
-  };
-  intVar("ACCL_SOCKET_NSTREAMS", 1, 16, &c.socketNstreams);
-  intVar("ACCL_IB_GID_INDEX", 0, 255, &c.ibGidIndex);
-  intVar("ACCL_IB_QPS_PER_PEER", 1, 8, &c.ibQpsPerPeer);
-  intVar("ACCL_IB_TIMEOUT", 1, 31, &c.ibTimeout);
-  intVar("ACCL_IB_ZCOPY_BYTES", 0, 128L << 20, &c.ibZcopyBytes);
-  intVar("ACCL_IB_REG_CACHE_MB", 1, 1L << 20, &c.ibRegCacheMb);
-  intVar("ACCL_INLINE_BYTES", 0, 1L << 30, &c.inlineBytes);
-  if (auto v = val("ACCL_SHM_CMA"); !v.empty()) {
-    auto u = upper(v);
-    if (u != "AUTO" && u != "ON" && u != "OFF") invalid("ACCL_SHM_CMA", v, "auto, on, off");
-    c.shmCma = u == "AUTO" ? 0 : u == "ON" ? 1 : -1;
-  }
-  if (auto v = val("ACCL_TORCH_BACKEND"); !v.empty()) {
-    std::string l;
-    for (char ch : v) l += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (l != "accl" && l != "gloo" && l != "mpi" && l != "nccl") invalid("ACCL_TORCH_BACKEND", v, "accl, gloo, mpi, nccl");
-    c.torchBackend = l;
-  }
-  if (auto v = val("ACCL_TORCH_CUDA"); !v.empty()) {
-    std::string l;
-    for (char ch : v) l += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (l != "auto" && l != "nccl" && l != "stage") invalid("ACCL_TORCH_CUDA", v, "auto, nccl, stage");
-    c.torchCuda = l;
-  }
-  c.pluginPath = val("ACCL_PLUGIN_PATH");
-  intVar("ACCL_STORE_PORT", 1, 65535, &c.storePort);
-  c.storeFile = val("ACCL_STORE_FILE");
-  c.storeSecret = val("ACCL_STORE_SECRET");
-  c.storeSecretFile = val("ACCL_STORE_SECRET_FILE");
-  if (auto v = val("ACCL_STORE_BIND"); !v.empty()) c.storeBind = v;
-  c.topoFile = follow("ACCL_TOPO_FILE", {"NCCL_TOPO_FILE"});
-  c.topoDumpFile = val("ACCL_TOPO_DUMP_FILE");
-  for (const auto& n : names) {
-    if (n.rfind("ACCL_", 0) != 0 || findEntry(n) || isScriptVariable(n)) continue;
-    std::string near = nearestVariable(n);
-    c.warnings.push_back(n + " is not an ACCL variable and is ignored" +
-                         (near.empty() ? std::string() : "; did you mean " + near + "?") +
-                         " (accl-info --config lists them all)");
-  }
+  for (const auto& r : coreRows()) r.apply(c, getenv);
   return c;
+}
+
+std::vector<std::string> unknownVariableWarnings(const std::vector<std::string>& names) {
+  std::vector<std::string> unknown;
+  for (const auto& n : names)
+    if (n.rfind("ACCL_", 0) == 0 && !isScriptVariable(n) && !isKnown(n)) unknown.push_back(n);
+  if (unknown.empty()) return {};
+  // A backend's variable is known once its module is loaded: load them all
+  // before calling a name unknown (only when one looks unknown).
+  listBackends();
+  std::vector<std::string> out;
+  for (const auto& n : unknown) {
+    if (isKnown(n)) continue;
+    std::string near = nearestVariable(n);
+    out.push_back(n + " is not an ACCL variable and is ignored" +
+                  (near.empty() ? std::string() : "; did you mean " + near + "?") +
+                  " (accl-info --config lists them all)");
+  }
+  return out;
 }
 
 std::string nearestVariable(const std::string& name) {
@@ -337,12 +488,7 @@ const Config& Config::get() {
   static std::exception_ptr error;
   std::call_once(once, [] {
     try {
-      std::vector<std::string> names;
-      for (char** e = environ; e && *e; ++e) {
-        std::string kv = *e;
-        names.push_back(kv.substr(0, kv.find('=')));
-      }
-      cfg = parse([](const char* n) { return std::getenv(n); }, names);
+      cfg = parse(config::processEnv);
     } catch (...) {
       error = std::current_exception();
     }
@@ -352,44 +498,8 @@ const Config& Config::get() {
 }
 
 std::string Config::valueText(const std::string& name) const {
-  auto join = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + v[i];
-    return s;
-  };
-  if (name == "ACCL_DEBUG") {
-    static const char* names[] = {"NONE", "WARN", "INFO", "TRACE"};
-    return names[static_cast<int>(debug)];
-  }
-  if (name == "ACCL_LOG_LEVEL") return "(alias of ACCL_DEBUG)";
-  if (name == "ACCL_DEBUG_SUBSYS") return debugSubsys.empty() ? "ALL" : join(debugSubsys);
-  if (name == "ACCL_DEBUG_FILE") return debugFile.empty() ? "(stderr)" : debugFile;
-  if (name == "ACCL_TIMEOUT") return std::to_string(timeout.count()) + "ms";
-  if (name == "ACCL_SOCKET_IFNAME") return socketIfname.empty() ? "(auto)" : socketIfname;
-  if (name == "ACCL_IB_HCA") return ibHca.empty() ? "(auto)" : ibHca;
-  if (name == "ACCL_TRANSPORTS") return join(transports);
-  if (name == "ACCL_ALGO") return algo.empty() ? "(auto)" : algo;
-  if (name == "ACCL_HOSTID") return hostId.empty() ? "(derived)" : hostId;
-  if (name == "ACCL_SOCKET_NSTREAMS") return std::to_string(socketNstreams);
-  if (name == "ACCL_IB_GID_INDEX") return ibGidIndex < 0 ? "(auto)" : std::to_string(ibGidIndex);
-  if (name == "ACCL_IB_QPS_PER_PEER") return std::to_string(ibQpsPerPeer);
-  if (name == "ACCL_IB_TIMEOUT") return std::to_string(ibTimeout);
-  if (name == "ACCL_IB_ZCOPY_BYTES") return std::to_string(ibZcopyBytes);
-  if (name == "ACCL_IB_REG_CACHE_MB") return std::to_string(ibRegCacheMb);
-  if (name == "ACCL_SHM_CMA") return shmCma == 0 ? "auto" : shmCma > 0 ? "on" : "off";
-  if (name == "ACCL_INLINE_BYTES") return std::to_string(inlineBytes);
-  if (name == "ACCL_TORCH_BACKEND") return torchBackend;
-  if (name == "ACCL_TORCH_CUDA") return torchCuda;
-  if (name == "ACCL_PLUGIN_PATH") return pluginPath.empty() ? "(unset)" : pluginPath;
-  if (name == "ACCL_STORE_PORT") return storePort ? std::to_string(storePort) : "(derived)";
-  if (name == "ACCL_STORE_SECRET") return storeSecret.empty() ? "(unset)" : "(set, not shown)";
-  if (name == "ACCL_STORE_SECRET_FILE") return storeSecretFile.empty() ? "(unset)" : storeSecretFile;
-  if (name == "ACCL_STORE_BIND") return storeBind;
-  if (name == "ACCL_STORE_FILE") return storeFile.empty() ? "(unset)" : storeFile;
-  if (name == "ACCL_TOPO_FILE") return topoFile.empty() ? "(unset)" : topoFile;
-  if (name == "ACCL_TOPO_DUMP_FILE") return topoDumpFile.empty() ? "(unset)" : topoDumpFile;
-  if (!findEntry(name)) throw InvalidArgument("accl: unknown configuration variable " + name);
-  return "";
+  if (const CoreRow* r = findCore(name)) return r->print(*this);
+  return configValue(name);
 }
 
 }  // namespace accl

@@ -100,7 +100,12 @@ void logConfigNotes() {
     } catch (...) {
       return;  // the parse error reaches the caller of Config::get()
     }
-    for (const auto& w : cfg->warnings) ACCL_WARN("INIT", w);
+    std::vector<std::string> names;
+    for (char** e = environ; e && *e; ++e) {
+      std::string kv = *e;
+      names.push_back(kv.substr(0, kv.find('=')));
+    }
+    for (const auto& w : unknownVariableWarnings(names)) ACCL_WARN("INIT", w);
     for (const auto& n : cfg->notes) ACCL_INFO("INIT", n);
   });
 }

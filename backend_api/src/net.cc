@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "accl/errors.h"
+#include "accl/internal/name_spec.h"
 #include "accl/logging.h"
 
 namespace accl {
@@ -196,28 +197,8 @@ std::vector<Interface> listInterfaces() {
   return v4;
 }
 
-bool matchInterfaceSpec(const std::string& specIn, const std::string& name) {
-  std::string spec = specIn;
-  bool exclude = false, exact = false;
-  if (!spec.empty() && spec[0] == '^') {
-    exclude = true;
-    spec = spec.substr(1);
-  }
-  if (!spec.empty() && spec[0] == '=') {
-    exact = true;
-    spec = spec.substr(1);
-  }
-  bool matched = false;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t end = spec.find(',', start);
-    if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(start, end - start);
-    if (!item.empty() && (exact ? name == item : name.compare(0, item.size(), item) == 0))
-      matched = true;
-    start = end + 1;
-  }
-  return exclude ? !matched : matched;
+bool matchInterfaceSpec(const std::string& spec, const std::string& name) {
+  return NameSpec::parse(spec, /*withPorts=*/false).matches(name);
 }
 
 std::vector<Interface> selectInterfaces(const std::string& spec) {

@@ -2,12 +2,14 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <sstream>
 
 #include "accl/config.h"
 #include "accl/errors.h"
+#include "accl/internal/strings.h"
 #include "accl/logging.h"
 
 #ifndef ACCL_BUILT_BACKENDS
@@ -53,10 +55,7 @@ std::vector<std::string> searchDirs() {
     path = Config::get().pluginPath;
   } catch (...) {
   }
-  std::stringstream ss(path);
-  std::string d;
-  while (std::getline(ss, d, ':'))
-    if (!d.empty()) dirs.push_back(d);
+  for (auto& d : internal::split(path, ':', /*skipEmpty=*/true)) dirs.push_back(d);
   return dirs;
 }
 
@@ -65,9 +64,9 @@ bool loadModule(const std::string& name) {
   Registry& r = registry();
   std::lock_guard<std::recursive_mutex> lk(r.mu);
   if (r.backends.count(name)) return true;
-  std::string errors, looked;
-  for (auto& dir : searchDirs()) {
-    looked += (looked.empty() ? "" : ", ") + dir;
+  std::string errors;
+  std::vector<std::string> dirs = searchDirs();
+  for (auto& dir : dirs) {
     std::string file = dir + "/libaccl-backend-" + name + ".so";
     // RTLD_GLOBAL: MPI libraries load their own components and need global symbols.
     void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_GLOBAL);
@@ -85,19 +84,10 @@ bool loadModule(const std::string& name) {
     }
   }
   if (errors.empty())
-    errors = "libaccl-backend-" + name + ".so is in none of " + looked +
+    errors = "libaccl-backend-" + name + ".so is in none of " + internal::join(dirs, ", ") +
              " (installed packages: libaccl0-" + name + "; ACCL_PLUGIN_PATH adds folders)";
   r.loadErrors[name] = errors;
   return false;
-}
-
-std::vector<std::string> splitNames(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string n;
-  while (std::getline(ss, n, ','))
-    if (!n.empty()) out.push_back(n);
-  return out;
 }
 
 }  // namespace
@@ -118,7 +108,7 @@ std::vector<std::pair<std::string, std::string>> buildInfo() {
   };
 }
 
-std::vector<std::string> builtBackends() { return splitNames(ACCL_BUILT_BACKENDS); }
+std::vector<std::string> builtBackends() { return internal::split(ACCL_BUILT_BACKENDS, ',', /*skipEmpty=*/true); }
 
 void registerBackend(BackendInfo info) {
   Registry& r = registry();
@@ -136,18 +126,13 @@ std::shared_ptr<ProcessGroup> createProcessGroup(const std::string& backend,
     Registry& r = registry();
     std::lock_guard<std::recursive_mutex> lk(r.mu);
     if (!loadModule(backend)) {
-      auto built = builtBackends();
-      bool known = false;
-      std::string names;
-      for (auto& b : built) {
-        names += (names.empty() ? "" : ", ") + b;
-        known |= b == backend;
-      }
+      std::vector<std::string> names = builtBackends();
+      bool known = std::find(names.begin(), names.end(), backend) != names.end();
       for (auto& [n, i] : r.backends)
-        if (names.find(n) == std::string::npos) names += (names.empty() ? "" : ", ") + n;
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
       if (!known)
         throw InvalidArgument("accl: unknown backend '" + backend +
-                              "'; available in this build: " + (names.empty() ? "none" : names));
+                              "'; available in this build: " + (names.empty() ? "none" : internal::join(names, ", ")));
       throw NotSupported("accl: backend '" + backend + "' is built but its module could not be loaded: " +
                          r.loadErrors[backend]);
     }

@@ -5,6 +5,7 @@
 
 #include "accl/config.h"
 #include "accl/errors.h"
+#include "accl/internal/strings.h"
 #include "accl/logging.h"
 #include "accl/store.h"
 
@@ -35,19 +36,14 @@ int envInt(const char* name, std::vector<std::string>* problems, int minValue = 
 
 // Tasks on node `nodeId` from Slurm's "2(x3),1" notation.
 int slurmTasksOnNode(const std::string& spec, int nodeId) {
-  size_t pos = 0;
   int node = 0;
-  while (pos < spec.size()) {
-    size_t end = spec.find(',', pos);
-    if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(pos, end - pos);
+  for (const std::string& item : internal::split(spec, ',', /*skipEmpty=*/true)) {
     int tasks = std::atoi(item.c_str());
     int repeat = 1;
     size_t x = item.find("(x");
     if (x != std::string::npos) repeat = std::atoi(item.c_str() + x + 2);
     if (nodeId < node + repeat) return tasks;
     node += repeat;
-    pos = end + 1;
   }
   return -1;
 }

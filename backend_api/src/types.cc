@@ -3,6 +3,7 @@
 #include <string>
 
 #include "accl/errors.h"
+#include "accl/internal/strings.h"
 
 namespace accl {
 
@@ -15,9 +16,7 @@ const char* const kReduceNames[kNumReduceKinds] = {"sum", "prod",       "min",  
 
 template <size_t N>
 std::string joinNames(const char* const (&names)[N]) {
-  std::string s;
-  for (size_t i = 0; i < N; ++i) s += (i ? ", " : "") + std::string(names[i]);
-  return s;
+  return internal::join(names, ", ");
 }
 }  // namespace
 

@@ -11,7 +11,7 @@
 #include "accl/internal/op_queue.h"
 #include "accl/process_group.h"
 #include "algorithms/select.h"
-#include "transport/shm.h"
+#include "transport/host_group.h"
 #include "transport/net/net_transport.h"
 
 namespace accl {
@@ -60,14 +60,10 @@ class AcclProcessGroup : public ProcessGroup {
 
   std::shared_ptr<Store> store_;
   uint64_t token_ = 0;
-  std::vector<int> hostOf_;                  // host index of each rank
-  std::vector<std::vector<int>> hostRanks_;  // ranks of each host, ascending
-  int myHost_ = 0;
-  int localRank_ = 0;
-  core::Layout layout_;
+  core::Layout layout_;  // which host each rank is on
   core::AlgoOverrides algo_;
   std::unique_ptr<core::net::NetTransport> net_;
-  std::unique_ptr<core::ShmDomain> shm_;
+  std::unique_ptr<core::HostGroup> host_;  // the ranks of this host (this one alone included)
   std::unique_ptr<internal::OpQueue> queue_;
   size_t inlineBytes_ = 0;
   std::atomic<uint64_t> seq_{0};

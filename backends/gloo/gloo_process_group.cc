@@ -78,16 +78,22 @@ char gZero[8];  // stands in for null pointers of empty buffers
 
 void* dataOrDummy(const Buffer& b) { return b.data ? b.data : gZero; }
 
-// gloo reports timeouts and I/O failures as IoException / Exception with text.
-[[noreturn]] void rethrowAsAccl(const std::string& where) {
+// Inside a catch block: the gloo failure being handled as an accl::Error.
+// gloo reports a timeout and a lost peer alike as gloo::IoException (its
+// timeout type is not in the gloo the distributions ship), so the kind comes
+// from the type and the clock: an IoException once the op's deadline has
+// passed is a Timeout, before it a RemoteError (the peer closed or failed).
+// Other gloo exceptions are RemoteError; non-gloo ones keep their kind.
+[[noreturn]] void rethrowAsAccl(const std::string& where, std::chrono::steady_clock::time_point deadline) {
   try {
     throw;
   } catch (const Error&) {
     throw;
-  } catch (const std::exception& e) {
-    std::string m = e.what();
-    if (m.find("imed out") != std::string::npos) throw Timeout(where + ": " + m);
-    throw RemoteError(where + ": " + m);
+  } catch (const gloo::IoException&) {
+    bool late = std::chrono::steady_clock::now() >= deadline;
+    rethrowWithPrefix(where + ": ", late ? ErrorCode::Timeout : ErrorCode::RemoteError);
+  } catch (const gloo::Exception&) {
+    rethrowWithPrefix(where + ": ", ErrorCode::RemoteError);
   }
 }
 
@@ -130,17 +136,20 @@ GlooProcessGroup::~GlooProcessGroup() {
   p2pWaits_.reset();
 }
 
-std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::function<int()> fn) {
+std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::chrono::milliseconds timeout,
+                                                std::function<int()> fn) {
   uint64_t seq = seq_++;
   std::string desc = std::string(toString(op)) + " #" + std::to_string(seq) + " (" +
                      std::to_string(count) + " elements)";
   ACCL_TRACE("COLL", "enqueue " << desc);
   std::string where = context(desc);
-  return queue_->enqueue(desc, [fn = std::move(fn), where]() -> int {
+  return queue_->enqueue(desc, [fn = std::move(fn), where, timeout]() -> int {
+    // gloo's deadline starts when the op does (its timeout is relative).
+    auto deadline = std::chrono::steady_clock::now() + timeout;
     try {
       return fn();
     } catch (...) {
-      rethrowAsAccl(where);
+      rethrowAsAccl(where, deadline);
     }
   });
 }
@@ -167,7 +176,7 @@ void GlooProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, std::chr
 
 std::shared_ptr<Work> GlooProcessGroup::doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Allreduce, in.count, [=] {
+  return enqueue(OpType::Allreduce, in.count, timeout, [=] {
     if (in.data != out.data && in.count) std::memcpy(out.data, in.data, in.bytes());
     allreduceInPlace(out, o.op, timeout);
     return -1;
@@ -176,7 +185,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAllreduce(Buffer in, Buffer out, const
 
 std::shared_ptr<Work> GlooProcessGroup::doBroadcast(Buffer buf, const BroadcastOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Broadcast, buf.count, [=] {
+  return enqueue(OpType::Broadcast, buf.count, timeout, [=] {
     if (buf.count == 0 || size() == 1) return -1;
     gloo::BroadcastOptions opts(context_);
     opts.setTimeout(timeout);
@@ -192,7 +201,7 @@ std::shared_ptr<Work> GlooProcessGroup::doBroadcast(Buffer buf, const BroadcastO
 
 std::shared_ptr<Work> GlooProcessGroup::doReduce(Buffer in, Buffer out, const ReduceOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Reduce, in.count, [=] {
+  return enqueue(OpType::Reduce, in.count, timeout, [=] {
     if (in.count == 0) return -1;
     // gloo reduces in place and uses the buffer as scratch on every rank.
     std::vector<char> scratch(in.bytes());
@@ -224,7 +233,7 @@ std::shared_ptr<Work> GlooProcessGroup::doReduce(Buffer in, Buffer out, const Re
 
 std::shared_ptr<Work> GlooProcessGroup::doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Allgather, in.count, [=] {
+  return enqueue(OpType::Allgather, in.count, timeout, [=] {
     if (in.count == 0) return -1;
     Buffer mine = out.slice(static_cast<size_t>(rank()) * in.count, in.count);
     if (mine.data != in.data) std::memcpy(mine.data, in.data, in.bytes());
@@ -243,7 +252,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAllgather(Buffer in, Buffer out, const
 std::shared_ptr<Work> GlooProcessGroup::doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                                      const AllgatherOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Allgatherv, out.count, [=] {
+  return enqueue(OpType::Allgatherv, out.count, timeout, [=] {
     if (out.count == 0) return -1;
     if (size() == 1) {
       if (in.count && in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
@@ -266,7 +275,7 @@ std::shared_ptr<Work> GlooProcessGroup::doReduceScatterv(Buffer in, Buffer out,
                                                          const ReduceScatterOptions& o) {
   // gloo has no reduce-scatter for arbitrary types: allreduce a copy, keep our chunk.
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::ReduceScatterv, in.count, [=] {
+  return enqueue(OpType::ReduceScatterv, in.count, timeout, [=] {
     if (in.count == 0) return -1;
     std::vector<char> tmp(in.bytes());
     std::memcpy(tmp.data(), in.data, in.bytes());
@@ -280,7 +289,7 @@ std::shared_ptr<Work> GlooProcessGroup::doReduceScatterv(Buffer in, Buffer out,
 
 std::shared_ptr<Work> GlooProcessGroup::doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Alltoall, in.count, [=] {
+  return enqueue(OpType::Alltoall, in.count, timeout, [=] {
     if (in.count == 0) return -1;
     std::vector<char> copy;
     Buffer src = in;
@@ -308,7 +317,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoallv(Buffer in, const std::vector
                                                     Buffer out, const std::vector<size_t>& recvCounts,
                                                     const AlltoallOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Alltoallv, in.count, [=] {
+  return enqueue(OpType::Alltoallv, in.count, timeout, [=] {
     if (size() == 1) {
       if (in.count) std::memcpy(out.data, in.data, in.bytes());
       return -1;
@@ -327,7 +336,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoallv(Buffer in, const std::vector
 
 std::shared_ptr<Work> GlooProcessGroup::doGather(Buffer in, Buffer out, const GatherOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Gather, in.count, [=] {
+  return enqueue(OpType::Gather, in.count, timeout, [=] {
     if (in.count == 0) return -1;
     if (size() == 1) {
       std::memcpy(out.data, in.data, in.bytes());
@@ -348,7 +357,7 @@ std::shared_ptr<Work> GlooProcessGroup::doGather(Buffer in, Buffer out, const Ga
 
 std::shared_ptr<Work> GlooProcessGroup::doScatter(Buffer in, Buffer out, const ScatterOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Scatter, out.count, [=] {
+  return enqueue(OpType::Scatter, out.count, timeout, [=] {
     if (out.count == 0) return -1;
     if (size() == 1) {
       std::memcpy(out.data, in.data, out.bytes());
@@ -374,7 +383,7 @@ std::shared_ptr<Work> GlooProcessGroup::doScatter(Buffer in, Buffer out, const S
 
 std::shared_ptr<Work> GlooProcessGroup::doBarrier(const BarrierOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Barrier, 0, [=] {
+  return enqueue(OpType::Barrier, 0, timeout, [=] {
     if (size() == 1) return -1;
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(timeout);
@@ -395,10 +404,11 @@ std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOp
   std::string where = context("send to rank " + std::to_string(dst) + " tag " + std::to_string(o.tag) +
                               " (" + std::to_string(buf.count) + " elements)");
   return p2pWaits_->enqueue(where, [ub, timeout, where]() -> int {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
     try {
       ub->waitSend(timeout);
     } catch (...) {
-      rethrowAsAccl(where);
+      rethrowAsAccl(where, deadline);
     }
     return -1;
   });
@@ -421,10 +431,11 @@ std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOp
                               " tag " + std::to_string(o.tag) + " (" + std::to_string(buf.count) + " elements)");
   return p2pWaits_->enqueue(where, [ub, timeout, where]() -> int {
     int from = -1;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
     try {
       ub->waitRecv(&from, timeout);
     } catch (...) {
-      rethrowAsAccl(where);
+      rethrowAsAccl(where, deadline);
     }
     return from;
   });
@@ -432,25 +443,12 @@ std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOp
 
 std::shared_ptr<ProcessGroup> GlooProcessGroup::doSplit(const std::vector<int>& ranks,
                                                         const ProcessGroupOptions& opts) {
-  return splitThroughStore(ranks, opts, splits_++, store_,
-                           [](std::shared_ptr<Store> s, int r, int n, const ProcessGroupOptions& o) {
-                             return std::make_shared<GlooProcessGroup>(std::move(s), r, n, o);
-                           });
+  return splitAs<GlooProcessGroup>(ranks, opts, splits_++, store_);
 }
 
-namespace {
-struct Registrar {
-  Registrar() {
-    BackendInfo info;
-    info.name = "gloo";
-    info.description = "gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
-                       std::to_string(GLOO_VERSION_MINOR) + " over TCP (CPU buffers)";
-    info.factory = [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& opts) {
-      return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, opts);
-    };
-    registerBackend(std::move(info));
-  }
-} registrar;
-}  // namespace
+ACCL_REGISTER_BACKEND("gloo", GlooProcessGroup, [] {
+  return "gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) +
+         " over TCP (CPU buffers)";
+})
 
 }  // namespace accl

@@ -494,33 +494,32 @@ std::shared_ptr<ProcessGroup> MpiProcessGroup::doSplit(const std::vector<int>& r
 }
 
 namespace {
-struct Registrar {
-  Registrar() {
-    BackendInfo info;
-    info.name = "mpi";
-    int major = 0, minor = 0;
-    MPI_Get_version(&major, &minor);
-    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(lib, &len);
-    std::string libName(lib, static_cast<size_t>(len));
-    libName = libName.substr(0, libName.find(','));
-    info.description = libName + " (MPI " + std::to_string(major) + "." + std::to_string(minor) + ", CPU buffers)";
-    info.factory = [](std::shared_ptr<Store>, int rank, int size, const ProcessGroupOptions& opts) {
-      ensureInitialized();
-      int r, s;
-      MPI_Comm_rank(MPI_COMM_WORLD, &r);
-      MPI_Comm_size(MPI_COMM_WORLD, &s);
-      if (r != rank || s != size)
-        throw InvalidArgument("accl mpi: rank " + std::to_string(rank) + "/" + std::to_string(size) +
-                              " differs from MPI_COMM_WORLD's " + std::to_string(r) + "/" + std::to_string(s) +
-                              "; the mpi backend takes its ranks from mpirun (launch with mpirun -n " +
-                              std::to_string(size) + ")");
-      return std::make_shared<MpiProcessGroup>(MPI_COMM_WORLD, opts);
-    };
-    registerBackend(std::move(info));
-  }
-} registrar;
+std::string describeMpi() {
+  int major = 0, minor = 0;
+  MPI_Get_version(&major, &minor);
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(lib, &len);
+  std::string libName(lib, static_cast<size_t>(len));
+  libName = libName.substr(0, libName.find(','));
+  return libName + " (MPI " + std::to_string(major) + "." + std::to_string(minor) + ", CPU buffers)";
+}
+
+// The ranks come from mpirun: MPI_COMM_WORLD, which must agree with the caller's.
+std::shared_ptr<ProcessGroup> makeMpiGroup(std::shared_ptr<Store>, int rank, int size, const ProcessGroupOptions& opts) {
+  ensureInitialized();
+  int r, s;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  if (r != rank || s != size)
+    throw InvalidArgument("accl mpi: rank " + std::to_string(rank) + "/" + std::to_string(size) +
+                          " differs from MPI_COMM_WORLD's " + std::to_string(r) + "/" + std::to_string(s) +
+                          "; the mpi backend takes its ranks from mpirun (launch with mpirun -n " +
+                          std::to_string(size) + ")");
+  return std::make_shared<MpiProcessGroup>(MPI_COMM_WORLD, opts);
+}
 }  // namespace
+
+ACCL_REGISTER_BACKEND("mpi", MpiProcessGroup, describeMpi, {}, makeMpiGroup)
 
 }  // namespace accl

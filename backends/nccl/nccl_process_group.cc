@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "accl/logging.h"
+#include "accl/internal/half.h"
 #include "accl/registry.h"
 
 namespace accl {
@@ -193,11 +194,8 @@ ncclRedOp_t NcclProcessGroup::redOp(const ReduceOp& op, DataType t, bool* create
       } else if (t == DataType::Float16) {
         _Float16 v = static_cast<_Float16>(op.scalar);
         std::memcpy(s, &v, 2);
-      } else {  // bfloat16: round to nearest even
-        float f = static_cast<float>(op.scalar);
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        uint16_t h = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+      } else {  // bfloat16
+        uint16_t h = internal::floatToBf16(static_cast<float>(op.scalar));
         std::memcpy(s, &h, 2);
       }
       ncclRedOp_t r;
@@ -447,25 +445,11 @@ std::shared_ptr<Work> NcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
 
 std::shared_ptr<ProcessGroup> NcclProcessGroup::doSplit(const std::vector<int>& ranks,
                                                         const ProcessGroupOptions& opts) {
-  return splitThroughStore(ranks, opts, splits_++, store_,
-                           [](std::shared_ptr<Store> s, int r, int n, const ProcessGroupOptions& o) {
-                             return std::make_shared<NcclProcessGroup>(std::move(s), r, n, o);
-                           });
+  return splitAs<NcclProcessGroup>(ranks, opts, splits_++, store_);
 }
 
-namespace {
-struct Registrar {
-  Registrar() {
-    BackendInfo info;
-    info.name = "nccl";
-    info.description = "NCCL " + ncclVersionText() + " (CUDA buffers)";
-    info.usable = [](std::string* why) { return deviceCount(why) > 0; };
-    info.factory = [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& opts) {
-      return std::make_shared<NcclProcessGroup>(std::move(store), rank, size, opts);
-    };
-    registerBackend(std::move(info));
-  }
-} registrar;
-}  // namespace
+ACCL_REGISTER_BACKEND(
+    "nccl", NcclProcessGroup, [] { return "NCCL " + ncclVersionText() + " (CUDA buffers)"; },
+    [](std::string* why) { return deviceCount(why) > 0; })
 
 }  // namespace accl

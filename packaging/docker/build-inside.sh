@@ -25,7 +25,7 @@ PY=${3:-python3}
 export DEBIAN_FRONTEND=noninteractive
 start=$(date +%s)
 
-need=(build-essential cmake pkg-config patchelf dpkg-dev file libhwloc-dev libpugixml-dev)
+need=(build-essential cmake pkg-config patchelf dpkg-dev file libhwloc-dev libpugixml-dev nlohmann-json3-dev libcli11-dev)
 # Optional: each enables one backend or transport. NGC images bring their own
 # MPI, UCX and rdma-core under /opt/hpcx; the distribution's are used otherwise.
 optional=(libgloo-dev libopenmpi-dev libibverbs-dev libucx-dev)

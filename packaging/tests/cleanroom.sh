@@ -12,7 +12,7 @@ set -euo pipefail
 CLEANROOM_DIR=${ACCL_PKG_CLEANROOM_DIR:-/var/tmp/accl-cleanroom}
 CLEANROOM_MIRROR=${ACCL_PKG_MIRROR:-http://deb.debian.org/debian}
 BASE_PACKAGES="ca-certificates build-essential cmake pkg-config python3 python3-venv python3-pip python3-torch procps"
-CACHED_PACKAGES="libgloo0 libopenmpi3 openmpi-bin libibverbs1 ibverbs-providers libucx0 libhwloc15 libpugixml1v5 patchelf libhwloc-dev libpugixml-dev libgloo-dev libopenmpi-dev libibverbs-dev libucx-dev python3-dev pybind11-dev libtorch-dev"
+CACHED_PACKAGES="libgloo0 libopenmpi3 openmpi-bin libibverbs1 ibverbs-providers libucx0 libhwloc15 libpugixml1v5 patchelf libhwloc-dev libpugixml-dev nlohmann-json3-dev libcli11-dev libgloo-dev libopenmpi-dev libibverbs-dev libucx-dev python3-dev pybind11-dev libtorch-dev"
 BASE_TAG=$(echo "$BASE_PACKAGES|$CACHED_PACKAGES" | md5sum | cut -c1-12)
 BASE=$CLEANROOM_DIR/base-$BASE_TAG
 

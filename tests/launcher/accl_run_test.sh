@@ -57,7 +57,7 @@ grep -q "sending SIGKILL" "$tmp/out"; check "escalates to SIGKILL" $?
 "$RUN" sh -c true >"$tmp/out" 2>&1
 [ $? -eq 2 ] && grep -q -- "-n N is required" "$tmp/out"; check "missing -n is a usage error" $?
 "$RUN" -n 0 true >"$tmp/out" 2>&1
-[ $? -eq 2 ] && grep -q "accepted: an integer 1..1024" "$tmp/out"; check "invalid -n names accepted values" $?
+[ $? -eq 2 ] && grep -q "Value 0 not in range 1 to 1024" "$tmp/out"; check "invalid -n names accepted values" $?
 "$RUN" -n 1 /nonexistent/program >"$tmp/out" 2>&1
 [ $? -eq 127 ] && grep -q "cannot execute" "$tmp/out"; check "missing program -> 127 with a message" $?
 

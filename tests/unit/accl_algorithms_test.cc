@@ -1,7 +1,8 @@
 // The accl backend's algorithms against an in-memory transport (threads as
 // ranks, no sockets, no shared memory): results against a reference, and the
 // shape of each schedule (who sends to whom, how many steps). Also algorithm
-// selection, ACCL_ALGO parsing and wire-header validation.
+// selection, the host layout, the one-rank host group, ACCL_ALGO parsing and
+// wire-header validation.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include "accl/errors.h"
 #include "algorithms/algorithms.h"
 #include "algorithms/select.h"
+#include "transport/host_group.h"
 #include "transport/wire.h"
 
 using namespace accl;
@@ -307,6 +309,75 @@ TEST(Selection, ByLayoutSizeAndOverride) {
   auto h = parseAlgoSpec("allreduce:hier");
   EXPECT_EQ(choose(Coll::Allreduce, 8, flat, h), Algo::RecursiveDoubling);  // not applicable: default
   EXPECT_NE(describeSelection(three, none).find("allreduce:"), std::string::npos);
+}
+
+TEST(Layout, HostsListsAndLeadersFromHostIds) {
+  // Ranks 0 and 2 on host a, 1 and 3 on b, 4 alone on c.
+  std::vector<std::string> ids = {"a", "b", "a", "b", "c"};
+  Layout l = Layout::fromHostIds(ids, 3, /*shm=*/true);
+  EXPECT_EQ(l.size, 5);
+  EXPECT_EQ(l.hosts, 3);
+  EXPECT_EQ(l.hostOf, (std::vector<int>{0, 1, 0, 1, 2}));
+  EXPECT_EQ(l.hostRanks, (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4}}));
+  EXPECT_EQ(l.maxLocal, 2);
+  EXPECT_FALSE(l.uniform);
+  EXPECT_TRUE(l.hierarchical());
+  EXPECT_EQ(l.myHost, 1);
+  EXPECT_EQ(l.localRank, 1);
+  EXPECT_EQ(l.local(), (std::vector<int>{1, 3}));
+  EXPECT_EQ(l.localIndex(2), 1);
+  EXPECT_EQ(l.localIndex(4), 0);
+  EXPECT_EQ(l.leaders(), (std::vector<int>{0, 1, 4}));
+  EXPECT_EQ(l.reps(3), (std::vector<int>{0, 3, 4}));  // root 3 stands for host b
+  EXPECT_EQ(l.reps(0), (std::vector<int>{0, 1, 4}));
+
+  Layout u = Layout::fromHostIds({"x", "x", "y", "y"}, 0, true);
+  EXPECT_TRUE(u.uniform);
+  EXPECT_EQ(u.rail(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(u.rail(1), (std::vector<int>{1, 3}));
+
+  // Shared memory off: every rank is a host of its own, same ids or not.
+  Layout f = Layout::fromHostIds({"x", "x", "x"}, 1, false);
+  EXPECT_EQ(f.hosts, 3);
+  EXPECT_EQ(f.maxLocal, 1);
+  EXPECT_FALSE(f.singleHost());
+  EXPECT_FALSE(f.hierarchical());
+  EXPECT_EQ(f.local(), (std::vector<int>{1}));
+  EXPECT_TRUE(Layout::fromHostIds({"x", "x", "x"}, 1, true).singleHost());
+}
+
+TEST(HostGroup, OneRankCopiesItsOwnPartOrNothing) {
+  auto h = makeSoloHost();
+  EXPECT_EQ(h->size(), 1);
+  EXPECT_EQ(h->rank(), 0);
+  OpDesc d;
+  auto dl = Clock::now() + std::chrono::seconds(1);
+  std::vector<float> in = {1.5f, -2.f, 3.f, 4.f}, out(4, 0.f);
+  h->allreduce(in.data(), out.data(), 4, DataType::Float32, ReduceKind::Max, d, dl);
+  EXPECT_EQ(out, in);
+  std::fill(out.begin(), out.end(), 0.f);
+  h->reduce(in.data(), out.data(), 3, DataType::Float32, ReduceKind::Sum, 0, d, dl);
+  EXPECT_EQ(out, (std::vector<float>{1.5f, -2.f, 3.f, 0.f}));
+  h->reduce(in.data(), nullptr, 4, DataType::Float32, ReduceKind::Sum, 0, d, dl);  // no output: no write
+  std::fill(out.begin(), out.end(), 0.f);
+  h->reduceScatterv(in.data(), out.data(), {2}, DataType::Float32, ReduceKind::Sum, d, dl);
+  EXPECT_EQ(out, (std::vector<float>{1.5f, -2.f, 0.f, 0.f}));
+  std::vector<char> a = {'a', 'b', 'c'}, b(3, '-');
+  h->allgatherv(a.data(), b.data(), {3}, d, dl);
+  EXPECT_EQ(b, a);
+  std::fill(b.begin(), b.end(), '-');
+  h->alltoallv(a.data(), {2}, b.data(), {2}, d, dl);
+  EXPECT_EQ(b, (std::vector<char>{'a', 'b', '-'}));
+  std::fill(b.begin(), b.end(), '-');
+  h->gatherv(a.data(), b.data(), {1}, 0, d, dl);
+  EXPECT_EQ(b, (std::vector<char>{'a', '-', '-'}));
+  std::fill(b.begin(), b.end(), '-');
+  h->scatterv(a.data(), b.data(), {3}, 0, d, dl);
+  EXPECT_EQ(b, a);
+  h->allgatherv(b.data(), b.data(), {3}, d, dl);  // in place
+  h->broadcast(b.data(), 3, 0, d, dl);
+  h->barrier(d, dl);
+  EXPECT_EQ(b, a);
 }
 
 TEST(Selection, InvalidAlgoSpecsNameTheVariableAndTheAccepted) {

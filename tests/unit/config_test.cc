@@ -4,6 +4,7 @@
 
 #include "accl/config.h"
 #include "accl/errors.h"
+#include "accl/internal/config_var.h"
 
 using namespace accl;
 
@@ -60,10 +61,92 @@ TEST(Config, InvalidValuesNameVariableAndAcceptedValues) {
 
 TEST(Config, TableDocumentsEveryVariable) {
   Config c = parse({});
-  for (auto& e : configTable()) {
-    EXPECT_EQ(std::string(e.name).rfind("ACCL_", 0), 0u);
-    EXPECT_GT(std::string(e.meaning).size(), 10u) << e.name;
-    EXPECT_GT(std::string(e.accepted).size(), 0u) << e.name;
+  auto table = configTable();
+  EXPECT_GE(table.size(), 18u);
+  for (auto& e : table) {
+    EXPECT_EQ(e.name.rfind("ACCL_", 0), 0u);
+    EXPECT_GT(e.meaning.size(), 10u) << e.name;
+    EXPECT_GT(e.accepted.size(), 0u) << e.name;
+    EXPECT_FALSE(e.defaultText.empty()) << e.name;
+    EXPECT_FALSE(e.owner.empty()) << e.name;
     EXPECT_NO_THROW(c.valueText(e.name)) << e.name;
   }
+}
+
+TEST(Config, DefaultsComeFromTheRowsAndPrintAsDocumented) {
+  Config c = parse({});
+  // The default text of each row is the printed default value where the
+  // default does not depend on the host.
+  for (auto& e : configTable()) {
+    if (e.name == "ACCL_DEBUG" || e.name == "ACCL_TIMEOUT" || e.name == "ACCL_TORCH_CUDA" ||
+        e.name == "ACCL_STORE_BIND") {
+      EXPECT_EQ(c.valueText(e.name), e.defaultText) << e.name;
+    }
+  }
+  EXPECT_EQ(c.valueText("ACCL_TIMEOUT"), "30m");
+  EXPECT_EQ(parse({{"ACCL_TIMEOUT", "90"}}).valueText("ACCL_TIMEOUT"), "90s");
+  EXPECT_EQ(parse({{"ACCL_TIMEOUT", "1500ms"}}).valueText("ACCL_TIMEOUT"), "1500ms");
+  EXPECT_EQ(c.torchBackend, "accl");
+  EXPECT_EQ(parse({{"ACCL_TORCH_BACKEND", "GLOO"}}).torchBackend, "gloo");
+  EXPECT_EQ(parse({{"ACCL_STORE_SECRET", "s3cret"}}).valueText("ACCL_STORE_SECRET"), "(set, not shown)");
+  EXPECT_EQ(parse({{"ACCL_DEBUG_SUBSYS", "ALL"}}).valueText("ACCL_DEBUG_SUBSYS"), "ALL");
+}
+
+TEST(Config, OtherLibrariesVariablesAndTheAliasAreFollowedWithANote) {
+  Config c = parse({{"NCCL_SOCKET_IFNAME", "=eth1"}, {"GLOO_SOCKET_IFNAME", "eth2"}, {"ACCL_LOG_LEVEL", "debug"}});
+  EXPECT_EQ(c.socketIfname, "=eth1");
+  EXPECT_EQ(c.debug, LogLevel::Info);
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_NE(c.notes[0].find("following NCCL_SOCKET_IFNAME"), std::string::npos) << c.notes[0];
+  Config both = parse({{"ACCL_DEBUG", "trace"}, {"ACCL_LOG_LEVEL", "warn"}});
+  EXPECT_EQ(both.debug, LogLevel::Trace);
+  ASSERT_EQ(both.notes.size(), 1u);
+  EXPECT_NE(both.notes[0].find("ACCL_LOG_LEVEL=warn ignored"), std::string::npos) << both.notes[0];
+  // A bad value of a followed variable is named as that variable.
+  expectInvalid("ACCL_LOG_LEVEL", "loud", "DEBUG");
+  try {
+    parse({{"NCCL_IB_HCA", "^"}});
+    ADD_FAILURE() << "NCCL_IB_HCA=^ accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL_IB_HCA"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, UnknownNamesAreWarnedWithTheNearestKnownOne) {
+  auto w = unknownVariableWarnings({"PATH", "ACCL_TIMOUT", "ACCL_TIMEOUT", "ACCL_TEST_FOO", "ACCL_ZZZZZZZZZZZZ"});
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("ACCL_TIMOUT is not an ACCL variable"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("did you mean ACCL_TIMEOUT?"), std::string::npos) << w[0];
+  EXPECT_EQ(w[1].find("did you mean"), std::string::npos) << w[1];
+}
+
+// A row registered by a library other than the core (as a backend module
+// does when it loads): in the table, parsed from the environment once,
+// invalid values named with what is accepted.
+const config::Var<int> kTestKnob("ACCL_UNITTEST_KNOB", "unit test", config::intRange(2, 9, "odd ones"), 5, nullptr,
+                                 "A knob that only this test registers.");
+
+TEST(Config, RowsRegisteredByALibraryJoinTheTable) {
+  bool listed = false;
+  for (auto& e : configTable())
+    if (e.name == "ACCL_UNITTEST_KNOB") {
+      listed = true;
+      EXPECT_EQ(e.defaultText, "5");
+      EXPECT_EQ(e.accepted, "2..9 (odd ones)");
+      EXPECT_EQ(e.owner, "unit test");
+      EXPECT_EQ(e.type, "int");
+    }
+  EXPECT_TRUE(listed);
+  EXPECT_EQ(kTestKnob.parse([](const char*) -> const char* { return nullptr; }), 5);
+  EXPECT_EQ(kTestKnob.parse([](const char*) -> const char* { return "7"; }), 7);
+  try {
+    kTestKnob.parse([](const char*) -> const char* { return "10"; });
+    ADD_FAILURE() << "10 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'10' for ACCL_UNITTEST_KNOB; accepted: 2..9"), std::string::npos) << e.what();
+  }
+  unsetenv("ACCL_UNITTEST_KNOB");
+  EXPECT_EQ(configValue("ACCL_UNITTEST_KNOB"), "5");
+  EXPECT_THROW(configValue("ACCL_NO_SUCH_KNOB"), InvalidArgument);
+  EXPECT_TRUE(unknownVariableWarnings({"ACCL_UNITTEST_KNOB"}).empty());
 }

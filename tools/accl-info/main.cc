@@ -1,24 +1,15 @@
 // accl-info: version, backends compiled in and usable here, configuration.
-#include "../common/version.h"
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <string>
+
+#include "../common/cli.h"
 
 #include "accl/config.h"
 #include "accl/errors.h"
 #include "accl/registry.h"
 
 namespace {
-
-void usage() {
-  std::printf(
-      "usage: accl-info [--config] [--backends] [--markdown] [--version]\n"
-      "  (no option)  version, build (transports, CUDA and NCCL versions), backends with the\n"
-      "               file each module was loaded from, and the effective configuration\n"
-      "  --config     every ACCL_* variable: name, type, default, effective value, meaning\n"
-      "  --backends   backends compiled in, and whether each is usable on this host\n"
-      "  --markdown   print the configuration table as Markdown (docs/configuration.md)\n");
-}
 
 void printBackends() {
   std::printf("Backends (compiled in; usable on this host):\n");
@@ -37,52 +28,49 @@ void printBuild() {
 }
 
 int printConfig() {
-  const accl::Config* cfg = nullptr;
+  accl::listBackends();  // loads every module, so that its variables are listed too
   std::string error;
-  try {
-    cfg = &accl::Config::get();
-  } catch (const accl::Error& e) {
-    error = e.what();
-  }
   std::printf("Configuration (ACCL_* environment variables):\n");
   for (auto& e : accl::configTable()) {
-    const char* set = std::getenv(e.name);
-    std::string eff = cfg ? cfg->valueText(e.name) : "?";
-    std::printf("  %-20s = %-24s %s\n", e.name, eff.c_str(), set ? "(set)" : "(default)");
-    std::printf("  %-20s   type %s, default %s; accepted: %s\n", "", e.type, e.defaultText, e.accepted);
-    std::printf("  %-20s   %s\n", "", e.meaning);
+    const char* set = std::getenv(e.name.c_str());
+    std::string eff;
+    try {
+      eff = accl::configValue(e.name);
+    } catch (const accl::Error& x) {
+      eff = "(invalid)";
+      error += std::string(error.empty() ? "" : "\n") + "error: " + x.what();
+    }
+    std::printf("  %-20s = %-24s %s\n", e.name.c_str(), eff.c_str(), set ? "(set)" : "(default)");
+    std::printf("  %-20s   type %s, default %s; accepted: %s; read by %s\n", "", e.type.c_str(), e.defaultText.c_str(),
+                e.accepted.c_str(), e.owner.c_str());
+    std::printf("  %-20s   %s\n", "", e.meaning.c_str());
   }
   if (!error.empty()) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
+    std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
   return 0;
 }
 
 void printMarkdown() {
-  std::printf("| Variable | Type | Default | Accepted values | Meaning |\n|---|---|---|---|---|\n");
+  accl::listBackends();
+  std::printf("| Variable | Type | Default | Accepted values | Read by | Meaning |\n|---|---|---|---|---|---|\n");
   for (auto& e : accl::configTable())
-    std::printf("| `%s` | %s | %s | %s | %s |\n", e.name, e.type, e.defaultText, e.accepted, e.meaning);
+    std::printf("| `%s` | %s | %s | %s | %s | %s |\n", e.name.c_str(), e.type.c_str(), e.defaultText.c_str(),
+                e.accepted.c_str(), e.owner.c_str(), e.meaning.c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (accl_tools::printVersionIfAsked(argc, argv, "accl-info")) return 0;
   bool config = false, backends = false, markdown = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--config")) config = true;
-    else if (!std::strcmp(argv[i], "--backends")) backends = true;
-    else if (!std::strcmp(argv[i], "--markdown")) markdown = true;
-    else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      usage();
-      return 0;
-    } else {
-      std::fprintf(stderr, "accl-info: unknown option '%s'\n", argv[i]);
-      usage();
-      return 2;
-    }
-  }
+  CLI::App app{"Prints the version, the build (transports, CUDA and NCCL versions), the backends with the file "
+               "each module was loaded from, and the effective configuration (with no option: all of it).",
+               "accl-info"};
+  app.add_flag("--config", config, "every ACCL_* variable: name, type, default, effective value, meaning");
+  app.add_flag("--backends", backends, "backends compiled in, and whether each is usable on this host");
+  app.add_flag("--markdown", markdown, "print the configuration table as Markdown (docs/configuration.md)");
+  if (int rc = accl_tools::parseCommandLine(app, argc, argv, "accl-info"); rc >= 0) return rc;
   if (markdown) {
     printMarkdown();
     return 0;

@@ -1,7 +1,8 @@
 // accl-perf: nccl-tests-style benchmark for every ACCL backend.
 //   accl-run -n 2 accl-perf --backend gloo --op allreduce -b 8 -e 128M -f 2
-#include "../common/version.h"
-#include <getopt.h>
+#include <nlohmann/json.hpp>
+
+#include "../common/cli.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,10 +10,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "accl/registry.h"
+#include "accl/internal/half.h"
 
 #ifdef ACCL_PERF_CUDA
 #include <cuda_runtime_api.h>
@@ -73,56 +77,6 @@ void toDevice(char* d, const std::vector<char>& h) { cudaOrDie(cudaMemcpy(d, h.d
 void toHost(std::vector<char>& h, const char* d) { cudaOrDie(cudaMemcpy(h.data(), d, h.size(), cudaMemcpyDeviceToHost), "cudaMemcpy"); }
 #endif
 
-const char* kOps[] = {"allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
-                      "alltoall",  "gather",    "scatter",        "sendrecv"};
-
-[[noreturn]] void usage(int rc) {
-  std::printf(
-      "usage: accl-perf [options]    (run one process per rank: accl-run, mpirun, torchrun, srun)\n"
-      "  --backend NAME     gloo | mpi | ... (accl-info --backends)      [gloo]\n"
-      "  --op NAME          allreduce allgather reduce_scatter broadcast reduce alltoall\n"
-      "                     gather scatter sendrecv                       [allreduce]\n"
-      "  -b, --minbytes N   smallest size (K, M, G suffixes)              [8]\n"
-      "  -e, --maxbytes N   largest size                                  [8M]\n"
-      "  -f, --stepfactor F multiply the size by F each step              [2]\n"
-      "  -i, --stepbytes N  add N bytes each step instead\n"
-      "  -n, --iters N      timed iterations per size                     [20]\n"
-      "  -w, --warmup_iters N  untimed iterations                         [5]\n"
-      "  -c, --check 0|1    check results, count wrong elements           [1]\n"
-      "  -z, --blocking 0|1 wait for each op before issuing the next      [0]\n"
-      "  -a, --average 0|1|2|3  time of rank 0 | average | min | max     [1]\n"
-      "  -d, --datatype T   int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64 [float32]\n"
-      "  -o, --op_type OP   sum prod min max                              [sum]\n"
-      "  -r, --root R       root of broadcast, reduce, gather, scatter    [0]\n"
-      "  -J, --output_file F  also write the results as JSON to F\n"
-      "  --device cpu|cuda  buffer device (cuda: one GPU per local rank)   [cpu]\n"
-      "  --corrupt          damage one element on rank 0 before checking (tests the checker)\n"
-      "Columns follow nccl-tests: algbw = size / time; busbw = algbw x factor (allreduce\n"
-      "2(n-1)/n; allgather, reduce_scatter, alltoall, gather, scatter (n-1)/n; others 1).\n");
-  std::exit(rc);
-}
-
-size_t parseSize(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  double mult = 1;
-  if (*end == 'K' || *end == 'k') mult = 1024;
-  else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024;
-  else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024;
-  else if (*end != '\0') {
-    std::fprintf(stderr, "accl-perf: invalid size '%s'; accepted: a number with an optional K, M or G suffix\n", s);
-    std::exit(2);
-  }
-  return static_cast<size_t>(v * mult);
-}
-
-double busFactor(const std::string& op, int n) {
-  if (op == "allreduce") return n > 1 ? 2.0 * (n - 1) / n : 0;
-  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall" || op == "gather" || op == "scatter")
-    return n > 1 ? double(n - 1) / n : 0;
-  return 1;
-}
-
 // Small integer-valued inputs: sums, products, min and max are exact in every dtype.
 double inputValue(int rank, size_t i, ReduceKind op) {
   if (op == ReduceKind::Prod) return (rank + i) % 3 == 0 ? 2 : 1;
@@ -142,11 +96,8 @@ void store(void* p, size_t i, DataType t, double v) {
       std::memcpy(static_cast<char*>(p) + 2 * i, &h, 2);
       break;
     }
-    case DataType::BFloat16: {  // exact for the small integers used here
-      float f = static_cast<float>(v);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      uint16_t b = static_cast<uint16_t>(u >> 16);
+    case DataType::BFloat16: {
+      uint16_t b = accl::internal::floatToBf16(static_cast<float>(v));
       std::memcpy(static_cast<char*>(p) + 2 * i, &b, 2);
       break;
     }
@@ -166,73 +117,30 @@ struct Bench {
   char* outP = nullptr;
   Device dev{};
 
-  // Sizes per op: `bytes` is the larger of the send and receive buffers, as in nccl-tests.
-  void shapes(size_t bytes, size_t* inCount, size_t* outCount) const {
-    size_t total = bytes / es;
-    const std::string& op = a.op;
-    if (op == "allgather" || op == "gather") {
-      *inCount = total / n;
-      *outCount = *inCount * n;
-    } else if (op == "reduce_scatter" || op == "scatter") {
-      *outCount = total / n;
-      *inCount = *outCount * n;
-    } else if (op == "alltoall") {
-      *inCount = *outCount = total / n * n;
-    } else {
-      *inCount = *outCount = total;
+  const struct OpSpec* spec = nullptr;  // the op under test (kOps)
+
+  // The reduction over all ranks of element i's inputs.
+  double reduced(size_t i) const {
+    double acc = inputValue(0, i, a.redop);
+    for (int r = 1; r < n; ++r) {
+      double x = inputValue(r, i, a.redop);
+      if (a.redop == ReduceKind::Sum) acc += x;
+      else if (a.redop == ReduceKind::Prod) acc *= x;
+      else if (a.redop == ReduceKind::Min) acc = std::min(acc, x);
+      else acc = std::max(acc, x);
     }
+    return acc;
+  }
+  void put(std::vector<char>& buf, size_t i, double v) const { store(buf.data(), i, a.dtype, v); }
+  // Every rank's `count` inputs, in rank order (what a gather produces).
+  void putEveryInput(std::vector<char>& buf, size_t count) const {
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i) put(buf, r * count + i, inputValue(r, i, a.redop));
   }
 
-  std::shared_ptr<Work> issue(size_t ic, size_t oc, bool inPlace) {
-    Buffer bi(inP, ic, a.dtype, dev), bo(inPlace ? inP : outP, oc, a.dtype, dev);
-    const std::string& op = a.op;
-    if (op == "allreduce") {
-      AllreduceOptions o;
-      o.op = a.redop;
-      return pg.allreduce(bi, bo, o);
-    }
-    if (op == "allgather") return pg.allgather(inPlace ? bo.slice(static_cast<size_t>(me) * ic, ic) : bi, inPlace ? Buffer(inP, oc, a.dtype, dev) : bo);
-    if (op == "reduce_scatter") {
-      ReduceScatterOptions o;
-      o.op = a.redop;
-      return pg.reduceScatter(bi, inPlace ? bi.slice(static_cast<size_t>(me) * oc, oc) : bo, o);
-    }
-    if (op == "broadcast") {
-      BroadcastOptions o;
-      o.root = a.root;
-      return pg.broadcast(bi, o);  // in place by definition
-    }
-    if (op == "reduce") {
-      ReduceOptions o;
-      o.op = a.redop;
-      o.root = a.root;
-      return pg.reduce(bi, bo, o);
-    }
-    if (op == "alltoall") return pg.alltoall(bi, bo);
-    if (op == "gather") {
-      GatherOptions o;
-      o.root = a.root;
-      return pg.gather(bi, bo, o);
-    }
-    if (op == "scatter") {
-      ScatterOptions o;
-      o.root = a.root;
-      return pg.scatter(bi, bo, o);
-    }
-    // sendrecv: ring exchange with both neighbours. Even ranks send first, odd
-    // ranks receive first: with NCCL a send completes only once the peer has
-    // posted its receive.
-    if (me % 2 == 0) {
-      auto ws = pg.send(bi, (me + 1) % n);
-      auto wr = pg.recv(bo, (me + n - 1) % n);
-      ws->wait();
-      return wr;
-    }
-    auto wr = pg.recv(bo, (me + n - 1) % n);
-    auto ws = pg.send(bi, (me + 1) % n);
-    wr->wait();
-    return ws;
-  }
+  void shapes(size_t bytes, size_t* inCount, size_t* outCount) const;
+  bool inputAtRankSlot() const;  // an in-place input sits at this rank's slot of the output
+  std::shared_ptr<Work> issue(size_t ic, size_t oc, bool inPlace);
 
   // Fills inputs, runs once, compares with what the op must produce; returns wrong elements.
   size_t check(size_t ic, size_t oc, bool inPlace) {
@@ -240,8 +148,7 @@ struct Bench {
     auto fillIn = [&](int rank, size_t count, char* dst, size_t offset) {
       for (size_t i = 0; i < count; ++i) store(dst, offset + i, a.dtype, inputValue(rank, i, a.redop));
     };
-    const std::string& op = a.op;
-    if (op == "allgather" && inPlace) fillIn(me, ic, in.data(), static_cast<size_t>(me) * ic);
+    if (inPlace && inputAtRankSlot()) fillIn(me, ic, in.data(), static_cast<size_t>(me) * ic);
     else fillIn(me, ic, in.data(), 0);
 #ifdef ACCL_PERF_CUDA
     if (a.cuda) {
@@ -257,42 +164,9 @@ struct Bench {
     }
 #endif
     std::vector<char> want((std::max(ic, oc) + 1) * es);
-    auto red = [&](size_t i) {
-      double acc = inputValue(0, i, a.redop);
-      for (int r = 1; r < n; ++r) {
-        double x = inputValue(r, i, a.redop);
-        if (a.redop == ReduceKind::Sum) acc += x;
-        else if (a.redop == ReduceKind::Prod) acc *= x;
-        else if (a.redop == ReduceKind::Min) acc = std::min(acc, x);
-        else acc = std::max(acc, x);
-      }
-      return acc;
-    };
     const char* got = inPlace ? in.data() : out.data();
     size_t count = oc, gotOffset = 0;
-    bool checkHere = true;
-    if (op == "allreduce" || (op == "reduce" && me == a.root)) {
-      for (size_t i = 0; i < oc; ++i) store(want.data(), i, a.dtype, red(i));
-    } else if (op == "reduce_scatter") {
-      for (size_t i = 0; i < oc; ++i) store(want.data(), i, a.dtype, red(static_cast<size_t>(me) * oc + i));
-      if (inPlace) gotOffset = static_cast<size_t>(me) * oc;
-    } else if (op == "allgather" || (op == "gather" && me == a.root)) {
-      for (int r = 0; r < n; ++r)
-        for (size_t i = 0; i < ic; ++i) store(want.data(), r * ic + i, a.dtype, inputValue(r, i, a.redop));
-    } else if (op == "broadcast") {
-      for (size_t i = 0; i < oc; ++i) store(want.data(), i, a.dtype, inputValue(a.root, i, a.redop));
-      got = in.data();
-    } else if (op == "scatter") {
-      for (size_t i = 0; i < oc; ++i) store(want.data(), i, a.dtype, inputValue(a.root, static_cast<size_t>(me) * oc + i, a.redop));
-    } else if (op == "alltoall") {
-      size_t c = oc / n;
-      for (int r = 0; r < n; ++r)
-        for (size_t i = 0; i < c; ++i) store(want.data(), r * c + i, a.dtype, inputValue(r, static_cast<size_t>(me) * c + i, a.redop));
-    } else if (op == "sendrecv") {
-      for (size_t i = 0; i < oc; ++i) store(want.data(), i, a.dtype, inputValue((me + n - 1) % n, i, a.redop));
-    } else {
-      checkHere = false;  // reduce / gather on non-root ranks: nothing to check
-    }
+    bool checkHere = expect(ic, oc, inPlace, want, &got, &gotOffset);
     if (!checkHere) return 0;
     if (a.corrupt && me == 0 && count > 0) {
       char* g = const_cast<char*>(got) + gotOffset * es;
@@ -303,6 +177,10 @@ struct Bench {
       if (std::memcmp(got + (gotOffset + i) * es, want.data() + i * es, es) != 0) ++wrong;
     return wrong;
   }
+
+  // Writes what this rank must hold after the op into `want` and says where
+  // to find it; false where this rank receives nothing.
+  bool expect(size_t ic, size_t oc, bool inPlace, std::vector<char>& want, const char** got, size_t* gotOffset) const;
 
   // Seconds per op on this rank.
   double time(size_t ic, size_t oc, bool inPlace) {
@@ -339,66 +217,217 @@ struct Bench {
   }
 };
 
+// One entry per op, as nccl-tests' testColl: name, bus factor, buffer shapes,
+// how to issue it and what each rank must hold afterwards.
+struct OpSpec {
+  const char* name;
+  enum Shape { Same, Gathered, Scattered, Exchanged } shape;  // how counts follow from the size
+  enum InPlaceInput { AtStart, AtRankSlot } inPlaceInput;     // where an in-place input sits
+  bool rooted, reduces, inPlaceForm;                          // takes -r, takes -o, has an in-place form
+  double (*busFactor)(int n);                                 // busbw = algbw x this
+  std::shared_ptr<Work> (*issue)(Bench& b, Buffer in, Buffer out, size_t ic, size_t oc, bool inPlace);
+  // Fills `want` with this rank's result; may point `got` at the input and
+  // move `gotOffset`. False: nothing to check on this rank.
+  bool (*expect)(const Bench& b, size_t ic, size_t oc, bool inPlace, std::vector<char>& want, const char** got,
+                 size_t* gotOffset);
+};
+
+double allreduceBus(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0; }
+double gatherBus(int n) { return n > 1 ? double(n - 1) / n : 0; }
+double oneBus(int) { return 1; }
+
+const OpSpec kOps[] = {
+    {"allreduce", OpSpec::Same, OpSpec::AtStart, false, true, true, allreduceBus,
+     [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
+       AllreduceOptions o;
+       o.op = b.a.redop;
+       return b.pg.allreduce(in, out, o);
+     },
+     [](const Bench& b, size_t, size_t oc, bool, std::vector<char>& want, const char**, size_t*) {
+       for (size_t i = 0; i < oc; ++i) b.put(want, i, b.reduced(i));
+       return true;
+     }},
+    {"allgather", OpSpec::Gathered, OpSpec::AtRankSlot, false, false, true, gatherBus,
+     [](Bench& b, Buffer in, Buffer out, size_t ic, size_t, bool inPlace) {
+       return b.pg.allgather(inPlace ? out.slice(static_cast<size_t>(b.me) * ic, ic) : in, out);
+     },
+     [](const Bench& b, size_t ic, size_t, bool, std::vector<char>& want, const char**, size_t*) {
+       b.putEveryInput(want, ic);
+       return true;
+     }},
+    {"reduce_scatter", OpSpec::Scattered, OpSpec::AtStart, false, true, true, gatherBus,
+     [](Bench& b, Buffer in, Buffer out, size_t, size_t oc, bool inPlace) {
+       ReduceScatterOptions o;
+       o.op = b.a.redop;
+       return b.pg.reduceScatter(in, inPlace ? in.slice(static_cast<size_t>(b.me) * oc, oc) : out, o);
+     },
+     [](const Bench& b, size_t, size_t oc, bool inPlace, std::vector<char>& want, const char**, size_t* gotOffset) {
+       for (size_t i = 0; i < oc; ++i) b.put(want, i, b.reduced(static_cast<size_t>(b.me) * oc + i));
+       if (inPlace) *gotOffset = static_cast<size_t>(b.me) * oc;
+       return true;
+     }},
+    {"broadcast", OpSpec::Same, OpSpec::AtStart, true, false, false, oneBus,
+     [](Bench& b, Buffer in, Buffer, size_t, size_t, bool) {
+       BroadcastOptions o;
+       o.root = b.a.root;
+       return b.pg.broadcast(in, o);  // in place by definition
+     },
+     [](const Bench& b, size_t, size_t oc, bool, std::vector<char>& want, const char** got, size_t*) {
+       for (size_t i = 0; i < oc; ++i) b.put(want, i, inputValue(b.a.root, i, b.a.redop));
+       *got = b.in.data();
+       return true;
+     }},
+    {"reduce", OpSpec::Same, OpSpec::AtStart, true, true, false, oneBus,
+     [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
+       ReduceOptions o;
+       o.op = b.a.redop;
+       o.root = b.a.root;
+       return b.pg.reduce(in, out, o);
+     },
+     [](const Bench& b, size_t, size_t oc, bool, std::vector<char>& want, const char**, size_t*) {
+       if (b.me != b.a.root) return false;
+       for (size_t i = 0; i < oc; ++i) b.put(want, i, b.reduced(i));
+       return true;
+     }},
+    {"alltoall", OpSpec::Exchanged, OpSpec::AtStart, false, false, true, gatherBus,
+     [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) { return b.pg.alltoall(in, out); },
+     [](const Bench& b, size_t, size_t oc, bool, std::vector<char>& want, const char**, size_t*) {
+       size_t c = oc / b.n;
+       for (int r = 0; r < b.n; ++r)
+         for (size_t i = 0; i < c; ++i) b.put(want, r * c + i, inputValue(r, static_cast<size_t>(b.me) * c + i, b.a.redop));
+       return true;
+     }},
+    {"gather", OpSpec::Gathered, OpSpec::AtStart, true, false, false, gatherBus,
+     [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
+       GatherOptions o;
+       o.root = b.a.root;
+       return b.pg.gather(in, out, o);
+     },
+     [](const Bench& b, size_t ic, size_t, bool, std::vector<char>& want, const char**, size_t*) {
+       if (b.me != b.a.root) return false;
+       b.putEveryInput(want, ic);
+       return true;
+     }},
+    {"scatter", OpSpec::Scattered, OpSpec::AtStart, true, false, false, gatherBus,
+     [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
+       ScatterOptions o;
+       o.root = b.a.root;
+       return b.pg.scatter(in, out, o);
+     },
+     [](const Bench& b, size_t, size_t oc, bool, std::vector<char>& want, const char**, size_t*) {
+       for (size_t i = 0; i < oc; ++i)
+         b.put(want, i, inputValue(b.a.root, static_cast<size_t>(b.me) * oc + i, b.a.redop));
+       return true;
+     }},
+    // A ring exchange with both neighbours. Even ranks send first, odd ranks
+    // receive first: with NCCL a send completes only once the peer has posted
+    // its receive.
+    {"sendrecv", OpSpec::Same, OpSpec::AtStart, false, false, false, oneBus,
+     [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
+       int next = (b.me + 1) % b.n, prev = (b.me + b.n - 1) % b.n;
+       if (b.me % 2 == 0) {
+         auto ws = b.pg.send(in, next);
+         auto wr = b.pg.recv(out, prev);
+         ws->wait();
+         return wr;
+       }
+       auto wr = b.pg.recv(out, prev);
+       auto ws = b.pg.send(in, next);
+       wr->wait();
+       return ws;
+     },
+     [](const Bench& b, size_t, size_t oc, bool, std::vector<char>& want, const char**, size_t*) {
+       for (size_t i = 0; i < oc; ++i) b.put(want, i, inputValue((b.me + b.n - 1) % b.n, i, b.a.redop));
+       return true;
+     }},
+};
+
+const OpSpec* findOp(const std::string& name) {
+  for (const auto& o : kOps)
+    if (name == o.name) return &o;
+  return nullptr;
+}
+
+// Sizes per op: `bytes` is the larger of the send and receive buffers, as in nccl-tests.
+void Bench::shapes(size_t bytes, size_t* inCount, size_t* outCount) const {
+  size_t total = bytes / es;
+  switch (spec->shape) {
+    case OpSpec::Gathered: *inCount = total / n, *outCount = *inCount * n; break;
+    case OpSpec::Scattered: *outCount = total / n, *inCount = *outCount * n; break;
+    case OpSpec::Exchanged: *inCount = *outCount = total / n * n; break;
+    default: *inCount = *outCount = total; break;  // Same
+  }
+}
+
+bool Bench::inputAtRankSlot() const { return spec->inPlaceInput == OpSpec::AtRankSlot; }
+
+std::shared_ptr<Work> Bench::issue(size_t ic, size_t oc, bool inPlace) {
+  Buffer bi(inP, ic, a.dtype, dev), bo(inPlace ? inP : outP, oc, a.dtype, dev);
+  return spec->issue(*this, bi, bo, ic, oc, inPlace);
+}
+
+bool Bench::expect(size_t ic, size_t oc, bool inPlace, std::vector<char>& want, const char** got,
+                   size_t* gotOffset) const {
+  return spec->expect(*this, ic, oc, inPlace, want, got, gotOffset);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (accl_tools::printVersionIfAsked(argc, argv, "accl-perf")) return 0;
   Args a;
-  static option longOpts[] = {{"backend", required_argument, nullptr, 'B'}, {"op", required_argument, nullptr, 'O'},
-                              {"minbytes", required_argument, nullptr, 'b'}, {"maxbytes", required_argument, nullptr, 'e'},
-                              {"stepfactor", required_argument, nullptr, 'f'}, {"stepbytes", required_argument, nullptr, 'i'},
-                              {"iters", required_argument, nullptr, 'n'}, {"warmup_iters", required_argument, nullptr, 'w'},
-                              {"check", required_argument, nullptr, 'c'}, {"blocking", required_argument, nullptr, 'z'},
-                              {"average", required_argument, nullptr, 'a'}, {"datatype", required_argument, nullptr, 'd'},
-                              {"op_type", required_argument, nullptr, 'o'}, {"root", required_argument, nullptr, 'r'},
-                              {"output_file", required_argument, nullptr, 'J'}, {"device", required_argument, nullptr, 'D'},
-                              {"corrupt", no_argument, nullptr, 'X'}, {"help", no_argument, nullptr, 'h'},
-                              {nullptr, 0, nullptr, 0}};
-  int c;
+  std::string dtype = "float32", redop = "sum", device = "cpu";
+  std::vector<std::string> opNames;
+  for (const auto& o : kOps) opNames.push_back(o.name);
+  CLI::App app{"accl-perf: nccl-tests style bandwidth and correctness of one op over a range of sizes. Run one "
+               "process per rank (accl-run, mpirun, torchrun, srun).\n"
+               "Columns follow nccl-tests: algbw = size / time; busbw = algbw x factor (allreduce 2(n-1)/n; "
+               "allgather, reduce_scatter, alltoall, gather, scatter (n-1)/n; others 1).",
+               "accl-perf"};
+  app.add_option("--backend", a.backend, "gloo | mpi | ... (accl-info --backends)")->capture_default_str();
+  app.add_option("--op", a.op, "the op")->check(CLI::IsMember(opNames))->capture_default_str();
+  auto sizes = CLI::AsSizeValue(false);  // K, M, G = powers of 1024
+  app.add_option("-b,--minbytes", a.minBytes, "smallest size (K, M, G suffixes)")->transform(sizes)->capture_default_str();
+  app.add_option("-e,--maxbytes", a.maxBytes, "largest size")->transform(sizes)->capture_default_str();
+  app.add_option("-f,--stepfactor", a.factor, "multiply the size by F each step (> 1)")->capture_default_str();
+  app.add_option("-i,--stepbytes", a.stepBytes, "add N bytes each step instead")->transform(sizes);
+  app.add_option("-n,--iters", a.iters, "timed iterations per size")->check(CLI::Range(1, 1 << 30))->capture_default_str();
+  app.add_option("-w,--warmup_iters", a.warmup, "untimed iterations")->check(CLI::Range(0, 1 << 30))->capture_default_str();
+  app.add_option("-c,--check", a.check, "check results, count wrong elements (0|1)")->capture_default_str();
+  app.add_option("-z,--blocking", a.blocking, "wait for each op before issuing the next (0|1)")->capture_default_str();
+  app.add_option("-a,--average", a.average, "time of rank 0 (0), average (1), min (2), max (3) over ranks")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  app.add_option("-d,--datatype", dtype,
+                 "int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 (float) float64 (double)")
+      ->capture_default_str();
+  app.add_option("-o,--op_type", redop, "sum prod min max")
+      ->check(CLI::IsMember({"sum", "prod", "min", "max"}, CLI::ignore_case))
+      ->capture_default_str();
+  app.add_option("-r,--root", a.root, "root of broadcast, reduce, gather, scatter")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("-J,--output_file", a.json, "also write the results as JSON to this file")->type_name("FILE");
+  app.add_option("--device", device, "buffer device (cuda: one GPU per local rank)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_flag("--corrupt", a.corrupt, "damage one element on rank 0 before checking (tests the checker)");
+  if (int rc = accl_tools::parseCommandLine(app, argc, argv, "accl-perf"); rc >= 0) return rc;
   try {
-    while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:c:z:a:d:o:r:J:h", longOpts, nullptr)) != -1) {
-      switch (c) {
-        case 'B': a.backend = optarg; break;
-        case 'O': a.op = optarg; break;
-        case 'b': a.minBytes = parseSize(optarg); break;
-        case 'e': a.maxBytes = parseSize(optarg); break;
-        case 'f': a.factor = std::atof(optarg); break;
-        case 'i': a.stepBytes = parseSize(optarg); break;
-        case 'n': a.iters = std::max(1, std::atoi(optarg)); break;
-        case 'w': a.warmup = std::max(0, std::atoi(optarg)); break;
-        case 'c': a.check = std::atoi(optarg) != 0; break;
-        case 'z': a.blocking = std::atoi(optarg) != 0; break;
-        case 'a': a.average = std::min(3, std::max(0, std::atoi(optarg))); break;
-        case 'd': a.dtype = parseDataType(std::string(optarg) == "float" ? "float32" : std::string(optarg) == "double" ? "float64" : optarg); break;
-        case 'o': a.redop = parseReduceKind(optarg); break;
-        case 'r': a.root = std::atoi(optarg); break;
-        case 'J': a.json = optarg; break;
-        case 'D':
-          if (std::string(optarg) == "cuda") {
-#ifdef ACCL_PERF_CUDA
-            a.cuda = true;
-#else
-            std::fprintf(stderr, "accl-perf: --device cuda: this build has no CUDA (built without the CUDA toolkit); accepted: cpu\n");
-            return 2;
-#endif
-          } else if (std::string(optarg) != "cpu") {
-            std::fprintf(stderr, "accl-perf: --device %s: accepted: cpu, cuda\n", optarg);
-            return 2;
-          }
-          break;
-        case 'X': a.corrupt = true; break;
-        case 'h': usage(0);
-        default: usage(2);
-      }
-    }
+    a.dtype = parseDataType(dtype == "float" ? "float32" : dtype == "double" ? "float64" : dtype);
+    a.redop = parseReduceKind(redop);
   } catch (const Error& e) {
     std::fprintf(stderr, "accl-perf: %s\n", e.what());
     return 2;
   }
-  if (std::find_if(std::begin(kOps), std::end(kOps), [&](const char* o) { return a.op == o; }) == std::end(kOps)) {
-    std::fprintf(stderr, "accl-perf: unknown --op '%s'; accepted: allreduce allgather reduce_scatter broadcast reduce alltoall gather scatter sendrecv\n", a.op.c_str());
+  if (device == "cuda") {
+#ifdef ACCL_PERF_CUDA
+    a.cuda = true;
+#else
+    std::fprintf(stderr, "accl-perf: --device cuda: this build has no CUDA (built without the CUDA toolkit); accepted: cpu\n");
     return 2;
+#endif
   }
+  const OpSpec* spec = findOp(a.op);  // --op accepts only the table's names
   if (a.redop != ReduceKind::Sum && a.redop != ReduceKind::Prod && a.redop != ReduceKind::Min && a.redop != ReduceKind::Max) {
     std::fprintf(stderr, "accl-perf: -o %s: accepted: sum, prod, min, max\n", toString(a.redop));
     return 2;
@@ -419,7 +448,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "accl-perf: sendrecv needs at least 2 ranks\n");
       return 2;
     }
-    Bench b{a, *pg, n, me, dataTypeSize(a.dtype), {}, {}, nullptr, nullptr, dev};
+    Bench b{a, *pg, n, me, dataTypeSize(a.dtype), {}, {}, nullptr, nullptr, dev, spec};
     b.in.resize(a.maxBytes + 64);
     b.out.resize(a.maxBytes + 64);
     b.inP = b.in.data();
@@ -430,11 +459,9 @@ int main(int argc, char** argv) {
       b.outP = deviceAlloc(b.out.size());
     }
 #endif
-    bool root = a.op == "broadcast" || a.op == "reduce" || a.op == "gather" || a.op == "scatter";
-    bool redop = a.op == "allreduce" || a.op == "reduce" || a.op == "reduce_scatter";
+    bool root = spec->rooted, redop = spec->reduces;
     // Ops whose API has one form only get one set of columns.
-    bool hasInPlace = a.op != "sendrecv" && a.op != "gather" && a.op != "scatter" && a.op != "reduce" &&
-                      a.op != "broadcast";
+    bool hasInPlace = spec->inPlaceForm;
     if (me == 0) {
       std::printf("# accl-perf: %s, backend %s, %d ranks, %s buffers, %s, iters %d, warmup %d, %s, time = %s over ranks\n",
                   a.op.c_str(), a.backend.c_str(), n, a.cuda ? "cuda" : "cpu", toString(a.dtype), a.iters, a.warmup,
@@ -447,12 +474,12 @@ int main(int argc, char** argv) {
       }
       std::printf("%s\n%s\n", h1.c_str(), h2.c_str());
     }
-    std::string json = "{\"backend\":\"" + a.backend + "\",\"device\":\"" + (a.cuda ? "cuda" : "cpu") +
-                       "\",\"op\":\"" + a.op + "\",\"ranks\":" + std::to_string(n) +
-                       ",\"dtype\":\"" + toString(a.dtype) + "\",\"results\":[";
+    nlohmann::ordered_json json = {{"backend", a.backend}, {"device", a.cuda ? "cuda" : "cpu"}, {"op", a.op},
+                                   {"ranks", n}, {"dtype", toString(a.dtype)}, {"results", nlohmann::json::array()}};
     double busSum = 0;
     int rows = 0;
     size_t totalWrong = 0;
+    bool jsonFailed = false;
     for (size_t bytes = a.minBytes; bytes <= a.maxBytes;
          bytes = a.stepBytes ? bytes + a.stepBytes : std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
       size_t ic, oc;
@@ -465,20 +492,18 @@ int main(int argc, char** argv) {
         t[ip] = b.combine(b.time(ic, oc, ip));
         totalWrong += wrong[ip];
       }
-      double f = busFactor(a.op, n);
+      double f = spec->busFactor(n);
       if (me == 0) {
         std::printf("%12zu %12zu %8s %6s %6d", shown, std::max(ic, oc), toString(a.dtype), redop ? toString(a.redop) : "none", root ? a.root : -1);
-        json += std::string(rows ? "," : "") + "{\"size\":" + std::to_string(shown) + ",\"count\":" + std::to_string(std::max(ic, oc));
+        nlohmann::ordered_json row = {{"size", shown}, {"count", std::max(ic, oc)}};
         for (int ip = 0; ip < (hasInPlace ? 2 : 1); ++ip) {
           double alg = shown / t[ip] / 1e9, bus = alg * f;
           std::printf(" %9.2f %8.2f %8.2f %6zu", t[ip] * 1e6, alg, bus, wrong[ip]);
-          const char* key = ip ? "in_place" : "out_of_place";
-          char buf[200];
-          std::snprintf(buf, sizeof buf, ",\"%s\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%zu}", key, t[ip] * 1e6, alg, bus, wrong[ip]);
-          json += buf;
+          row[ip ? "in_place" : "out_of_place"] = {
+              {"time_us", t[ip] * 1e6}, {"algbw", alg}, {"busbw", bus}, {"wrong", wrong[ip]}};
           if (ip == 0) busSum += bus;
         }
-        json += "}";
+        json["results"].push_back(std::move(row));
         std::printf("\n");
         std::fflush(stdout);
       }
@@ -489,13 +514,13 @@ int main(int argc, char** argv) {
       std::printf("# Out of bounds values : %zu %s\n", totalWrong, totalWrong ? "FAILED" : "OK");
       std::printf("# Avg bus bandwidth    : %g\n", rows ? busSum / rows : 0.0);
       if (!a.json.empty()) {
-        char buf[100];
-        std::snprintf(buf, sizeof buf, "],\"avg_busbw\":%.4f,\"wrong\":%zu}\n", rows ? busSum / rows : 0.0, totalWrong);
-        json += buf;
-        FILE* f = std::fopen(a.json.c_str(), "w");
-        if (f) {
-          std::fputs(json.c_str(), f);
-          std::fclose(f);
+        json["avg_busbw"] = rows ? busSum / rows : 0.0;
+        json["wrong"] = totalWrong;
+        std::ofstream f(a.json);
+        f << json.dump(1) << "\n";
+        if (!f.flush()) {
+          std::fprintf(stderr, "accl-perf: cannot write -J %s: %s\n", a.json.c_str(), std::strerror(errno));
+          jsonFailed = true;
         }
       }
       // With wrong results every rank exits non-zero, and a launcher may stop
@@ -503,7 +528,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     pg->barrier()->wait();
-    return totalWrong ? 1 : 0;
+    return totalWrong ? 1 : jsonFailed ? 2 : 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "accl-perf: %s\n", e.what());
     return 1;

@@ -1,7 +1,7 @@
 // accl-run: starts N local ranks with the torchrun environment, prefixes
 // their output with the rank, forwards signals, and stops every rank as soon
 // as one fails, saying which rank failed and how.
-#include "../common/version.h"
+#include "../common/cli.h"
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "accl/internal/net.h"
+#include "accl/internal/strings.h"
 #include "accl/store.h"
 
 namespace {
@@ -45,27 +46,6 @@ struct Rank {
   int status = 0;
   Stream streams[2];
 };
-
-void usage(FILE* f) {
-  std::fprintf(f,
-               "usage: accl-run -n N [options] PROGRAM [ARGS...]\n"
-               "Starts N ranks of PROGRAM on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
-               "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (as torchrun does).\n"
-               "  -n, --nproc N       number of ranks (1..1024)\n"
-               "  --master-addr ADDR  address of rank 0's store (default 127.0.0.1)\n"
-               "  --master-port PORT  port of rank 0's store (default: a free port)\n"
-               "  --grace SECONDS     after a failure (the other ranks first get 1 s to exit on their own),\n"
-               "                      wait this long after SIGTERM before SIGKILL (default 5)\n"
-               "  --no-prefix         do not prefix output lines with [rank]\n"
-               "  --netns NS0,NS1,... simulate hosts: ranks are split in equal blocks over these network\n"
-               "                      namespaces (ip netns), LOCAL_RANK/LOCAL_WORLD_SIZE count within a\n"
-               "                      namespace; --master-addr must be reachable from all (needs root)\n"
-               "  --store-server PORT only run a TCP store server on PORT (0 = any; the port is\n"
-               "                      printed) until SIGINT/SIGTERM, for jobs whose ranks all connect\n"
-               "                      as clients (ACCL_STORE_PORT / MASTER_PORT)\n"
-               "Exit status: 0 if every rank exits 0; otherwise that of the first rank that\n"
-               "failed (128+signal if it was killed by a signal).\n");
-}
 
 int freePort() {
   int port = 0;
@@ -126,68 +106,52 @@ int serveStore(int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = -1, port = 0;
+  int n = -1, port = 0, storeServer = -1;
   double grace = 5;
-  bool prefix = true;
-  std::string addr = "127.0.0.1";
+  bool noPrefix = false;
+  std::string addr = "127.0.0.1", netnsList;
   std::vector<std::string> netns;
-  int i = 1;
-  auto need = [&](const char* opt) -> const char* {
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "accl-run: %s needs a value\n", opt);
-      std::exit(2);
-    }
-    return argv[++i];
-  };
-  auto toInt = [](const char* opt, const char* v, int lo, int hi) {
-    char* end = nullptr;
-    long x = std::strtol(v, &end, 10);
-    if (*end || x < lo || x > hi) {
-      std::fprintf(stderr, "accl-run: invalid value '%s' for %s; accepted: an integer %d..%d\n", v, opt, lo, hi);
-      std::exit(2);
-    }
-    return static_cast<int>(x);
-  };
-  for (; i < argc && argv[i][0] == '-'; ++i) {
-    std::string a = argv[i];
-    if (a == "--version") {  // only among accl-run's own options, not the program's
-      char* args[] = {argv[0], argv[i]};
-      accl_tools::printVersionIfAsked(2, args, "accl-run");
-      return 0;
-    }
-    if (a == "-n" || a == "--nproc" || a == "--nproc-per-node") n = toInt("-n", need("-n"), 1, 1024);
-    else if (a == "--master-addr") addr = need("--master-addr");
-    else if (a == "--master-port") port = toInt("--master-port", need("--master-port"), 1, 65535);
-    else if (a == "--grace") grace = std::atof(need("--grace"));
-    else if (a == "--no-prefix") prefix = false;
-    else if (a == "--netns") {
-      std::string list = need("--netns");
-      size_t start = 0;
-      while (start <= list.size()) {
-        size_t end = list.find(',', start);
-        if (end == std::string::npos) end = list.size();
-        if (end > start) netns.push_back(list.substr(start, end - start));
-        start = end + 1;
-      }
-    }
-    else if (a == "--store-server") return serveStore(toInt("--store-server", need("--store-server"), 0, 65535));
-    else if (a == "-h" || a == "--help") {
-      usage(stdout);
-      return 0;
-    } else if (a == "--") {
-      ++i;
-      break;
-    } else {
-      std::fprintf(stderr, "accl-run: unknown option '%s'\n", a.c_str());
-      usage(stderr);
-      return 2;
-    }
-  }
-  if (n < 0 || i >= argc) {
-    std::fprintf(stderr, "accl-run: %s\n", n < 0 ? "-n N is required" : "no program given");
-    usage(stderr);
+  CLI::App app{"accl-run -n N [options] PROGRAM [ARGS...]\nStarts N ranks of PROGRAM on this host with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, "
+               "MASTER_ADDR and MASTER_PORT set (as torchrun does), prefixes their output with the rank, forwards "
+               "signals, and stops every rank as soon as one fails.\n"
+               "Exit status: 0 if every rank exits 0; otherwise that of the first rank that failed (128+signal "
+               "if it was killed by a signal).",
+               "accl-run"};
+  app.prefix_command();  // PROGRAM and everything after it are the program's
+  app.add_option("-n,--nproc,--nproc-per-node", n, "number of ranks")->check(CLI::Range(1, 1024));
+  app.add_option("--master-addr", addr, "address of rank 0's store")->capture_default_str();
+  app.add_option("--master-port", port, "port of rank 0's store (default: a free port)")->check(CLI::Range(1, 65535));
+  app.add_option("--grace", grace,
+                 "after a failure (the other ranks first get 1 s to exit on their own), wait this long after "
+                 "SIGTERM before SIGKILL")
+      ->type_name("SECONDS")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--no-prefix", noPrefix, "do not prefix output lines with [rank]");
+  app.add_option("--netns", netnsList,
+                 "simulate hosts: ranks are split in equal blocks over these network namespaces (ip netns), "
+                 "LOCAL_RANK/LOCAL_WORLD_SIZE count within a namespace; --master-addr must be reachable from "
+                 "all (needs root)")
+      ->type_name("NS0,NS1,...");
+  app.add_option("--store-server", storeServer,
+                 "only run a TCP store server on PORT (0 = any; the port is printed) until SIGINT/SIGTERM, for "
+                 "jobs whose ranks all connect as clients (ACCL_STORE_PORT / MASTER_PORT)")
+      ->type_name("PORT")
+      ->check(CLI::Range(0, 65535));
+  if (int rc = accl_tools::parseCommandLine(app, argc, argv, "accl-run"); rc >= 0) return rc;
+  if (storeServer >= 0) return serveStore(storeServer);
+  bool prefix = !noPrefix;
+  netns = accl::internal::split(netnsList, ',', /*skipEmpty=*/true);
+  std::vector<std::string> command = app.remaining();
+  if (!command.empty() && command[0] == "--") command.erase(command.begin());
+  if (n < 0 || command.empty()) {
+    std::fprintf(stderr, "accl-run: %s\nRun 'accl-run --help' for the options.\n",
+                 n < 0 ? "-n N is required" : "no program given");
     return 2;
   }
+  std::vector<char*> childArgv;  // the program's argv, for execvp
+  for (auto& a : command) childArgv.push_back(const_cast<char*>(a.c_str()));
+  childArgv.push_back(nullptr);
   if (!netns.empty() && n % static_cast<int>(netns.size()) != 0) {
     std::fprintf(stderr, "accl-run: %d ranks cannot be split evenly over %zu namespaces\n", n, netns.size());
     return 2;
@@ -254,8 +218,8 @@ int main(int argc, char** argv) {
       setenv("LOCAL_WORLD_SIZE", std::to_string(perHost).c_str(), 1);
       setenv("MASTER_ADDR", addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      execvp(argv[i], argv + i);
-      std::fprintf(stderr, "accl-run: cannot execute '%s': %s\n", argv[i], std::strerror(errno));
+      execvp(childArgv[0], childArgv.data());
+      std::fprintf(stderr, "accl-run: cannot execute '%s': %s\n", childArgv[0], std::strerror(errno));
       _exit(127);
     }
     setpgid(pid, pid);  // also here, so that no signal can race the child's own call

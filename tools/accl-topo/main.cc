@@ -1,5 +1,5 @@
 // accl-topo: shows which NIC and CPUs sit next to each GPU, as nvidia-smi topo -m does.
-#include "../common/version.h"
+#include "../common/cli.h"
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -12,18 +12,6 @@ using namespace accl;
 using namespace accl::topo;
 
 namespace {
-
-void usage(FILE* f) {
-  std::fprintf(f,
-               "usage: accl-topo [--input FILE | --fsroot DIR] [--ranks N] [--json | --xml]\n"
-               "  (default)      probe this host (or load ACCL_TOPO_FILE) and print the GPU/NIC matrix,\n"
-               "                 the NIC, NUMA node and CPUs per local rank, and warnings\n"
-               "  --input FILE   an NCCL topology XML file or an hwloc XML export (lstopo --of xml)\n"
-               "  --fsroot DIR   probe a copy of /sys and /proc under DIR instead of this host\n"
-               "  --ranks N      local ranks to show bindings for (default: one per GPU or NUMA node)\n"
-               "  --json         the topology, path matrix, bindings and warnings as JSON\n"
-               "  --xml          the topology as an NCCL topology file (NCCL_TOPO_FILE / ACCL_TOPO_FILE)\n");
-}
 
 std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
 
@@ -63,26 +51,22 @@ void printMatrix(const Topology& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (accl_tools::printVersionIfAsked(argc, argv, "accl-topo")) return 0;
   std::string input, fsroot;
   bool json = false, xml = false;
   int ranks = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--input" && i + 1 < argc) input = argv[++i];
-    else if (a == "--fsroot" && i + 1 < argc) fsroot = argv[++i];
-    else if (a == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
-    else if (a == "--json") json = true;
-    else if (a == "--xml") xml = true;
-    else if (a == "-h" || a == "--help") {
-      usage(stdout);
-      return 0;
-    } else {
-      std::fprintf(stderr, "accl-topo: unknown argument '%s'\n", a.c_str());
-      usage(stderr);
-      return 2;
-    }
-  }
+  CLI::App app{"Prints the topology of this host (probed, or ACCL_TOPO_FILE) or of a file: the GPU/NIC matrix, "
+               "the NIC, NUMA node and CPUs per local rank, and warnings.",
+               "accl-topo"};
+  auto* in = app.add_option("--input", input, "an NCCL topology XML file or an hwloc XML export (lstopo --of xml)")
+                 ->type_name("FILE");
+  app.add_option("--fsroot", fsroot, "probe a copy of /sys and /proc under DIR instead of this host")
+      ->type_name("DIR")
+      ->excludes(in);
+  app.add_option("--ranks", ranks, "local ranks to show bindings for (default: one per GPU or NUMA node)")
+      ->check(CLI::Range(1, 4096));
+  auto* js = app.add_flag("--json", json, "the topology, path matrix, bindings and warnings as JSON");
+  app.add_flag("--xml", xml, "the topology as an NCCL topology file (NCCL_TOPO_FILE / ACCL_TOPO_FILE)")->excludes(js);
+  if (int rc = accl_tools::parseCommandLine(app, argc, argv, "accl-topo"); rc >= 0) return rc;
   Topology t;
   try {
     if (!input.empty()) t = loadFile(input);

@@ -207,22 +207,17 @@ namespace {
 // hwloc 2.x export always has is checked here first, with the line.
 bool validBitmap(const char* v) {
   std::string s = v;
-  size_t start = 0;
   // hwloc counts the words after the first character: a leading comma trips
   // its assert (fuzz_topology_xml); it never writes one, nor a trailing one.
   if (s.empty() || s.front() == ',' || s.back() == ',') return false;
   if (s.find("0xf...f", 1) != std::string::npos) return false;  // only as the first word
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    std::string tok = s.substr(start, end - start);
+  for (const std::string& tok : internal::split(s, ',')) {
     // An empty word between commas is a zero word ("0x1,,0x10000"), as hwloc writes it.
     if (!tok.empty() && tok != "0xf...f") {
       if (tok.size() < 3 || tok.size() > 10 || tok[0] != '0' || (tok[1] != 'x' && tok[1] != 'X')) return false;
       for (size_t i = 2; i < tok.size(); ++i)
         if (!std::isxdigit(static_cast<unsigned char>(tok[i]))) return false;
     }
-    start = end + 1;
   }
   return true;
 }

@@ -1,4 +1,8 @@
-#include <sstream>
+// The topology as JSON (accl-topo --json, ACCL_TOPO_DUMP_FILE=*.json), written
+// with nlohmann::json: strings escaped as JSON requires, key order kept.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
 
 #include "accl/topology.h"
 
@@ -6,76 +10,73 @@ namespace accl {
 namespace topo {
 
 namespace {
-std::string q(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    o += c;
-  }
-  return o + "\"";
-}
 
-void node(const Topology& t, const Node& n, std::ostringstream& os) {
-  os << "{\"type\":" << q(toString(n.type));
-  if (!n.busId.empty()) os << ",\"busid\":" << q(n.busId);
+using Json = nlohmann::ordered_json;
+
+Json node(const Topology& t, const Node& n) {
+  Json j;
+  j["type"] = toString(n.type);
+  if (!n.busId.empty()) j["busid"] = n.busId;
   if (n.pciClass) {
     char buf[16];
     std::snprintf(buf, sizeof buf, "0x%06x", n.pciClass);
-    os << ",\"class\":" << q(buf);
+    j["class"] = buf;
   }
-  if (n.linkGBs > 0) os << ",\"link_GBs\":" << n.linkGBs;
-  if (n.type == NodeType::Numa) os << ",\"numa\":" << n.numa << ",\"cpus\":" << q(n.cpus);
-  if (n.type == NodeType::Gpu) os << ",\"gpu\":" << n.gpuIndex << (n.model.empty() ? "" : ",\"model\":" + q(n.model));
+  if (n.linkGBs > 0) j["link_GBs"] = n.linkGBs;
+  if (n.type == NodeType::Numa) {
+    j["numa"] = n.numa;
+    j["cpus"] = n.cpus;
+  }
+  if (n.type == NodeType::Gpu) {
+    j["gpu"] = n.gpuIndex;
+    if (!n.model.empty()) j["model"] = n.model;
+  }
   if (n.type == NodeType::Nic) {
-    os << ",\"nic\":" << n.nicIndex << ",\"name\":" << q(n.name) << ",\"rdma\":" << (n.rdma ? "true" : "false")
-       << ",\"speed_Gbps\":" << n.speedGbps << ",\"netdevs\":[";
-    for (size_t i = 0; i < n.netdevs.size(); ++i) os << (i ? "," : "") << q(n.netdevs[i]);
-    os << "]";
+    j["nic"] = n.nicIndex;
+    j["name"] = n.name;
+    j["rdma"] = n.rdma;
+    j["speed_Gbps"] = n.speedGbps;
+    j["netdevs"] = n.netdevs;
   }
   if (!n.children.empty()) {
-    os << ",\"children\":[";
-    for (size_t i = 0; i < n.children.size(); ++i) {
-      if (i) os << ",";
-      node(t, t.nodes[static_cast<size_t>(n.children[i])], os);
-    }
-    os << "]";
+    Json children = Json::array();
+    for (int c : n.children) children.push_back(node(t, t.nodes[static_cast<size_t>(c)]));
+    j["children"] = std::move(children);
   }
-  os << "}";
+  return j;
 }
+
 }  // namespace
 
 std::string toJson(const Topology& t) {
-  std::ostringstream os;
   auto gs = t.gpus(), ns = t.nics();
-  os << "{\"source\":" << q(t.source) << ",\"hostname\":" << q(t.hostname) << ",\"gpus\":" << gs.size()
-     << ",\"nics\":" << ns.size() << ",\"paths\":{";
+  Json j;
+  j["source"] = t.source;
+  j["hostname"] = t.hostname;
+  j["gpus"] = gs.size();
+  j["nics"] = ns.size();
   std::vector<std::pair<std::string, int>> devs;
   for (int g : gs) devs.emplace_back("GPU" + std::to_string(t.nodes[static_cast<size_t>(g)].gpuIndex), g);
   for (int n : ns) devs.emplace_back("NIC" + std::to_string(t.nodes[static_cast<size_t>(n)].nicIndex), n);
-  for (size_t i = 0; i < devs.size(); ++i) {
-    os << (i ? "," : "") << q(devs[i].first) << ":{";
-    for (size_t j = 0; j < devs.size(); ++j) {
-      Path p = t.path(devs[i].second, devs[j].second);
-      os << (j ? "," : "") << q(devs[j].first) << ":{\"type\":" << q(toString(p.type)) << ",\"GBs\":" << p.bandwidthGBs << "}";
+  Json paths = Json::object();
+  for (const auto& [from, a] : devs) {
+    Json row = Json::object();
+    for (const auto& [to, b] : devs) {
+      Path p = t.path(a, b);
+      row[to] = Json{{"type", toString(p.type)}, {"GBs", p.bandwidthGBs}};
     }
-    os << "}";
+    paths[from] = std::move(row);
   }
-  os << "},\"bindings\":[";
+  j["paths"] = std::move(paths);
+  Json bindings = Json::array();
   auto b = t.bindings(gs.empty() ? std::max<int>(1, static_cast<int>(t.numaNodes().size())) : static_cast<int>(gs.size()));
-  for (size_t i = 0; i < b.size(); ++i) {
-    os << (i ? "," : "") << "{\"local_rank\":" << b[i].localRank << ",\"gpu\":" << b[i].gpu << ",\"numa\":" << b[i].numa
-       << ",\"cpus\":" << q(b[i].cpus) << ",\"nics\":[";
-    for (size_t j = 0; j < b[i].nics.size(); ++j) os << (j ? "," : "") << b[i].nics[j];
-    os << "]}";
-  }
-  os << "],\"warnings\":[";
-  auto w = t.warnings();
-  for (size_t i = 0; i < w.size(); ++i) os << (i ? "," : "") << q(w[i]);
-  os << "],\"tree\":";
-  node(t, t.nodes[0], os);
-  os << "}\n";
-  return os.str();
+  for (const auto& x : b)
+    bindings.push_back(Json{{"local_rank", x.localRank}, {"gpu", x.gpu}, {"numa", x.numa}, {"cpus", x.cpus}, {"nics", x.nics}});
+  j["bindings"] = std::move(bindings);
+  j["warnings"] = t.warnings();
+  j["tree"] = node(t, t.nodes[0]);
+  // Invalid UTF-8 in a name read from the host is replaced, not an exception.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace topo

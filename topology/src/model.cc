@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "accl/errors.h"
+#include "accl/internal/name_spec.h"
 #include "accl/topology.h"
 
 namespace accl {
@@ -152,37 +153,15 @@ Path Topology::path(int a, int b) const {
   return p;
 }
 
-namespace {
-// The first item of `spec` (without its ^) that names `device`: its port, or
-// 0 without one; -1 if no item names the device.
-int hcaSpecItem(const std::string& spec, const std::string& device) {
-  std::string rest = spec[0] == '^' ? spec.substr(1) : spec;
-  bool exact = !rest.empty() && rest[0] == '=';
-  if (exact) rest = rest.substr(1);
-  size_t pos = 0;
-  while (pos <= rest.size()) {
-    size_t comma = rest.find(',', pos);
-    std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? rest.size() + 1 : comma + 1;
-    size_t colon = item.find(':');
-    std::string name = item.substr(0, colon);
-    if (name.empty()) continue;
-    if (exact ? device == name : device.compare(0, name.size(), name) == 0)
-      return colon == std::string::npos ? 0 : std::atoi(item.c_str() + colon + 1);
-  }
-  return -1;
-}
-}  // namespace
-
 bool matchHcaSpec(const std::string& spec, const std::string& device) {
-  if (spec.empty()) return true;
-  bool hit = hcaSpecItem(spec, device) >= 0;
-  return spec[0] == '^' ? !hit : hit;
+  return spec.empty() || internal::NameSpec::parse(spec, /*withPorts=*/true).matches(device);
 }
 
 int hcaSpecPort(const std::string& spec, const std::string& device) {
-  if (spec.empty() || spec[0] == '^') return 0;
-  return std::max(0, hcaSpecItem(spec, device));
+  auto s = internal::NameSpec::parse(spec, /*withPorts=*/true);
+  if (s.exclude) return 0;
+  auto* item = s.find(device);
+  return item ? std::max(0, item->port) : 0;
 }
 
 namespace {
@@ -206,9 +185,10 @@ std::vector<int> candidateNics(const Topology& t, const std::string& hca = "") {
   }
   if (!hca.empty()) {
     if (rdma.empty()) {
-      std::string have;
+      std::vector<std::string> devices;
       for (int id : all)
-        if (t.nodes[static_cast<size_t>(id)].rdma) have += (have.empty() ? "" : ", ") + t.nodes[static_cast<size_t>(id)].name;
+        if (t.nodes[static_cast<size_t>(id)].rdma) devices.push_back(t.nodes[static_cast<size_t>(id)].name);
+      std::string have = internal::join(devices, ", ");
       throw InvalidArgument("accl topology: ACCL_IB_HCA='" + hca + "' matches no RDMA device; RDMA devices of this host" +
                             (t.source.empty() ? "" : " (" + t.source + ")") + ": " +
                             (have.empty() ? "none" : have) +

@@ -8,16 +8,14 @@
 #include <sstream>
 
 #include "accl/errors.h"
+#include "accl/internal/strings.h"
 
 namespace accl {
 namespace topo {
 namespace detail {
 
 std::string maskToList(const std::string& mask) {
-  std::vector<std::string> words;
-  std::stringstream ss(mask);
-  std::string w;
-  while (std::getline(ss, w, ',')) words.push_back(w);
+  std::vector<std::string> words = internal::split(mask, ',');
   std::vector<int> cpus;
   int bitBase = 0;
   for (auto it = words.rbegin(); it != words.rend(); ++it, bitBase += 32) {
@@ -39,10 +37,7 @@ std::string maskToList(const std::string& mask) {
 
 std::string listToMask(const std::string& list) {
   std::vector<unsigned long> words(1, 0);
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
+  for (const std::string& item : internal::split(list, ',', /*skipEmpty=*/true)) {
     size_t dash = item.find('-');
     int lo = std::atoi(item.c_str()), hi = dash == std::string::npos ? lo : std::atoi(item.c_str() + dash + 1);
     for (int c = lo; c <= hi; ++c) {

@@ -21,6 +21,7 @@
 
 #include "accl/config.h"
 #include "accl/errors.h"
+#include "accl/internal/strings.h"
 #include "accl/logging.h"
 #include "accl/registry.h"
 
@@ -94,10 +95,6 @@ accl::ReduceOp mapReduce(const c10d::ReduceOp& op, const at::Tensor& t) {
       throw accl::InvalidArgument("unknown reduce op " + std::to_string(static_cast<int>(kind)) +
                                   "; accepted: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR, PREMUL_SUM");
   }
-}
-
-std::chrono::milliseconds opTimeout(std::chrono::milliseconds t, std::chrono::milliseconds group) {
-  return t.count() > 0 ? t : group;
 }
 
 // Tensors the SDK backend can use in place, and staging copies for the rest
@@ -491,9 +488,7 @@ void TorchStore::wait(const std::vector<std::string>& keys, std::chrono::millise
   try {
     s_->wait(keys, timeout);
   } catch (const std::exception& e) {
-    std::string list;
-    for (auto& k : keys) list += (list.empty() ? "" : ", ") + k;
-    throw accl::Timeout("store wait for " + list + " failed: " + e.what());
+    throw accl::Timeout("store wait for " + accl::internal::join(keys, ", ") + " failed: " + e.what());
   }
 }
 bool TorchStore::deleteKey(const std::string& key) { return s_->deleteKey(key); }
@@ -622,70 +617,75 @@ ProcessGroupACCL::Route ProcessGroupACCL::route(const std::vector<at::Tensor>& t
   return {pg_.get(), nullptr, user};
 }
 
-// Issues an op: `...` fills `works` (the accl ops, issued on `pg` with
-// `stream`, as route() chose for the op's tensors) and optionally `after`
-// (runs on completion, before staged outputs are copied back). Collectives
-// count towards the group's sequence number; while coalescing, the op's Work
-// is also kept for endCoalescing.
-#define ACCL_TORCH_OP_OF(type, collective, async, outputs, ...)                         \
-  guarded([&]() -> c10::intrusive_ptr<c10d::Work> {                                     \
-    const std::vector<at::Tensor>& outs_ = outputs;                                      \
-    Route route_ = route(outs_);                                                         \
-    accl::ProcessGroup* pg = route_.pg;                                                  \
-    void* stream = route_.stream;                                                        \
-    auto work = c10::make_intrusive<AcclWork>(getRank(), c10d::OpType::type,             \
-                                              profilingTitle(c10d::OpType::type), outs_, outs_, \
-                                              route_.userStream);                        \
-    auto stage = std::make_shared<Staging>(*pg);                                         \
-    const bool blocking = !(async) && !coalescing_;                                      \
-    /* Every accl op of this torch op: its deadline, stream and blocking. */              \
-    auto setOptions = [&](accl::OpOptions& o, std::chrono::milliseconds t) {              \
-      o.timeout = opTimeout(t, timeout_);                                                \
-      o.stream = stream;                                                                 \
-      o.blocking = blocking;                                                             \
-    };                                                                                   \
-    std::vector<std::shared_ptr<accl::Work>> works;                                      \
-    std::function<void()> after;                                                         \
-    __VA_ARGS__                                                                          \
-    work->start(std::move(works), [stage, after] {                                       \
-      if (after) after();                                                                \
-      stage->copyBack();                                                                 \
-    });                                                                                  \
-    if (collective) ++collectives_;                                                      \
-    if (coalescing_) coalesced_.push_back(work);                                         \
-    else if (blocking) work->runHere();                                                  \
-    return work;                                                                         \
-  })
-// A call torch marks synchronous (async_op=False, torch >= 2.7) runs here and
-// now, on the calling thread, as the SDK's own blocking calls do.
-#define ACCL_TORCH_OP(type, outputs, ...) ACCL_TORCH_OP_OF(type, true, compat::isAsync(opts), outputs, __VA_ARGS__)
-#define ACCL_TORCH_P2P(type, outputs, ...) ACCL_TORCH_OP_OF(type, false, true, outputs, __VA_ARGS__)
+// What an op's body works with: the group and stream route() chose for the
+// op's tensors, the staging of its tensors, and what it fills: the accl ops
+// it issued (`works`) and what runs on completion before staged outputs are
+// copied back (`after`).
+struct ProcessGroupACCL::OpContext {
+  accl::ProcessGroup* pg;
+  void* stream;
+  bool blocking;
+  std::shared_ptr<Staging> stage;
+  std::vector<std::shared_ptr<accl::Work>> works;
+  std::function<void()> after;
+
+  // Every accl op of this torch op: its deadline (torch's unset timeout is
+  // negative, which the group reads as its own), stream and blocking.
+  void setOptions(accl::OpOptions& o, std::chrono::milliseconds timeout) const {
+    o.timeout = timeout;
+    o.stream = stream;
+    o.blocking = blocking;
+  }
+};
+
+// Collectives count towards the group's sequence number; while coalescing,
+// the op's Work is also kept for endCoalescing. A call torch marks
+// synchronous (async_op=False, torch >= 2.7) runs here and now, on the
+// calling thread, as the SDK's own blocking calls do.
+template <typename Body>
+c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::issue(c10d::OpType type, bool collective, bool async,
+                                                       const std::vector<at::Tensor>& outputs, Body&& body) {
+  return guarded([&]() -> c10::intrusive_ptr<c10d::Work> {
+    Route r = route(outputs);
+    auto work = c10::make_intrusive<AcclWork>(getRank(), type, profilingTitle(type), outputs, outputs, r.userStream);
+    OpContext ctx{r.pg, r.stream, !async && !coalescing_, std::make_shared<Staging>(*r.pg), {}, {}};
+    body(ctx);
+    work->start(std::move(ctx.works), [stage = ctx.stage, after = std::move(ctx.after)] {
+      if (after) after();
+      stage->copyBack();
+    });
+    if (collective) ++collectives_;
+    if (coalescing_) coalesced_.push_back(work);
+    else if (ctx.blocking) work->runHere();
+    return work;
+  });
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
-  return ACCL_TORCH_OP(BROADCAST, tensors, {
+  return issue(c10d::OpType::BROADCAST, true, compat::isAsync(opts), tensors, [&](OpContext& ctx) {
     requireOne(tensors, "broadcast");
     accl::BroadcastOptions o;
     o.root = static_cast<int>(opts.rootRank);
-    setOptions(o, opts.timeout);
-    works.push_back(pg->broadcast(stage->buffer(tensors[0], true, "broadcast tensor"), o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->broadcast(ctx.stage->buffer(tensors[0], true, "broadcast tensor"), o));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
-  return ACCL_TORCH_OP(ALLREDUCE, tensors, {
+  return issue(c10d::OpType::ALLREDUCE, true, compat::isAsync(opts), tensors, [&](OpContext& ctx) {
     requireOne(tensors, "all_reduce");
     accl::AllreduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
-    setOptions(o, opts.timeout);
-    works.push_back(pg->allreduce(stage->buffer(tensors[0], true, "all_reduce tensor"), o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->allreduce(ctx.stage->buffer(tensors[0], true, "all_reduce tensor"), o));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceCoalescedOptions& opts) {
-  return ACCL_TORCH_OP(ALLREDUCE_COALESCED, tensors, {
+  return issue(c10d::OpType::ALLREDUCE_COALESCED, true, compat::isAsync(opts), tensors, [&](OpContext& ctx) {
     if (tensors.empty()) throw accl::InvalidArgument("all_reduce_coalesced: no tensors");
     // One op over the tensors packed together (they share a dtype).
     int64_t total = 0;
@@ -693,27 +693,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allreduce_coalesced(std::vector
       requireSameKind(tensors[0], t, "all_reduce_coalesced");
       total += t.numel();
     }
-    at::Tensor flat = stage->flat(tensors[0], total);
+    at::Tensor flat = ctx.stage->flat(tensors[0], total);
     pack(flat, tensors);
     accl::AllreduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
-    setOptions(o, opts.timeout);
-    works.push_back(pg->allreduce(stage->bufferOfFlat(flat, "all_reduce_coalesced tensor"), o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->allreduce(ctx.stage->bufferOfFlat(flat, "all_reduce_coalesced tensor"), o));
     auto outs = tensors;
-    after = [flat, outs]() mutable { unpack(flat, outs); };
+    ctx.after = [flat, outs]() mutable { unpack(flat, outs); };
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
-  return ACCL_TORCH_OP(REDUCE, tensors, {
+  return issue(c10d::OpType::REDUCE, true, compat::isAsync(opts), tensors, [&](OpContext& ctx) {
     requireOne(tensors, "reduce");
     accl::ReduceOptions o;
     o.op = mapReduce(opts.reduceOp, tensors[0]);
     o.root = static_cast<int>(opts.rootRank);
-    setOptions(o, opts.timeout);
-    auto b = stage->buffer(tensors[0], true, "reduce tensor");
-    works.push_back(pg->reduce(b, b, o));
+    ctx.setOptions(o, opts.timeout);
+    auto b = ctx.stage->buffer(tensors[0], true, "reduce tensor");
+    ctx.works.push_back(ctx.pg->reduce(b, b, o));
   });
 }
 
@@ -722,7 +722,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather(std::vector<std::vect
                                                            const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> flatOuts;
   for (auto& l : outputs) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
-  return ACCL_TORCH_OP(ALLGATHER, flatOuts, {
+  return issue(c10d::OpType::ALLGATHER, true, compat::isAsync(opts), flatOuts, [&](OpContext& ctx) {
     requireOne(inputs, "all_gather");
     if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize())
       throw accl::InvalidArgument("all_gather: expected one output list of " + std::to_string(getSize()) +
@@ -734,28 +734,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather(std::vector<std::vect
         throw accl::InvalidArgument("all_gather: output tensors must have the input's " +
                                     std::to_string(in.numel()) + " elements, one has " + std::to_string(t.numel()));
     }
-    at::Tensor flat = stage->flat(in, in.numel() * getSize());
+    at::Tensor flat = ctx.stage->flat(in, in.numel() * getSize());
     accl::AllgatherOptions o;
-    setOptions(o, opts.timeout);
-    works.push_back(pg->allgather(stage->buffer(in, false, "all_gather input"),
-                                   stage->bufferOfFlat(flat, "all_gather output"), o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->allgather(ctx.stage->buffer(in, false, "all_gather input"),
+                                   ctx.stage->bufferOfFlat(flat, "all_gather output"), o));
     auto outs = outputs[0];
-    after = [flat, outs]() mutable { unpack(flat, outs); };
+    ctx.after = [flat, outs]() mutable { unpack(flat, outs); };
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions& opts) {
-  return ACCL_TORCH_OP(_ALLGATHER_BASE, std::vector<at::Tensor>{output}, {
+  return issue(c10d::OpType::_ALLGATHER_BASE, true, compat::isAsync(opts), std::vector<at::Tensor>{output}, [&](OpContext& ctx) {
     requireSameKind(input, output, "all_gather_into_tensor");
     if (output.numel() != input.numel() * getSize())
       throw accl::InvalidArgument("all_gather_into_tensor: output has " + std::to_string(output.numel()) +
                                   " elements, expected " + std::to_string(input.numel() * getSize()) +
                                   " (input elements x group size)");
     accl::AllgatherOptions o;
-    setOptions(o, opts.timeout);
-    works.push_back(pg->allgather(stage->buffer(input, false, "all_gather_into_tensor input"),
-                                   stage->buffer(output, true, "all_gather_into_tensor output"), o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->allgather(ctx.stage->buffer(input, false, "all_gather_into_tensor input"),
+                                   ctx.stage->buffer(output, true, "all_gather_into_tensor output"), o));
   });
 }
 
@@ -764,22 +764,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> flatOuts;
   for (auto& l : outputLists) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
-  return ACCL_TORCH_OP(ALLGATHER_COALESCED, flatOuts, {
+  return issue(c10d::OpType::ALLGATHER_COALESCED, true, compat::isAsync(opts), flatOuts, [&](OpContext& ctx) {
     // outputLists[r][i] receives rank r's inputs[i]: one allgather per input.
     if (static_cast<int>(outputLists.size()) != getSize())
       throw accl::InvalidArgument("all_gather_coalesced: expected " + std::to_string(getSize()) + " output lists");
     std::vector<std::pair<at::Tensor, size_t>> flats;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const at::Tensor& in = inputs[i];
-      at::Tensor flat = stage->flat(in, in.numel() * getSize());
+      at::Tensor flat = ctx.stage->flat(in, in.numel() * getSize());
       accl::AllgatherOptions o;
-      setOptions(o, opts.timeout);
-      works.push_back(pg->allgather(stage->buffer(in, false, "all_gather_coalesced input"),
-                                     stage->bufferOfFlat(flat, "all_gather_coalesced output"), o));
+      ctx.setOptions(o, opts.timeout);
+      ctx.works.push_back(ctx.pg->allgather(ctx.stage->buffer(in, false, "all_gather_coalesced input"),
+                                     ctx.stage->bufferOfFlat(flat, "all_gather_coalesced output"), o));
       flats.emplace_back(flat, i);
     }
     auto outs = outputLists;
-    after = [flats, outs]() mutable {
+    ctx.after = [flats, outs]() mutable {
       for (auto& [flat, i] : flats) {
         int64_t n = flat.numel() / static_cast<int64_t>(outs.size());
         for (size_t r = 0; r < outs.size(); ++r)
@@ -794,7 +794,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::gather(std::vector<std::vector<
                                                         const c10d::GatherOptions& opts) {
   std::vector<at::Tensor> flatOuts;
   for (auto& l : outputs) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
-  return ACCL_TORCH_OP(GATHER, flatOuts, {
+  return issue(c10d::OpType::GATHER, true, compat::isAsync(opts), flatOuts, [&](OpContext& ctx) {
     requireOne(inputs, "gather");
     const at::Tensor& in = inputs[0];
     int root = static_cast<int>(opts.rootRank);
@@ -805,16 +805,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::gather(std::vector<std::vector<
     if (!isRoot && !(outputs.empty() || (outputs.size() == 1 && outputs[0].empty())))
       throw accl::InvalidArgument("gather: only the root (rank " + std::to_string(root) +
                                   ") passes output tensors");
-    at::Tensor flat = stage->flat(in, isRoot ? in.numel() * getSize() : 0);
+    at::Tensor flat = ctx.stage->flat(in, isRoot ? in.numel() * getSize() : 0);
     accl::GatherOptions o;
     o.root = root;
-    setOptions(o, opts.timeout);
-    auto ob = stage->bufferOfFlat(flat, "gather output");
+    ctx.setOptions(o, opts.timeout);
+    auto ob = ctx.stage->bufferOfFlat(flat, "gather output");
     if (!isRoot) ob = accl::Buffer(nullptr, 0, ob.dtype, ob.device);
-    works.push_back(pg->gather(stage->buffer(in, false, "gather input"), ob, o));
+    ctx.works.push_back(ctx.pg->gather(ctx.stage->buffer(in, false, "gather input"), ob, o));
     if (isRoot) {
       auto outs = outputs[0];
-      after = [flat, outs]() mutable { unpack(flat, outs); };
+      ctx.after = [flat, outs]() mutable { unpack(flat, outs); };
     }
   });
 }
@@ -822,7 +822,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::gather(std::vector<std::vector<
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::scatter(std::vector<at::Tensor>& outputs,
                                                          std::vector<std::vector<at::Tensor>>& inputs,
                                                          const c10d::ScatterOptions& opts) {
-  return ACCL_TORCH_OP(SCATTER, outputs, {
+  return issue(c10d::OpType::SCATTER, true, compat::isAsync(opts), outputs, [&](OpContext& ctx) {
     requireOne(outputs, "scatter");
     const at::Tensor& out = outputs[0];
     int root = static_cast<int>(opts.rootRank);
@@ -830,7 +830,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::scatter(std::vector<at::Tensor>
     if (isRoot && (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize()))
       throw accl::InvalidArgument("scatter: the root needs one input list of " + std::to_string(getSize()) +
                                   " tensors");
-    at::Tensor flat = stage->flat(out, isRoot ? out.numel() * getSize() : 0);
+    at::Tensor flat = ctx.stage->flat(out, isRoot ? out.numel() * getSize() : 0);
     if (isRoot) {
       for (int r = 0; r < getSize(); ++r) {
         const at::Tensor& t = inputs[0][static_cast<size_t>(r)];
@@ -843,23 +843,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::scatter(std::vector<at::Tensor>
     }
     accl::ScatterOptions o;
     o.root = root;
-    setOptions(o, opts.timeout);
-    auto ib = stage->bufferOfFlat(flat, "scatter input");
+    ctx.setOptions(o, opts.timeout);
+    auto ib = ctx.stage->bufferOfFlat(flat, "scatter input");
     if (!isRoot) ib = accl::Buffer(nullptr, 0, ib.dtype, ib.device);
-    works.push_back(pg->scatter(ib, stage->buffer(out, true, "scatter output"), o));
+    ctx.works.push_back(ctx.pg->scatter(ib, ctx.stage->buffer(out, true, "scatter output"), o));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                                 const c10d::ReduceScatterOptions& opts) {
-  return ACCL_TORCH_OP(REDUCE_SCATTER, outputs, {
+  return issue(c10d::OpType::REDUCE_SCATTER, true, compat::isAsync(opts), outputs, [&](OpContext& ctx) {
     requireOne(outputs, "reduce_scatter");
     const at::Tensor& out = outputs[0];
     if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize())
       throw accl::InvalidArgument("reduce_scatter: expected one input list of " + std::to_string(getSize()) +
                                   " tensors");
-    at::Tensor flat = stage->flat(out, out.numel() * getSize());
+    at::Tensor flat = ctx.stage->flat(out, out.numel() * getSize());
     for (int r = 0; r < getSize(); ++r) {
       const at::Tensor& t = inputs[0][static_cast<size_t>(r)];
       requireSameKind(out, t, "reduce_scatter");
@@ -870,15 +870,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter(std::vector<at::
     pack(flat, inputs[0]);
     accl::ReduceScatterOptions o;
     o.op = mapReduce(opts.reduceOp, out);
-    setOptions(o, opts.timeout);
-    works.push_back(pg->reduceScatter(stage->bufferOfFlat(flat, "reduce_scatter input"),
-                                       stage->buffer(out, true, "reduce_scatter output"), o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->reduceScatter(ctx.stage->bufferOfFlat(flat, "reduce_scatter input"),
+                                       ctx.stage->buffer(out, true, "reduce_scatter output"), o));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
-  return ACCL_TORCH_OP(_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output}, {
+  return issue(c10d::OpType::_REDUCE_SCATTER_BASE, true, compat::isAsync(opts), std::vector<at::Tensor>{output}, [&](OpContext& ctx) {
     requireSameKind(input, output, "reduce_scatter_tensor");
     if (input.numel() != output.numel() * getSize())
       throw accl::InvalidArgument("reduce_scatter_tensor: input has " + std::to_string(input.numel()) +
@@ -886,9 +886,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::_reduce_scatter_base(at::Tensor
                                   " (output elements x group size)");
     accl::ReduceScatterOptions o;
     o.op = mapReduce(opts.reduceOp, output);
-    setOptions(o, opts.timeout);
-    works.push_back(pg->reduceScatter(stage->buffer(input, false, "reduce_scatter_tensor input"),
-                                       stage->buffer(output, true, "reduce_scatter_tensor output"), o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->reduceScatter(ctx.stage->buffer(input, false, "reduce_scatter_tensor input"),
+                                       ctx.stage->buffer(output, true, "reduce_scatter_tensor output"), o));
   });
 }
 
@@ -896,17 +896,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall_base(at::Tensor& outpu
                                                                std::vector<int64_t>& outputSplits,
                                                                std::vector<int64_t>& inputSplits,
                                                                const c10d::AllToAllOptions& opts) {
-  return ACCL_TORCH_OP(ALLTOALL_BASE, std::vector<at::Tensor>{output}, {
+  return issue(c10d::OpType::ALLTOALL_BASE, true, compat::isAsync(opts), std::vector<at::Tensor>{output}, [&](OpContext& ctx) {
     requireSameKind(input, output, "all_to_all_single");
     accl::AlltoallOptions o;
-    setOptions(o, opts.timeout);
-    auto in = stage->buffer(input, false, "all_to_all_single input");
-    auto out = stage->buffer(output, true, "all_to_all_single output");
+    ctx.setOptions(o, opts.timeout);
+    auto in = ctx.stage->buffer(input, false, "all_to_all_single input");
+    auto out = ctx.stage->buffer(output, true, "all_to_all_single output");
     if (outputSplits.empty() && inputSplits.empty()) {
       if (input.numel() != output.numel())
         throw accl::InvalidArgument("all_to_all_single: input and output sizes differ (" +
                                     std::to_string(input.numel()) + " vs " + std::to_string(output.numel()) + ")");
-      works.push_back(pg->alltoall(in, out, o));
+      ctx.works.push_back(ctx.pg->alltoall(in, out, o));
     } else {
       // Splits count rows along dim 0; an empty list means equal splits.
       auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t, const char* what) {
@@ -938,7 +938,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall_base(at::Tensor& outpu
       };
       auto sc = counts(inputSplits, input, "input");
       auto rc = counts(outputSplits, output, "output");
-      works.push_back(pg->alltoallv(in, sc, out, rc, o));
+      ctx.works.push_back(ctx.pg->alltoallv(in, sc, out, rc, o));
     }
   });
 }
@@ -946,7 +946,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall_base(at::Tensor& outpu
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllToAllOptions& opts) {
-  return ACCL_TORCH_OP(ALLTOALL, outputs, {
+  return issue(c10d::OpType::ALLTOALL, true, compat::isAsync(opts), outputs, [&](OpContext& ctx) {
     if (static_cast<int>(inputs.size()) != getSize() || static_cast<int>(outputs.size()) != getSize())
       throw accl::InvalidArgument("all_to_all: expected " + std::to_string(getSize()) +
                                   " input and output tensors");
@@ -961,52 +961,52 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::alltoall(std::vector<at::Tensor
       st += inputs[static_cast<size_t>(r)].numel();
       rt += outputs[static_cast<size_t>(r)].numel();
     }
-    at::Tensor sflat = stage->flat(inputs[0], st), rflat = stage->flat(outputs[0], rt);
+    at::Tensor sflat = ctx.stage->flat(inputs[0], st), rflat = ctx.stage->flat(outputs[0], rt);
     pack(sflat, inputs);
     accl::AlltoallOptions o;
-    setOptions(o, opts.timeout);
-    works.push_back(pg->alltoallv(stage->bufferOfFlat(sflat, "all_to_all input"), sc,
-                                   stage->bufferOfFlat(rflat, "all_to_all output"), rc, o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->alltoallv(ctx.stage->bufferOfFlat(sflat, "all_to_all input"), sc,
+                                   ctx.stage->bufferOfFlat(rflat, "all_to_all output"), rc, o));
     auto outs = outputs;
-    after = [rflat, outs]() mutable { unpack(rflat, outs); };
+    ctx.after = [rflat, outs]() mutable { unpack(rflat, outs); };
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  return ACCL_TORCH_P2P(SEND, tensors, {
+  return issue(c10d::OpType::SEND, false, true, tensors, [&](OpContext& ctx) {
     requireOne(tensors, "send");
     accl::SendOptions o;
     o.tag = tag;
-    setOptions(o, timeout_);
-    works.push_back(pg->send(stage->buffer(tensors[0], false, "send tensor"), dstRank, o));
+    ctx.setOptions(o, timeout_);
+    ctx.works.push_back(ctx.pg->send(ctx.stage->buffer(tensors[0], false, "send tensor"), dstRank, o));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  return ACCL_TORCH_P2P(RECV, tensors, {
+  return issue(c10d::OpType::RECV, false, true, tensors, [&](OpContext& ctx) {
     requireOne(tensors, "recv");
     accl::RecvOptions o;
     o.tag = tag;
-    setOptions(o, timeout_);
-    works.push_back(pg->recv(stage->buffer(tensors[0], true, "recv tensor"), srcRank, o));
+    ctx.setOptions(o, timeout_);
+    ctx.works.push_back(ctx.pg->recv(ctx.stage->buffer(tensors[0], true, "recv tensor"), srcRank, o));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return ACCL_TORCH_P2P(RECVANYSOURCE, tensors, {
+  return issue(c10d::OpType::RECVANYSOURCE, false, true, tensors, [&](OpContext& ctx) {
     requireOne(tensors, "recv");
     accl::RecvOptions o;
     o.tag = tag;
-    setOptions(o, timeout_);
-    works.push_back(pg->recv(stage->buffer(tensors[0], true, "recv tensor"), accl::kAnySource, o));
+    ctx.setOptions(o, timeout_);
+    ctx.works.push_back(ctx.pg->recv(ctx.stage->buffer(tensors[0], true, "recv tensor"), accl::kAnySource, o));
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::barrier(const c10d::BarrierOptions& opts) {
-  return ACCL_TORCH_OP(BARRIER, std::vector<at::Tensor>{}, {
+  return issue(c10d::OpType::BARRIER, true, compat::isAsync(opts), std::vector<at::Tensor>{}, [&](OpContext& ctx) {
     accl::BarrierOptions o;
-    setOptions(o, opts.timeout);
-    works.push_back(pg->barrier(o));
+    ctx.setOptions(o, opts.timeout);
+    ctx.works.push_back(ctx.pg->barrier(o));
   });
 }
 
@@ -1015,7 +1015,7 @@ constexpr int kMonitoredTag = std::numeric_limits<int>::max() - 1;
 
 void ProcessGroupACCL::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   guarded([&] {
-    auto timeout = opTimeout(opts.timeout, timeout_);
+    auto timeout = opts.timeout.count() > 0 ? opts.timeout : timeout_;
     auto until = std::chrono::steady_clock::now() + timeout;
     const int64_t call = ++monitoredBarriers_;
     auto token = at::empty({1}, at::kLong);
@@ -1157,27 +1157,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::endCoalescing() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  return ACCL_TORCH_OP(COALESCED, outputs, {
+  return issue(c10d::OpType::COALESCED, true, compat::isAsync(opts), outputs, [&](OpContext& ctx) {
     requireGroupSizedPairs(inputs, outputs, true, getSize(), "all_gather_into_tensor_coalesced");
     for (size_t i = 0; i < inputs.size(); ++i) {
       accl::AllgatherOptions o;
-      setOptions(o, opts.timeout);
-      works.push_back(pg->allgather(stage->buffer(inputs[i], false, "all_gather_into_tensor_coalesced input"),
-                                     stage->buffer(outputs[i], true, "all_gather_into_tensor_coalesced output"), o));
+      ctx.setOptions(o, opts.timeout);
+      ctx.works.push_back(ctx.pg->allgather(ctx.stage->buffer(inputs[i], false, "all_gather_into_tensor_coalesced input"),
+                                     ctx.stage->buffer(outputs[i], true, "all_gather_into_tensor_coalesced output"), o));
     }
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  return ACCL_TORCH_OP(COALESCED, outputs, {
+  return issue(c10d::OpType::COALESCED, true, compat::isAsync(opts), outputs, [&](OpContext& ctx) {
     requireGroupSizedPairs(inputs, outputs, false, getSize(), "reduce_scatter_tensor_coalesced");
     for (size_t i = 0; i < inputs.size(); ++i) {
       accl::ReduceScatterOptions o;
       o.op = mapReduce(opts.reduceOp, outputs[i]);
-      setOptions(o, opts.timeout);
-      works.push_back(pg->reduceScatter(stage->buffer(inputs[i], false, "reduce_scatter_tensor_coalesced input"),
-                                         stage->buffer(outputs[i], true, "reduce_scatter_tensor_coalesced output"),
+      ctx.setOptions(o, opts.timeout);
+      ctx.works.push_back(ctx.pg->reduceScatter(ctx.stage->buffer(inputs[i], false, "reduce_scatter_tensor_coalesced input"),
+                                         ctx.stage->buffer(outputs[i], true, "reduce_scatter_tensor_coalesced output"),
                                          o));
     }
   });

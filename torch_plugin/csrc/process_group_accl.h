@@ -178,6 +178,12 @@ class ProcessGroupACCL : public C10dBase {
     c10::optional<c10::Stream> userStream;  // set for device tensors
   };
   Route route(const std::vector<at::Tensor>& tensors);
+  // Issues a torch op of `type` on `outputs`: body(OpContext&) issues its
+  // accl ops (defined in the .cc, the only place that calls it).
+  struct OpContext;
+  template <typename Body>
+  c10::intrusive_ptr<c10d::Work> issue(c10d::OpType type, bool collective, bool async,
+                                       const std::vector<at::Tensor>& outputs, Body&& body);
   void decideCuda();  // under cudaMu_
 
   std::shared_ptr<accl::ProcessGroup> pg_;

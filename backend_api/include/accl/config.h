@@ -1,4 +1,9 @@
-// Every ACCL_* environment variable, in one table, read once.
+// Every ACCL_* environment variable is a row of one table: its name, type,
+// default, accepted values, meaning and owner, with the parser that checks a
+// value and the printer that shows it. The rows of the core (logging,
+// deadlines, rendezvous, topology, torch_accl) are built into libaccl and fill
+// `Config`; a backend registers the rows of its own knobs when its module
+// loads (accl/internal/config_var.h), so they are not part of this struct.
 #pragma once
 
 #include <chrono>
@@ -11,69 +16,70 @@ namespace accl {
 enum class LogLevel { None = 0, Warn = 1, Info = 2, Trace = 3 };
 
 struct ConfigEntry {
-  const char* name;         // ACCL_...
-  const char* type;         // "enum", "int", "seconds", "string", "path", "list"
-  const char* defaultText;  // shown by accl-info --config
-  const char* accepted;     // accepted values, in words
-  const char* meaning;
+  std::string name;         // ACCL_...
+  std::string type;         // "enum", "int", "duration", "string", "path", "list"
+  std::string defaultText;  // shown by accl-info --config
+  std::string accepted;     // accepted values, in words
+  std::string meaning;
+  std::string owner;        // "core", "torch_accl" or the backend ("accl backend")
 };
 
-// The documented table of all variables (docs/configuration.md is generated from it).
-const std::vector<ConfigEntry>& configTable();
+// Every registered row: the core's, then those of the backend modules loaded
+// so far (accl-info loads them all). docs/configuration.md is generated from it.
+std::vector<ConfigEntry> configTable();
 
-// The effective configuration. Parsing happens on first use; an invalid value
-// throws InvalidArgument naming the variable, the value and what is accepted.
+// The effective value of any registered variable, as accl-info prints it.
+// Throws InvalidArgument for an invalid value (naming the variable, the value
+// and what is accepted) or a name no loaded library registers.
+std::string configValue(const std::string& name);
+
+// The effective configuration of the core. Parsing happens on first use; an
+// invalid value throws InvalidArgument naming the variable, the value and
+// what is accepted. Each field's default is its row's.
 struct Config {
-  LogLevel debug = LogLevel::Warn;            // ACCL_DEBUG
-  std::vector<std::string> debugSubsys;       // ACCL_DEBUG_SUBSYS (empty = all)
-  std::string debugFile;                      // ACCL_DEBUG_FILE
-  std::chrono::milliseconds timeout{std::chrono::minutes(30)};  // ACCL_TIMEOUT
-  std::string socketIfname;                   // ACCL_SOCKET_IFNAME
-  std::string ibHca;                          // ACCL_IB_HCA
-  std::vector<std::string> transports{"shm", "ib", "tcp"};  // ACCL_TRANSPORTS
-  int ibGidIndex = -1;                        // ACCL_IB_GID_INDEX (-1 = auto)
-  int ibQpsPerPeer = 1;                       // ACCL_IB_QPS_PER_PEER
-  int ibTimeout = 18;                         // ACCL_IB_TIMEOUT
-  int ibZcopyBytes = 16384;                   // ACCL_IB_ZCOPY_BYTES (0 = always copy)
-  int ibRegCacheMb = 1024;                    // ACCL_IB_REG_CACHE_MB
-  std::string algo;                           // ACCL_ALGO (validated by the accl backend)
-  std::string hostId;                         // ACCL_HOSTID
-  int socketNstreams = 2;                     // ACCL_SOCKET_NSTREAMS
-  int shmCma = 0;                             // ACCL_SHM_CMA: 0 auto, 1 on, -1 off
-  int inlineBytes = 65536;                    // ACCL_INLINE_BYTES
-  std::string torchBackend = "accl";          // ACCL_TORCH_BACKEND
-  std::string torchCuda = "auto";             // ACCL_TORCH_CUDA: auto, nccl, stage
-  std::string pluginPath;                     // ACCL_PLUGIN_PATH
-  int storePort = 0;                          // ACCL_STORE_PORT (0 = derive)
-  std::string storeFile;                      // ACCL_STORE_FILE
-  std::string storeSecret;                    // ACCL_STORE_SECRET
-  std::string storeSecretFile;                // ACCL_STORE_SECRET_FILE
-  std::string storeBind = "auto";             // ACCL_STORE_BIND: auto, any or an address
-  std::string topoFile;                       // ACCL_TOPO_FILE
-  std::string topoDumpFile;                   // ACCL_TOPO_DUMP_FILE
+  LogLevel debug{};                      // ACCL_DEBUG (and its alias ACCL_LOG_LEVEL)
+  std::vector<std::string> debugSubsys;  // ACCL_DEBUG_SUBSYS (empty = all)
+  std::string debugFile;                 // ACCL_DEBUG_FILE
+  std::chrono::milliseconds timeout{};   // ACCL_TIMEOUT
+  std::string socketIfname;              // ACCL_SOCKET_IFNAME
+  std::string ibHca;                     // ACCL_IB_HCA
+  std::string pluginPath;                // ACCL_PLUGIN_PATH
+  int storePort = 0;                     // ACCL_STORE_PORT (0 = derive)
+  std::string storeFile;                 // ACCL_STORE_FILE
+  std::string storeSecret;               // ACCL_STORE_SECRET
+  std::string storeSecretFile;           // ACCL_STORE_SECRET_FILE
+  std::string storeBind;                 // ACCL_STORE_BIND: auto, any or an address
+  std::string topoFile;                  // ACCL_TOPO_FILE
+  std::string topoDumpFile;              // ACCL_TOPO_DUMP_FILE
+  std::string torchBackend;              // ACCL_TORCH_BACKEND
+  std::string torchCuda;                 // ACCL_TORCH_CUDA: auto, nccl, stage
   // What parsing noticed that users should see (logged once, at the first
   // group): variables of other libraries followed (NCCL_SOCKET_IFNAME, ...),
-  // aliases used (ACCL_LOG_LEVEL), ACCL_* names ACCL does not know.
-  std::vector<std::string> notes;             // logged at INFO
-  std::vector<std::string> warnings;          // logged at WARN
+  // aliases used (ACCL_LOG_LEVEL).
+  std::vector<std::string> notes;  // logged at INFO
 
   // The process-wide configuration (parsed once, thread-safe).
   static const Config& get();
   // Parses from an explicit lookup function (tests); same validation.
-  // `names`: the environment's variable names, for the unknown-ACCL_* check
-  // (empty: no check).
-  static Config parse(const std::function<const char*(const char*)>& getenv,
-                      const std::vector<std::string>& names = {});
-  // Value of `name` as text, as the effective configuration sees it.
+  static Config parse(const std::function<const char*(const char*)>& getenv);
+  // The value of a core variable as text; other registered variables as
+  // configValue() gives them.
   std::string valueText(const std::string& name) const;
 };
 
-// Parses "30", "30s", "500ms", "2m", "1h" into milliseconds; throws InvalidArgument.
+// ACCL_* names in `names` that no row registers and no script of the project
+// uses, each with the warning to log ("... is not an ACCL variable ...; did
+// you mean ...?"). Loads every backend module first when one is unknown, so
+// that a backend's variable is not taken for a typo.
+std::vector<std::string> unknownVariableWarnings(const std::vector<std::string>& names);
+
 // The known ACCL_* name nearest to `name` (edit distance), or "" if none is close.
 std::string nearestVariable(const std::string& name);
-// Logs Config::get()'s notes and warnings, once per process.
+// Logs Config::get()'s notes and the unknown ACCL_* names of the
+// environment, once per process.
 void logConfigNotes();
 
+// Parses "30", "30s", "500ms", "2m", "1h" into milliseconds; throws InvalidArgument.
 std::chrono::milliseconds parseDuration(const std::string& var, const std::string& text);
 
 }  // namespace accl

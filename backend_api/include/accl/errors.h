@@ -39,6 +39,15 @@ ACCL_DEFINE_ERROR(SystemError)
 ACCL_DEFINE_ERROR(Internal)
 #undef ACCL_DEFINE_ERROR
 
+// Throws the subclass of Error that `code` names, with message `msg`.
+[[noreturn]] void throwError(ErrorCode code, const std::string& msg);
+
+// Inside a catch block: rethrows the exception being handled with `prefix`
+// before its message. An accl::Error keeps its kind; another std::exception
+// becomes `other` (Internal unless the caller knows better); anything else
+// becomes Internal.
+[[noreturn]] void rethrowWithPrefix(const std::string& prefix, ErrorCode other = ErrorCode::Internal);
+
 // Formats "accl rank R/N <backend>: <what>" (rank < 0 leaves the rank out).
 std::string errorContext(int rank, int size, const std::string& backend, const std::string& what);
 

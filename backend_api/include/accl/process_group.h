@@ -193,6 +193,16 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                                                   const std::shared_ptr<Store>& store,
                                                   const GroupMaker& make) const;
 
+  // splitThroughStore for backends whose groups are G(store, rank, size, opts).
+  template <typename G>
+  std::shared_ptr<ProcessGroup> splitAs(const std::vector<int>& ranks, const ProcessGroupOptions& opts,
+                                        uint64_t splitId, const std::shared_ptr<Store>& store) const {
+    return splitThroughStore(ranks, opts, splitId, store,
+                             [](std::shared_ptr<Store> s, int r, int n, const ProcessGroupOptions& o) {
+                               return std::make_shared<G>(std::move(s), r, n, o);
+                             });
+  }
+
   // The deadline for an op given its options.
   std::chrono::milliseconds effectiveTimeout(const OpOptions& o) const {
     return o.timeout.count() > 0 ? o.timeout : timeout_;

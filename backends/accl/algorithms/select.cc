@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "accl/errors.h"
+#include "accl/internal/strings.h"
 
 namespace accl {
 namespace core {
@@ -68,8 +69,7 @@ AlgoOverrides parseAlgoSpec(const std::string& spec) {
     int ci = -1;
     for (int i = 0; i < kNumColls; ++i)
       if (op == kCollNames[i]) ci = i;
-    std::string ops;
-    for (int i = 0; i < kNumColls; ++i) ops += std::string(i ? ", " : "") + kCollNames[i];
+    std::string ops = internal::join(kCollNames, ", ");
     if (ci < 0)
       throw InvalidArgument("accl: invalid value '" + spec + "' for ACCL_ALGO: unknown op '" + op +
                             "'; accepted ops: " + ops + " (form: op:algorithm;op:algorithm)");
@@ -83,10 +83,10 @@ AlgoOverrides parseAlgoSpec(const std::string& spec) {
     bool found = false;
     for (Algo x : ok) found = found || x == a;
     if (!found) {
-      std::string names;
-      for (size_t i = 0; i < ok.size(); ++i) names += std::string(i ? ", " : "") + toString(ok[i]);
+      std::vector<std::string> names;
+      for (Algo x : ok) names.push_back(toString(x));
       throw InvalidArgument("accl: invalid value '" + spec + "' for ACCL_ALGO: '" + al +
-                            "' is not an algorithm of " + op + "; accepted: " + names);
+                            "' is not an algorithm of " + op + "; accepted: " + internal::join(names, ", "));
     }
     o.algo[ci] = a;
   }

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <string>
 
+#include "algorithms/layout.h"
+
 namespace accl {
 namespace core {
 
@@ -25,16 +27,6 @@ constexpr int kNumColls = 9;
 
 const char* toString(Algo a);
 const char* toString(Coll c);
-
-struct Layout {
-  int size = 1;
-  int hosts = 1;
-  int maxLocal = 1;      // most ranks on one host
-  bool uniform = true;   // every host has the same number of ranks
-  bool shm = true;       // shared memory enabled (ACCL_TRANSPORTS)
-  bool singleHost() const { return hosts == 1 && shm; }
-  bool hierarchical() const { return shm && hosts > 1 && maxLocal > 1; }
-};
 
 struct AlgoOverrides {
   std::array<Algo, kNumColls> algo{};

@@ -263,8 +263,8 @@ void ShmDomain::round(const OpDesc& d) {
   round_ = k;
   for (int p = 0; p < o_.localSize; ++p)
     if (p != o_.localRank && ctl(p).desc[k & 1] != d)
-      throw InvalidArgument("mismatched collectives: this rank called " + describe(d) + " but rank " +
-                            std::to_string(o_.ranks[p]) + " called " + describe(ctl(p).desc[k & 1]));
+      throw InvalidArgument("mismatched collectives: this rank called " + core::describe(d) + " but rank " +
+                            std::to_string(o_.ranks[p]) + " called " + core::describe(ctl(p).desc[k & 1]));
 }
 
 void ShmDomain::cmaFailed(int peer, const char* what, int e) {
@@ -638,6 +638,10 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
       std::memcpy(static_cast<char*>(out) + off, slot(round_, root) + me * q, std::min(q, bytes[me] - off));
     if (maxb == 0) break;
   }
+}
+
+std::string ShmDomain::describe() const {
+  return cma_ ? "single-copy process_vm_readv" : "copy through the segment";
 }
 
 void ShmDomain::barrier(const OpDesc& d, Clock::time_point deadline) {

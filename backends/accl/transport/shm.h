@@ -1,9 +1,10 @@
-// Shared-memory collectives among the ranks of one host. All ranks map one
-// segment; an op proceeds in rounds (each rank publishes, then waits until
-// every local rank has arrived). Data moves either through the segment's
-// slots (two copies) or, where the kernel allows, straight from the peer's
-// buffer with process_vm_readv (one copy). Each rank reduces its own slice of
-// the vector from every input; the slices are then gathered.
+// Shared-memory collectives among the ranks of one host (a HostGroup of two
+// or more ranks). All ranks map one segment; an op proceeds in rounds (each
+// rank publishes, then waits until every local rank has arrived). Data moves
+// either through the segment's slots (two copies) or, where the kernel
+// allows, straight from the peer's buffer with process_vm_readv (one copy).
+// Each rank reduces its own slice of the vector from every input; the slices
+// are then gathered.
 #pragma once
 
 #include <atomic>
@@ -15,12 +16,12 @@
 
 #include "accl/store.h"
 #include "accl/types.h"
-#include "transport/transport.h"
+#include "transport/host_group.h"
 
 namespace accl {
 namespace core {
 
-class ShmDomain {
+class ShmDomain : public HostGroup {
  public:
   struct Options {
     int localRank = 0;
@@ -40,36 +41,28 @@ class ShmDomain {
   explicit ShmDomain(Options o);
   ~ShmDomain();
 
-  int rank() const { return o_.localRank; }
-  int size() const { return o_.localSize; }
+  int rank() const override { return o_.localRank; }
+  int size() const override { return o_.localSize; }
   bool singleCopy() const { return cma_; }
+  std::string describe() const override;
 
-  // Every op is called by all local ranks with the same descriptor `d` (the
-  // enclosing op's) and bounded by `deadline`. Reductions take elementwise
-  // kinds only (Sum, Prod, Min, Max, BAnd, BOr, BXor).
+  // The ops of HostGroup (its contract applies).
   void allreduce(const void* in, void* out, size_t count, DataType t, ReduceKind k,
-                 const OpDesc& d, Clock::time_point deadline);
-  // Only root's `out` is written (others may pass nullptr).
+                 const OpDesc& d, Clock::time_point deadline) override;
   void reduce(const void* in, void* out, size_t count, DataType t, ReduceKind k, int root,
-              const OpDesc& d, Clock::time_point deadline);
-  void broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Clock::time_point deadline);
-  // Rank j contributes bytes[j]; out holds them concatenated in local-rank order.
-  // In place when in == out + offset of this rank.
+              const OpDesc& d, Clock::time_point deadline) override;
+  void broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Clock::time_point deadline) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes, const OpDesc& d,
-                  Clock::time_point deadline);
-  // in holds sum(counts) elements; rank j keeps the reduction of its range.
+                  Clock::time_point deadline) override;
   void reduceScatterv(const void* in, void* out, const std::vector<size_t>& counts, DataType t,
-                      ReduceKind k, const OpDesc& d, Clock::time_point deadline);
-  // sendBytes[j] bytes (contiguous, in rank order) go to rank j.
+                      ReduceKind k, const OpDesc& d, Clock::time_point deadline) override;
   void alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
-                 const std::vector<size_t>& recvBytes, const OpDesc& d, Clock::time_point deadline);
-  // Root receives bytes[j] from each rank j, concatenated.
+                 const std::vector<size_t>& recvBytes, const OpDesc& d, Clock::time_point deadline) override;
   void gatherv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
-               const OpDesc& d, Clock::time_point deadline);
-  // Root's in holds bytes[j] for each rank j, concatenated.
+               const OpDesc& d, Clock::time_point deadline) override;
   void scatterv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
-                const OpDesc& d, Clock::time_point deadline);
-  void barrier(const OpDesc& d, Clock::time_point deadline);
+                const OpDesc& d, Clock::time_point deadline) override;
+  void barrier(const OpDesc& d, Clock::time_point deadline) override;
 
  private:
   struct Ctl;

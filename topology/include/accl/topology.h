@@ -1,8 +1,8 @@
 // Host topology: GPUs, NICs, NUMA nodes and the PCIe tree between them, the
 // path class between any two devices (NCCL's LOC/NVL/PIX/PXB/PHB/SYS/NET, plus
-// nvidia-smi's NODE),
-// and the NIC / NUMA node / CPU set each local rank should use.
-// Pure values and functions: backends receive a Topology, they never probe.
+// nvidia-smi's NODE), and the NIC / NUMA node / CPU set each local rank should
+// use. Only this layer probes (sysfs, hwloc, NVML) or reads topology files:
+// a backend asks it for a Topology (loadFromConfig) and works on that value.
 #pragma once
 
 #include <string>

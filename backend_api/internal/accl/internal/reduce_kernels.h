@@ -21,5 +21,13 @@ inline ReduceKind elementwiseKind(ReduceKind op) {
   return (op == ReduceKind::Avg || op == ReduceKind::PremulSum) ? ReduceKind::Sum : op;
 }
 
+// Completes a Sum (elementwiseKind) reduction of `op` over `groupSize` ranks:
+// divides by groupSize for Avg, multiplies by op.scalar for PremulSum (the
+// sum of scalar * x is scalar times the sum of x); nothing for other kinds.
+inline void finishReduce(const ReduceOp& op, void* out, size_t count, DataType t, int groupSize) {
+  if (op.kind == ReduceKind::Avg) scale(out, count, t, 1.0 / groupSize);
+  else if (op.kind == ReduceKind::PremulSum) scale(out, count, t, op.scalar);
+}
+
 }  // namespace internal
 }  // namespace accl

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "accl/errors.h"
+#include "accl/internal/strings.h"
 #include "accl/logging.h"
 #ifdef ACCL_HAVE_IBVERBS
 #include "transport/net/ibverbs/verbs_link.h"
@@ -100,8 +101,7 @@ void NetTransport::setupIb(Clock::time_point deadline) {
     verbs_.reset();
     throw NotSupported(o_.where + ": ACCL_TRANSPORTS requires verbs (no tcp) but it is not usable: " + ibWhy_);
   }
-  std::string ranks;
-  for (int p : tcpOnly) ranks += (ranks.empty() ? "" : ",") + std::to_string(p);
+  std::string ranks = internal::join(tcpOnly);
   // A host without RDMA is the common case (INFO); RDMA that is there but fails is not (WARN).
 #ifdef ACCL_HAVE_IBVERBS
   LogLevel level = ib::noRdmaHere(ibWhy_) ? LogLevel::Info : LogLevel::Warn;

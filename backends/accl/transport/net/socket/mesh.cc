@@ -12,6 +12,7 @@
 
 #include "accl/errors.h"
 #include "accl/internal/net.h"
+#include "accl/internal/strings.h"
 #include "accl/logging.h"
 #include "transport/net/socket/socket_link.h"
 
@@ -165,14 +166,11 @@ void SocketLink::connectMesh(Clock::time_point deadline) {
     pollfd pf{listenFd_, POLLIN, 0};
     int left = internal::msLeft(deadline);
     if (left <= 0) {
-      std::string missing;
+      std::vector<int> missing;
       for (int p = o_.rank + 1; p < o_.size; ++p)
-        for (auto& c : conns_[p])
-          if (!c) {
-            missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-            break;
-          }
-      throw Timeout(o_.where + ": timed out connecting the group; no connection from ranks " + missing);
+        if (std::any_of(conns_[p].begin(), conns_[p].end(), [](const auto& c) { return !c; })) missing.push_back(p);
+      throw Timeout(o_.where + ": timed out connecting the group; no connection from ranks " +
+                    internal::join(missing, ", "));
     }
     if (::poll(&pf, 1, std::min(left, 1000)) <= 0) continue;
     int fd = accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
