@@ -269,17 +269,33 @@ const std::vector<CoreRow>& coreRows() {
     alias.apply = [](Config&, const Getenv&) {};  // ACCL_DEBUG's row reads it
     alias.print = [](const Config&) { return std::string("(alias of ACCL_DEBUG)"); };
     v.push_back(alias);
-    Kind<std::vector<std::string>> subsys = config::subsetOf({"INIT", "COLL", "P2P", "STORE", "NET", "ALL"});
-    auto parseSubsys = subsys.parse;
-    subsys.parse = [parseSubsys](const std::string& text, std::vector<std::string>* out) {
-      if (!parseSubsys(text, out)) return false;
-      out->erase(std::remove(out->begin(), out->end(), "ALL"), out->end());  // ALL: no restriction
-      return true;
+    // ACCL_DEBUG_SUBSYS: a subset, or with ^ first every subsystem but those (as NCCL's).
+    Kind<std::vector<std::string>> names = config::subsetOf({"INIT", "COLL", "P2P", "STORE", "NET", "TORCH", "ALL"});
+    CoreRow subsys;
+    subsys.entry = {"ACCL_DEBUG_SUBSYS", "list", "ALL",
+                    names.accepted + "; ^ first excludes them (e.g. ^NET,STORE)",
+                    "Restricts INFO/TRACE messages to these subsystems, or with ^ to all others (warnings "
+                    "always print).",
+                    "core"};
+    subsys.apply = [names](Config& c, const Getenv& env) {
+      const char* v = env("ACCL_DEBUG_SUBSYS");
+      c.debugSubsys.clear();
+      c.debugSubsysExcluded = false;
+      if (!v || !*v) return;
+      std::string text = v;
+      bool exclude = text[0] == '^';
+      if (!names.parse(exclude ? text.substr(1) : text, &c.debugSubsys))
+        config::invalid("ACCL_DEBUG_SUBSYS", text, names.accepted + "; ^ first excludes them");
+      bool all = std::find(c.debugSubsys.begin(), c.debugSubsys.end(), "ALL") != c.debugSubsys.end();
+      if (all) c.debugSubsys.clear();  // ALL: every subsystem (^ALL: none)
+      c.debugSubsysExcluded = exclude;
+      if (all && exclude) c.debugSubsys = {"INIT", "COLL", "P2P", "STORE", "NET", "TORCH"};
     };
-    subsys.print = [](const std::vector<std::string>& s) { return s.empty() ? std::string("ALL") : internal::join(s, ","); };
-    v.push_back(field("ACCL_DEBUG_SUBSYS", subsys, std::vector<std::string>{}, nullptr,
-                      "Restricts INFO/TRACE messages to these subsystems (warnings always print).",
-                      &Config::debugSubsys));
+    subsys.print = [](const Config& c) {
+      if (c.debugSubsys.empty()) return std::string("ALL");
+      return (c.debugSubsysExcluded ? "^" : "") + internal::join(c.debugSubsys, ",");
+    };
+    v.push_back(subsys);
     v.push_back(field("ACCL_DEBUG_FILE", config::text("a file path; %h is replaced by the host name, %p by the pid", "path"),
                       std::string(), "(stderr)", "Writes log lines to this file instead of stderr.", &Config::debugFile));
     v.push_back(field("ACCL_TIMEOUT", config::duration(), std::chrono::milliseconds(std::chrono::minutes(30)), nullptr,

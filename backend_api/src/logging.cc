@@ -1,11 +1,14 @@
 #include "accl/logging.h"
 
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <mutex>
 
 namespace accl {
@@ -66,16 +69,37 @@ bool logEnabled(LogLevel level, const char* subsys) {
   }
   if (static_cast<int>(level) > static_cast<int>(cfg->debug)) return false;
   if (level == LogLevel::Warn || cfg->debugSubsys.empty()) return true;
-  return std::find(cfg->debugSubsys.begin(), cfg->debugSubsys.end(), subsys) !=
-         cfg->debugSubsys.end();
+  bool listed = std::find(cfg->debugSubsys.begin(), cfg->debugSubsys.end(), subsys) != cfg->debugSubsys.end();
+  return listed != cfg->debugSubsysExcluded;
+}
+
+std::string logPrefix() {
+  static const std::string host = hostName();
+  // Wall-clock time in UTC with milliseconds: lines of every host sort together.
+  auto now = std::chrono::system_clock::now();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char stamp[96];
+  std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms % 1000));
+  // host:pid:tid as NCCL's lines (the tid is the kernel's: top -H, gdb, perf).
+  std::string prefix = std::string(stamp) + " " + host + ":" + std::to_string(getpid()) + ":" +
+                       std::to_string(static_cast<long>(syscall(SYS_gettid)));
+  int rank = gRank.load();
+  if (rank >= 0) {
+    prefix += " [rank " + std::to_string(rank) + "/" + std::to_string(gSize.load()) + "]";
+  } else if (const char* r = std::getenv("RANK")) {
+    // Before the first group: the launcher's rank (torchrun, accl-run), marked as such.
+    const char* n = std::getenv("WORLD_SIZE");
+    prefix += std::string(" [rank ") + r + "/" + (n ? n : "?") + " (launcher)]";
+  }
+  return prefix;
 }
 
 void logLine(LogLevel level, const char* subsys, const std::string& msg) {
-  static const std::string host = hostName();
-  int rank = gRank.load();
-  std::string prefix = host + ":" + std::to_string(getpid());
-  if (rank >= 0) prefix += " [rank " + std::to_string(rank) + "/" + std::to_string(gSize.load()) + "]";
-  std::string line = prefix + " ACCL " + levelName(level) + " " + subsys + ": " + msg + "\n";
+  std::string line = logPrefix() + " ACCL " + levelName(level) + " " + subsys + ": " + msg + "\n";
   std::lock_guard<std::mutex> lk(gMu);
   FILE* f = sink();
   std::fwrite(line.data(), 1, line.size(), f);

@@ -1,10 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
 #include <map>
 
 #include "accl/config.h"
 #include "accl/errors.h"
 #include "accl/internal/config_var.h"
+#include "accl/logging.h"
 
 using namespace accl;
 
@@ -149,4 +154,37 @@ TEST(Config, RowsRegisteredByALibraryJoinTheTable) {
   EXPECT_EQ(configValue("ACCL_UNITTEST_KNOB"), "5");
   EXPECT_THROW(configValue("ACCL_NO_SUCH_KNOB"), InvalidArgument);
   EXPECT_TRUE(unknownVariableWarnings({"ACCL_UNITTEST_KNOB"}).empty());
+}
+
+TEST(Config, DebugSubsysTakesAnExclusionList) {
+  Config c = parse({{"ACCL_DEBUG_SUBSYS", "^net,Store"}});
+  EXPECT_TRUE(c.debugSubsysExcluded);
+  EXPECT_EQ(c.debugSubsys, (std::vector<std::string>{"NET", "STORE"}));
+  EXPECT_EQ(c.valueText("ACCL_DEBUG_SUBSYS"), "^NET,STORE");
+  Config all = parse({{"ACCL_DEBUG_SUBSYS", "INIT,ALL"}});
+  EXPECT_TRUE(all.debugSubsys.empty());
+  EXPECT_FALSE(all.debugSubsysExcluded);
+  EXPECT_TRUE(parse({{"ACCL_DEBUG_SUBSYS", "torch"}}).debugSubsys == std::vector<std::string>{"TORCH"});
+  expectInvalid("ACCL_DEBUG_SUBSYS", "^", "^ first excludes");
+  expectInvalid("ACCL_DEBUG_SUBSYS", "^GPU", "INIT, COLL");
+}
+
+TEST(Logging, EveryLineStartsWithUtcTimeHostPidTid) {
+  std::string p = logPrefix();
+  // 2026-11-24T02:52:07.415Z host:pid:tid
+  ASSERT_GE(p.size(), 25u) << p;
+  EXPECT_EQ(p[4], '-');
+  EXPECT_EQ(p[10], 'T');
+  EXPECT_EQ(p[19], '.');
+  EXPECT_EQ(p[23], 'Z');
+  std::string rest = p.substr(25);
+  std::string pid = std::to_string(getpid());
+  EXPECT_NE(rest.find(":" + pid + ":"), std::string::npos) << p;
+  // The time is now, to the second or so.
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char year[16];
+  std::snprintf(year, sizeof year, "%04d", tm.tm_year + 1900);
+  EXPECT_EQ(p.substr(0, 4), year) << p;
 }

@@ -39,6 +39,7 @@ std::string configValue(const std::string& name);
 struct Config {
   LogLevel debug{};                      // ACCL_DEBUG (and its alias ACCL_LOG_LEVEL)
   std::vector<std::string> debugSubsys;  // ACCL_DEBUG_SUBSYS (empty = all)
+  bool debugSubsysExcluded = false;      // ACCL_DEBUG_SUBSYS began with ^: all but debugSubsys
   std::string debugFile;                 // ACCL_DEBUG_FILE
   std::chrono::milliseconds timeout{};   // ACCL_TIMEOUT
   std::string socketIfname;              // ACCL_SOCKET_IFNAME

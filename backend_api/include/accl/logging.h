@@ -10,9 +10,14 @@ namespace accl {
 
 // Whether messages of `level` for `subsys` are printed.
 bool logEnabled(LogLevel level, const char* subsys);
-// Prints one line "<host>:<pid> [rank R] ACCL <LEVEL> <subsys>: <msg>" to
-// stderr (or ACCL_DEBUG_FILE). Thread-safe; lines never interleave.
+// Prints one line
+//   "<UTC time, ms> <host>:<pid>:<tid> [rank R/N] ACCL <LEVEL> <subsys>: <msg>"
+// to stderr (or ACCL_DEBUG_FILE). Before the first group the rank is the
+// launcher's (RANK), marked "(launcher)"; without one it is left out.
+// Thread-safe; lines never interleave.
 void logLine(LogLevel level, const char* subsys, const std::string& msg);
+// The prefix of a log line, up to the rank (for other line-oriented outputs).
+std::string logPrefix();
 // Sets the rank shown in the prefix (the first communicator's global rank).
 void setLogRank(int rank, int size);
 
