@@ -324,6 +324,16 @@ const std::vector<CoreRow>& coreRows() {
         "then runs over the chosen device's netdev. An ACCL_IB_HCA that matches no RDMA device of the topology is "
         "an error.",
         &Config::ibHca, {"NCCL_IB_HCA"}));
+    v.push_back(field("ACCL_TRACE_BUFFER", config::intRange(0, 1000000, "0: off"), 2000, nullptr,
+                      "Ops each process group keeps in its flight recorder: the last ones, with when each was "
+                      "queued, started and finished, its algorithm, transport and failure. Written to "
+                      "ACCL_TRACE_DIR when an op times out or fails, on SIGUSR1 and on request (dumpTraces(), "
+                      "torch_accl.dump_traces()); accl-diag reads the files.",
+                      &Config::traceBuffer));
+    v.push_back(field("ACCL_TRACE_DIR", config::text("a folder (created if missing, one level)", "path"),
+                      std::string("/tmp/accl-trace"), nullptr,
+                      "Where flight recorder dumps go: one file per process, accl-trace-<host>-<pid>.json.",
+                      &Config::traceDir));
     v.push_back(field("ACCL_TORCH_BACKEND", config::oneOf({"accl", "gloo", "mpi", "nccl"}), std::string("accl"), nullptr,
                       "Which ACCL backend runs the ops of torch's backend=\"accl\" (torch_accl). Other values "
                       "route the same adapter through ACCL's gloo, mpi or nccl backend for comparisons.",

@@ -6,6 +6,8 @@
 
 #include "accl/config.h"
 #include "accl/logging.h"
+#include "accl/internal/trace_registry.h"
+#include "accl/trace.h"
 
 namespace accl {
 
@@ -39,6 +41,37 @@ ProcessGroup::ProcessGroup(int rank, int size, std::string backend, ProcessGroup
                                            "; accepted: size >= 1 and 0 <= rank < size"));
   timeout_ = options_.timeout.count() > 0 ? options_.timeout : Config::get().timeout;
   setLogRank(rank, size);
+  if (int n = Config::get().traceBuffer; n > 0) {
+    recorder_ = std::make_shared<FlightRecorder>(static_cast<size_t>(n), options_.name, backend_, rank, size);
+    internal::registerRecorder(recorder_);
+  }
+}
+
+namespace {
+thread_local uint64_t tIssuing = 0;  // the trace id of the op this thread is issuing
+}  // namespace
+
+uint64_t ProcessGroup::issuingTraceId() { return tIssuing; }
+
+template <typename Issue>
+std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count, int root, int peer, uint64_t bytes,
+                                           Issue&& issue) {
+  if (!recorder_) return issue();
+  uint64_t id = recorder_->begin(op, t, count, root, peer, bytes);
+  struct Scope {
+    uint64_t prev;
+    explicit Scope(uint64_t id) : prev(tIssuing) { tIssuing = id; }
+    ~Scope() { tIssuing = prev; }
+  } scope(id);
+  std::shared_ptr<Work> w;
+  try {
+    w = issue();
+  } catch (...) {
+    recorder_->finished(id, std::current_exception());
+    throw;
+  }
+  w->setTrace(recorder_, id);
+  return w;
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -152,13 +185,13 @@ std::shared_ptr<Work> ProcessGroup::allreduce(Buffer in, Buffer out, const Allre
   checkSameDtype(OpType::Allreduce, in, out);
   checkCount(OpType::Allreduce, "output", out.count, in.count, "same as input");
   checkReduction(OpType::Allreduce, o.op, in.dtype);
-  return doAllreduce(in, out, o);
+  return traced(OpType::Allreduce, in.dtype, in.count, -1, -1, in.bytes(), [&] { return doAllreduce(in, out, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(Buffer buf, const BroadcastOptions& o) {
   checkBuffer(OpType::Broadcast, "buffer", buf);
   checkRoot(OpType::Broadcast, o.root);
-  return doBroadcast(buf, o);
+  return traced(OpType::Broadcast, buf.dtype, buf.count, o.root, -1, buf.bytes(), [&] { return doBroadcast(buf, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(Buffer in, Buffer out, const ReduceOptions& o) {
@@ -170,7 +203,7 @@ std::shared_ptr<Work> ProcessGroup::reduce(Buffer in, Buffer out, const ReduceOp
     checkSameDtype(OpType::Reduce, in, out);
     checkCount(OpType::Reduce, "output", out.count, in.count, "same as input on the root");
   }
-  return doReduce(in, out, o);
+  return traced(OpType::Reduce, in.dtype, in.count, o.root, -1, in.bytes(), [&] { return doReduce(in, out, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::allgather(Buffer in, Buffer out, const AllgatherOptions& o) {
@@ -179,7 +212,7 @@ std::shared_ptr<Work> ProcessGroup::allgather(Buffer in, Buffer out, const Allga
   checkSameDtype(OpType::Allgather, in, out);
   checkCount(OpType::Allgather, "output", out.count, in.count * size_,
              "group size x input count");
-  return doAllgather(in, out, o);
+  return traced(OpType::Allgather, in.dtype, in.count, -1, -1, out.bytes(), [&] { return doAllgather(in, out, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::allgatherv(Buffer in, Buffer out,
@@ -191,7 +224,8 @@ std::shared_ptr<Work> ProcessGroup::allgatherv(Buffer in, Buffer out,
   checkCounts(OpType::Allgatherv, "counts", counts);
   checkCount(OpType::Allgatherv, "input", in.count, counts[rank_], "counts[rank]");
   checkCount(OpType::Allgatherv, "output", out.count, sum(counts), "sum of counts");
-  return doAllgatherv(in, out, counts, o);
+  return traced(OpType::Allgatherv, in.dtype, out.count, -1, -1, out.bytes(),
+                [&] { return doAllgatherv(in, out, counts, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduceScatter(Buffer in, Buffer out,
@@ -202,7 +236,7 @@ std::shared_ptr<Work> ProcessGroup::reduceScatter(Buffer in, Buffer out,
   checkCount(OpType::ReduceScatter, "input", in.count, out.count * size_,
              "group size x output count");
   checkReduction(OpType::ReduceScatter, o.op, in.dtype);
-  return doReduceScatter(in, out, o);
+  return traced(OpType::ReduceScatter, in.dtype, in.count, -1, -1, in.bytes(), [&] { return doReduceScatter(in, out, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduceScatterv(Buffer in, Buffer out,
@@ -215,7 +249,8 @@ std::shared_ptr<Work> ProcessGroup::reduceScatterv(Buffer in, Buffer out,
   checkCount(OpType::ReduceScatterv, "input", in.count, sum(counts), "sum of counts");
   checkCount(OpType::ReduceScatterv, "output", out.count, counts[rank_], "counts[rank]");
   checkReduction(OpType::ReduceScatterv, o.op, in.dtype);
-  return doReduceScatterv(in, out, counts, o);
+  return traced(OpType::ReduceScatterv, in.dtype, in.count, -1, -1, in.bytes(),
+                [&] { return doReduceScatterv(in, out, counts, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::alltoall(Buffer in, Buffer out, const AlltoallOptions& o) {
@@ -227,7 +262,7 @@ std::shared_ptr<Work> ProcessGroup::alltoall(Buffer in, Buffer out, const Alltoa
     throw InvalidArgument(context("alltoall: input has " + std::to_string(in.count) +
                                   " elements, which is not a multiple of the group size " +
                                   std::to_string(size_)));
-  return doAlltoall(in, out, o);
+  return traced(OpType::Alltoall, in.dtype, in.count, -1, -1, in.bytes(), [&] { return doAlltoall(in, out, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::alltoallv(Buffer in, const std::vector<size_t>& sendCounts,
@@ -240,7 +275,8 @@ std::shared_ptr<Work> ProcessGroup::alltoallv(Buffer in, const std::vector<size_
   checkCounts(OpType::Alltoallv, "recvCounts", recvCounts);
   checkCount(OpType::Alltoallv, "input", in.count, sum(sendCounts), "sum of sendCounts");
   checkCount(OpType::Alltoallv, "output", out.count, sum(recvCounts), "sum of recvCounts");
-  return doAlltoallv(in, sendCounts, out, recvCounts, o);
+  return traced(OpType::Alltoallv, in.dtype, in.count, -1, -1, in.bytes(),
+                [&] { return doAlltoallv(in, sendCounts, out, recvCounts, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::gather(Buffer in, Buffer out, const GatherOptions& o) {
@@ -252,7 +288,7 @@ std::shared_ptr<Work> ProcessGroup::gather(Buffer in, Buffer out, const GatherOp
     checkCount(OpType::Gather, "output", out.count, in.count * size_,
                "group size x input count on the root");
   }
-  return doGather(in, out, o);
+  return traced(OpType::Gather, in.dtype, in.count, o.root, -1, in.bytes(), [&] { return doGather(in, out, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::scatter(Buffer in, Buffer out, const ScatterOptions& o) {
@@ -264,23 +300,25 @@ std::shared_ptr<Work> ProcessGroup::scatter(Buffer in, Buffer out, const Scatter
     checkCount(OpType::Scatter, "input", in.count, out.count * size_,
                "group size x output count on the root");
   }
-  return doScatter(in, out, o);
+  return traced(OpType::Scatter, out.dtype, out.count, o.root, -1, out.bytes(), [&] { return doScatter(in, out, o); });
 }
 
-std::shared_ptr<Work> ProcessGroup::barrier(const BarrierOptions& o) { return doBarrier(o); }
+std::shared_ptr<Work> ProcessGroup::barrier(const BarrierOptions& o) {
+  return traced(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0, [&] { return doBarrier(o); });
+}
 
 std::shared_ptr<Work> ProcessGroup::send(Buffer buf, int dst, const SendOptions& o) {
   checkBuffer(OpType::Send, "buffer", buf);
   checkPeer(OpType::Send, dst, false);
   if (o.tag < 0) throw InvalidArgument(context("send: negative tag " + std::to_string(o.tag)));
-  return doSend(buf, dst, o);
+  return traced(OpType::Send, buf.dtype, buf.count, -1, dst, buf.bytes(), [&] { return doSend(buf, dst, o); });
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(Buffer buf, int src, const RecvOptions& o) {
   checkBuffer(OpType::Recv, "buffer", buf);
   checkPeer(OpType::Recv, src, true);
   if (o.tag < 0) throw InvalidArgument(context("recv: negative tag " + std::to_string(o.tag)));
-  return doRecv(buf, src, o);
+  return traced(OpType::Recv, buf.dtype, buf.count, -1, src, buf.bytes(), [&] { return doRecv(buf, src, o); });
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<int>& ranks,

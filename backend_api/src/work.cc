@@ -1,5 +1,7 @@
 #include "accl/work.h"
 
+#include "accl/trace.h"
+
 #include "accl/errors.h"
 
 namespace accl {
@@ -70,15 +72,28 @@ int Work::sourceRank() const {
   return sourceRank_;
 }
 
+void Work::setTrace(std::shared_ptr<FlightRecorder> recorder, uint64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (completed_) {
+    recorder->finished(id, error_);
+    return;
+  }
+  trace_ = std::move(recorder);
+  traceId_ = id;
+}
+
 void Work::markCompleted(std::exception_ptr error, int sourceRank) {
   std::vector<std::function<void(Work&)>> cbs;
+  std::shared_ptr<FlightRecorder> trace;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (completed_) return;
+    trace.swap(trace_);
     completed_ = true;
     error_ = std::move(error);
     sourceRank_ = sourceRank;
     cbs.swap(callbacks_);
+    if (trace) trace->finished(traceId_, error_);
     if (cbs.empty()) {
       callbacksDone_ = true;
       done_.store(true, std::memory_order_release);

@@ -11,6 +11,7 @@
 #include "accl/internal/reduce_kernels.h"
 #include "accl/logging.h"
 #include "accl/registry.h"
+#include "accl/trace.h"
 #include "algorithms/algorithms.h"
 #include "nic_choice.h"
 #include "settings.h"
@@ -26,6 +27,22 @@ using core::Peers;
 namespace algo = core::algo;
 
 namespace {
+
+// The op this thread is running (for the flight recorder's algorithm column).
+thread_local uint64_t tRunningTrace = 0;
+thread_local uint64_t tRunningSeq = 0;
+
+struct RunningOp {
+  uint64_t prevTrace, prevSeq;
+  RunningOp(uint64_t trace, uint64_t seq) : prevTrace(tRunningTrace), prevSeq(tRunningSeq) {
+    tRunningTrace = trace;
+    tRunningSeq = seq;
+  }
+  ~RunningOp() {
+    tRunningTrace = prevTrace;
+    tRunningSeq = prevSeq;
+  }
+};
 
 uint64_t randomToken() {
   std::random_device rd;
@@ -135,6 +152,14 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   }
   queue_.reset(new internal::OpQueue("accl-coll", /*waiterRuns=*/true));
   prefix_ = context("");
+  bool ib = false, tcp = false;
+  for (int r = 0; r < size; ++r)
+    if (layout_.hostOf[r] != layout_.myHost) (net_->overIb(r) ? ib : tcp) = true;
+  std::vector<std::string> kinds;
+  if (host_->size() > 1) kinds.push_back("shm");
+  if (ib) kinds.push_back("ib");
+  if (tcp) kinds.push_back("tcp");
+  transportText_ = kinds.empty() ? "local" : internal::join(kinds, "+");
   logSetup();
 }
 
@@ -142,6 +167,18 @@ AcclProcessGroup::~AcclProcessGroup() {
   queue_.reset();  // finishes queued ops (each bounded by its deadline)
   host_.reset();
   net_.reset();
+}
+
+void AcclProcessGroup::noteAlgo(Algo a) {
+  if (!tRunningTrace) return;
+  recorder()->started(tRunningTrace, static_cast<int64_t>(tRunningSeq), core::toString(a), transportText_.c_str());
+}
+
+void AcclProcessGroup::tracePointToPoint(int peer) {
+  uint64_t id = issuingTraceId();
+  if (!id) return;
+  // Posted now; the transport moves it.
+  recorder()->started(id, -1, "p2p", peer >= 0 && net_->overIb(peer) ? "ib" : "tcp");
 }
 
 void AcclProcessGroup::logSetup() {
@@ -203,8 +240,10 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
   // dtype, goes into errors).
   auto work = std::make_shared<Work>(toString(op), d.seq);
   ACCL_TRACE("COLL", "enqueue " << core::describe(d));
-  auto fn = [this, d, timeout, body = std::forward<Body>(body)]() -> int {
+  uint64_t traceId = issuingTraceId();
+  auto fn = [this, d, timeout, traceId, body = std::forward<Body>(body)]() -> int {
     const std::string& prefix = prefix_;
+    RunningOp running(traceId, d.seq);  // noteAlgo() records the start
     if (isBroken_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lk(brokenMu_);
       throw RemoteError(prefix + core::describe(d) + ": the group is unusable after an earlier failure: " + broken_);
@@ -241,6 +280,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
   ReduceKind k = internal::elementwiseKind(op.kind);
   size_t es = dataTypeSize(t), bytes = count * es;
   Algo a = core::choose(Coll::Allreduce, bytes, layout_, algo_);
+  noteAlgo(a);
   if (a == Algo::Shm) {
     host_->allreduce(in, out, count, t, k, d, deadline);
   } else if (a == Algo::Hierarchical && layout_.uniform) {
@@ -294,6 +334,7 @@ std::shared_ptr<Work> AcclProcessGroup::doBroadcast(Buffer buf, const BroadcastO
   return submit(OpType::Broadcast, buf.count, buf.dtype, ReduceKind::Sum, o.root, bytes, effectiveTimeout(o), o.blocking,
                 [this, buf, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   Algo a = core::choose(Coll::Broadcast, bytes, layout_, algo_);
+                  noteAlgo(a);
                   if (a == Algo::Shm) {
                     host_->broadcast(buf.data, bytes, root, d, dl);
                   } else if (a == Algo::Hierarchical) {
@@ -322,6 +363,7 @@ std::shared_ptr<Work> AcclProcessGroup::doReduce(Buffer in, Buffer out, const Re
                 [this, in, out, bytes, op = o.op, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   ReduceKind k = internal::elementwiseKind(op.kind);
                   Algo a = core::choose(Coll::Reduce, bytes, layout_, algo_);
+                  noteAlgo(a);
                   if (a == Algo::Shm) {
                     host_->reduce(in.data, out.data, in.count, in.dtype, k, root, d, dl);
                   } else if (a == Algo::Hierarchical) {
@@ -360,6 +402,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAllgatherv(Buffer in, Buffer out, cons
                   for (int r = 0; r < rank(); ++r) displ += bytes[r];
                   char* o = static_cast<char*>(out.data);
                   Algo a = core::choose(Coll::Allgather, total, layout_, algo_);
+                  noteAlgo(a);
                   if (a == Algo::Shm) return host_->allgatherv(in.data, out.data, bytes, d, dl);
                   if (o + displ != in.data && bytes[rank()]) std::memmove(o + displ, in.data, bytes[rank()]);
                   if (a == Algo::Direct) algo::allgathervDirect(flat(), out.data, bytes);
@@ -377,6 +420,7 @@ std::shared_ptr<Work> AcclProcessGroup::doReduceScatterv(Buffer in, Buffer out, 
                   for (int r = 0; r < rank(); ++r) displ += counts[r];
                   size_t mine = counts[rank()];
                   Algo a = core::choose(Coll::ReduceScatter, total, layout_, algo_);
+                  noteAlgo(a);
                   if (a == Algo::Shm) {
                     host_->reduceScatterv(in.data, out.data, counts, in.dtype, k, d, dl);
                   } else {
@@ -403,6 +447,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAlltoallv(Buffer in, const std::vector
   return submit(OpType::Alltoallv, 0, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, sendCounts, recvCounts, es](const OpDesc& d, Clock::time_point dl) {
                   auto sb = scaled(sendCounts, es), rb = scaled(recvCounts, es);
+                  noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
                   if (layout_.singleHost()) return host_->alltoallv(in.data, sb, out.data, rb, d, dl);
                   std::vector<char> staged;
                   const void* src = in.data;
@@ -421,6 +466,7 @@ std::shared_ptr<Work> AcclProcessGroup::doGather(Buffer in, Buffer out, const Ga
   return submit(OpType::Gather, in.count, in.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   std::vector<size_t> b(size(), bytes);
+                  noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
                   if (layout_.singleHost()) return host_->gatherv(in.data, out.data, b, root, d, dl);
                   algo::gathervDirect(flat(), in.data, out.data, b, root);
                 });
@@ -431,6 +477,7 @@ std::shared_ptr<Work> AcclProcessGroup::doScatter(Buffer in, Buffer out, const S
   return submit(OpType::Scatter, out.count, out.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   std::vector<size_t> b(size(), bytes);
+                  noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
                   if (layout_.singleHost()) return host_->scatterv(in.data, out.data, b, root, d, dl);
                   algo::scattervDirect(flat(), in.data, out.data, b, root);
                 });
@@ -440,6 +487,7 @@ std::shared_ptr<Work> AcclProcessGroup::doBarrier(const BarrierOptions& o) {
   return submit(OpType::Barrier, 0, DataType::Uint8, ReduceKind::Sum, -1, 0, effectiveTimeout(o), o.blocking,
                 [this](const OpDesc& d, Clock::time_point dl) {
                   Algo a = core::choose(Coll::Barrier, 0, layout_, algo_);
+                  noteAlgo(a);
                   if (a == Algo::Shm) {
                     host_->barrier(d, dl);
                   } else if (a == Algo::Hierarchical) {
@@ -459,6 +507,7 @@ std::shared_ptr<Work> AcclProcessGroup::doSend(Buffer buf, int dst, const SendOp
   std::string what = context("send to rank " + std::to_string(dst) + " (tag " + std::to_string(o.tag) + ", " +
                              std::to_string(bytes) + " bytes)");
   auto work = std::make_shared<Work>(what);
+  tracePointToPoint(dst);
   net_->postTagged(true, dst, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;
 }
@@ -468,6 +517,7 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   std::string what = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
                              " (tag " + std::to_string(o.tag) + ", " + std::to_string(bytes) + " bytes)");
   auto work = std::make_shared<Work>(what);
+  tracePointToPoint(src);
   net_->postTagged(false, src, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;
 }

@@ -57,6 +57,10 @@ class AcclProcessGroup : public ProcessGroup {
   void allreduceBody(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                      const core::OpDesc& d, core::Clock::time_point deadline);
   void logSetup();
+  // Records the algorithm of the op this thread runs in the flight recorder.
+  void noteAlgo(core::Algo a);
+  // Records a point-to-point op with `peer` (-1: any) as started.
+  void tracePointToPoint(int peer);
 
   std::shared_ptr<Store> store_;
   uint64_t token_ = 0;
@@ -73,6 +77,7 @@ class AcclProcessGroup : public ProcessGroup {
   std::string nicText_;  // which NIC and interface this rank uses (INFO log)
   uint64_t splits_ = 0;
   std::string prefix_;  // "accl rank R/N accl: "
+  std::string transportText_;  // "shm", "tcp", "shm+ib", ... (flight recorder)
 };
 
 }  // namespace accl

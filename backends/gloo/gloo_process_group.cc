@@ -25,6 +25,7 @@
 #include "accl/internal/net.h"
 #include "accl/internal/reduce_kernels.h"
 #include "accl/logging.h"
+#include "accl/trace.h"
 #include "accl/registry.h"
 
 namespace accl {
@@ -143,7 +144,9 @@ std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::ch
                      std::to_string(count) + " elements)";
   ACCL_TRACE("COLL", "enqueue " << desc);
   std::string where = context(desc);
-  return queue_->enqueue(desc, [fn = std::move(fn), where, timeout]() -> int {
+  uint64_t traceId = issuingTraceId();
+  return queue_->enqueue(desc, [this, fn = std::move(fn), where, timeout, traceId, seq]() -> int {
+    if (traceId) recorder()->started(traceId, static_cast<int64_t>(seq), "gloo", "tcp");
     // gloo's deadline starts when the op does (its timeout is relative).
     auto deadline = std::chrono::steady_clock::now() + timeout;
     try {

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "accl/config.h"
 #include "accl/registry.h"
 #include "accl/store.h"
 
@@ -344,6 +345,68 @@ TEST_P(Fault, ListenerDropsGarbageForeignTokensAndOversizedLengths) {
   EXPECT_NE(log.find("job token does not match"), std::string::npos) << log;
   EXPECT_NE(log.find("exceeds 256"), std::string::npos) << log;
   EXPECT_NE(log.find("duplicate connection for rank 1"), std::string::npos) << log;
+}
+
+
+// The flight recorder on a timeout: each waiting rank writes its dump by
+// itself, naming the op that failed and why; earlier ops are there, done, with
+// their algorithm and transport. SIGUSR1 makes a live rank write one too.
+TEST_P(Fault, TimeoutAndSigusr1WriteTheFlightRecorder) {
+  std::string dir;
+  runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+    record(c, r, "pid " + std::to_string(getpid()));
+    float x[4] = {1, 2, 3, 4};
+    for (int i = 0; i < 3; ++i) pg.allreduce(Buffer(x, 4, DataType::Float32))->wait();  // #0-#2: everyone
+    BroadcastOptions bo;
+    bo.root = 1;
+    pg.broadcast(Buffer(x, 4, DataType::Float32), bo)->wait();  // #3
+    if (r == 2) {
+      // Alive but never enters #4: it is asked for its dump instead.
+      raise(SIGUSR1);
+      c.store->wait({"done0", "done1"}, 60s);
+      return;
+    }
+    AllreduceOptions o;
+    o.timeout = 2s;
+    recordOutcome(c, r, [&] { pg.allreduce(Buffer(x, 4, DataType::Float32), o)->wait(); });
+    c.store->set("done" + std::to_string(r), toBytes("1"));
+    c.store->wait({"done0", "done1"}, 60s);
+  }, 60s, &dir);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string traceDir = Config::get().traceDir;
+  for (int r = 0; r < 3; ++r) {
+    std::string o = out(dir, r);
+    std::string pid = o.substr(4, o.find('\n') - 4);
+    std::string path = traceDir + "/accl-trace-" + host + "-" + pid + ".json";
+    // The SIGUSR1 dump is written by a thread of its own: give it a moment.
+    for (int i = 0; i < 100 && slurp(path).empty(); ++i) std::this_thread::sleep_for(50ms);
+    std::string t = slurp(path);
+    SCOPED_TRACE("rank " + std::to_string(r) + " " + path + ":\n" + t.substr(0, 3000));
+    ASSERT_FALSE(t.empty());
+    EXPECT_NE(t.find("\"format\": \"accl-trace/1\""), std::string::npos);
+    EXPECT_NE(t.find("\"backend\": \"accl\""), std::string::npos);
+    EXPECT_NE(t.find("\"rank\": " + std::to_string(r)), std::string::npos);
+    // Ops #0-#3 done, with how they ran.
+    size_t firstDone = t.find("\"state\": \"done\"");
+    EXPECT_NE(firstDone, std::string::npos);
+    EXPECT_NE(t.find("\"op\": \"broadcast\""), std::string::npos);
+    EXPECT_NE(t.find("\"root\": 1"), std::string::npos);
+    EXPECT_EQ(t.find("\"algorithm\": \"\""), std::string::npos) << "an op without its algorithm";
+    std::string transport = GetParam() == "shm,tcp" ? "\"transport\": \"shm\"" : "\"transport\": \"tcp\"";
+    EXPECT_NE(t.find(transport), std::string::npos);
+    if (r == 2) {
+      EXPECT_NE(t.find("\"reason\": \"SIGUSR1\""), std::string::npos);
+      EXPECT_EQ(t.find("\"state\": \"failed\""), std::string::npos);
+    } else {
+      EXPECT_NE(t.find("\"reason\": \"an op failed: "), std::string::npos);
+      size_t failed = t.find("\"state\": \"failed\"");
+      ASSERT_NE(failed, std::string::npos);
+      EXPECT_NE(t.find("\"seq\": 4", t.rfind("\"id\"", failed)), std::string::npos);
+      EXPECT_NE(t.find("did not arrive: 2 (", failed), std::string::npos);
+    }
+    std::remove(path.c_str());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Fault, ::testing::Values("shm,tcp", "tcp", "ib"),

@@ -52,6 +52,8 @@ struct Config {
   std::string storeBind;                 // ACCL_STORE_BIND: auto, any or an address
   std::string topoFile;                  // ACCL_TOPO_FILE
   std::string topoDumpFile;              // ACCL_TOPO_DUMP_FILE
+  int traceBuffer = 0;                   // ACCL_TRACE_BUFFER (0: no flight recorder)
+  std::string traceDir;                  // ACCL_TRACE_DIR
   std::string torchBackend;              // ACCL_TORCH_BACKEND
   std::string torchCuda;                 // ACCL_TORCH_CUDA: auto, nccl, stage
   // What parsing noticed that users should see (logged once, at the first

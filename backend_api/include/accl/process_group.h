@@ -83,6 +83,8 @@ enum class OpType {
 };
 const char* toString(OpType op);
 
+class FlightRecorder;  // accl/trace.h
+
 // A group of `size()` ranks. Every collective must be called by all ranks of
 // the group in the same order with matching arguments. Ops return at once with
 // a Work; the buffers must stay valid until it completes. Argument errors are
@@ -152,6 +154,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks,
                                       const ProcessGroupOptions& opts = {});
 
+  // This group's flight recorder (accl/trace.h); nullptr with ACCL_TRACE_BUFFER=0.
+  FlightRecorder* recorder() const { return recorder_.get(); }
+
   // Which buffers' devices this backend accepts.
   virtual bool supportsDevice(const Device& d) const { return d.type == DeviceType::CPU; }
 
@@ -203,6 +208,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                              });
   }
 
+  // In a backend's do*(): the flight recorder id of the op being issued on
+  // this thread (0 when the recorder is off), for recorder()->started() and
+  // describe() later on.
+  static uint64_t issuingTraceId();
+
   // The deadline for an op given its options.
   std::chrono::milliseconds effectiveTimeout(const OpOptions& o) const {
     return o.timeout.count() > 0 ? o.timeout : timeout_;
@@ -212,6 +222,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   [[noreturn]] void notSupported(OpType op, const std::string& why = "") const;
 
  private:
+  // Records the op in the flight recorder around `issue` (which calls do*()).
+  template <typename Issue>
+  std::shared_ptr<Work> traced(OpType op, DataType t, uint64_t count, int root, int peer, uint64_t bytes,
+                               Issue&& issue);
   void checkBuffer(OpType op, const char* which, const Buffer& b) const;
   void checkReduction(OpType op, const ReduceOp& r, DataType t) const;
   void checkRoot(OpType op, int root) const;
@@ -225,6 +239,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::string backend_;
   ProcessGroupOptions options_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<FlightRecorder> recorder_;
 };
 
 }  // namespace accl

@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 namespace accl {
+
+class FlightRecorder;  // accl/trace.h
 
 constexpr std::chrono::milliseconds kNoTimeout{-1};
 
@@ -54,6 +57,9 @@ class Work {
   // timeout calls `hook` once before it blocks (an op queue may run the op on
   // the waiting thread).
   void setWaitHook(std::function<void(Work&)> hook) { waitHook_ = std::move(hook); }
+  // Used by ProcessGroup: completion also ends op `id` in `recorder` (cheaper
+  // than a callback: nothing is allocated per op).
+  void setTrace(std::shared_ptr<FlightRecorder> recorder, uint64_t id);
 
  private:
   std::string description_;
@@ -68,6 +74,8 @@ class Work {
   std::exception_ptr error_;
   std::vector<std::function<void(Work&)>> callbacks_;
   std::function<void(Work&)> waitHook_;
+  std::shared_ptr<FlightRecorder> trace_;
+  uint64_t traceId_ = 0;
 };
 
 }  // namespace accl
