@@ -144,7 +144,8 @@ setup(
     cmdclass={"build_py": BuildWithCMake},
     distclass=BinaryDistribution,
     install_requires=torch_requirement(),
-    entry_points={"console_scripts": [f"{t} = torch_accl._tools:{t.replace('-', '_')}" for t in TOOLS]},
+    entry_points={"console_scripts": [f"{t} = torch_accl._tools:{t.replace('-', '_')}" for t in TOOLS] +
+                                     ["accl-diag = torch_accl.diag:main"]},
     python_requires=">=3.8",
     zip_safe=False,
 )

@@ -41,6 +41,7 @@ namespace {
 // "1800000" ms as "30m": the largest unit that divides it.
 std::string printDuration(std::chrono::milliseconds d) {
   long long ms = d.count();
+  if (ms == 0) return "0";
   if (ms % 3600000 == 0) return std::to_string(ms / 3600000) + "h";
   if (ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
   if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
@@ -74,11 +75,13 @@ Kind<int> intRange(long lo, long hi, const std::string& note) {
   return k;
 }
 
-Kind<std::chrono::milliseconds> duration() {
+Kind<std::chrono::milliseconds> duration(const char* zeroMeans) {
   Kind<std::chrono::milliseconds> k;
   k.type = "duration";
-  k.accepted = "a positive number with an optional unit: ms, s (default), m, h";
-  k.parse = [](const std::string& text, std::chrono::milliseconds* out) {
+  k.accepted = zeroMeans ? std::string("0 (") + zeroMeans + ") or a positive number with an optional unit: ms, s (default), m, h"
+                         : "a positive number with an optional unit: ms, s (default), m, h";
+  bool zeroOk = zeroMeans != nullptr;
+  k.parse = [zeroOk](const std::string& text, std::chrono::milliseconds* out) {
     size_t pos = 0;
     double v;
     try {
@@ -93,6 +96,10 @@ Kind<std::chrono::milliseconds> duration() {
     else if (unit == "m") ms = v * 60000;
     else if (unit == "h") ms = v * 3600000;
     else return false;
+    if (zeroOk && ms == 0 && unit.size() <= 2) {
+      *out = std::chrono::milliseconds(0);
+      return true;
+    }
     if (!(ms >= 1) || ms > 1e12) return false;
     *out = std::chrono::milliseconds(static_cast<int64_t>(ms));
     return true;
@@ -334,6 +341,21 @@ const std::vector<CoreRow>& coreRows() {
                       std::string("/tmp/accl-trace"), nullptr,
                       "Where flight recorder dumps go: one file per process, accl-trace-<host>-<pid>.json.",
                       &Config::traceDir));
+    v.push_back(field("ACCL_TIMELINE",
+                      config::text("a file path; %r is replaced by the rank, %h by the host name, %p by the pid "
+                                   "(without %r or %p, .<rank> is added before the extension)",
+                                   "path"),
+                      std::string(), "(off)",
+                      "Writes a timeline of every op (Chrome trace-event JSON, one file per process: a span per "
+                      "op with its size, algorithm, transport and peers, and a span for the time it was queued "
+                      "behind earlier ops) that chrome://tracing and Perfetto open. Timestamps are wall-clock "
+                      "microseconds, so the files of all ranks line up.",
+                      &Config::timeline));
+    v.push_back(field("ACCL_STATS", config::intRange(0, 1, "1: on"), 0, nullptr,
+                      "At the destruction of each process group, prints (to stderr) a table per op and size "
+                      "bucket: count, bytes, mean/p50/p99 time, bus bandwidth, and what this rank received from "
+                      "each peer, naming the slowest link.",
+                      &Config::stats));
     v.push_back(field("ACCL_TORCH_BACKEND", config::oneOf({"accl", "gloo", "mpi", "nccl"}), std::string("accl"), nullptr,
                       "Which ACCL backend runs the ops of torch's backend=\"accl\" (torch_accl). Other values "
                       "route the same adapter through ACCL's gloo, mpi or nccl backend for comparisons.",

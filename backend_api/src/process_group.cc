@@ -41,9 +41,9 @@ ProcessGroup::ProcessGroup(int rank, int size, std::string backend, ProcessGroup
                                            "; accepted: size >= 1 and 0 <= rank < size"));
   timeout_ = options_.timeout.count() > 0 ? options_.timeout : Config::get().timeout;
   setLogRank(rank, size);
-  if (int n = Config::get().traceBuffer; n > 0) {
-    recorder_ = std::make_shared<FlightRecorder>(static_cast<size_t>(n), options_.name, backend_, rank, size);
-    internal::registerRecorder(recorder_);
+  if (FlightRecorder::wanted()) {
+    recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::wantedCapacity(), options_.name, backend_, rank, size);
+    if (Config::get().traceBuffer > 0) internal::registerRecorder(recorder_);
   }
 }
 
@@ -74,7 +74,9 @@ std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count
   return w;
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  if (recorder_) recorder_->close();
+}
 
 std::shared_ptr<ProcessGroup> ProcessGroup::splitThroughStore(const std::vector<int>& ranks,
                                                               const ProcessGroupOptions& opts,

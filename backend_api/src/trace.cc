@@ -6,6 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <sstream>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -66,6 +71,7 @@ void onDumpSignal(int) {
 nlohmann::ordered_json entryJson(const TraceEntry& e) {
   nlohmann::ordered_json j = {{"id", e.id},
                               {"seq", e.seq},
+                              {"coll", e.coll},
                               {"op", toString(e.op)},
                               {"dtype", toString(e.dtype)},
                               {"count", e.count},
@@ -79,7 +85,149 @@ nlohmann::ordered_json entryJson(const TraceEntry& e) {
                               {"started_us", e.startedUs},
                               {"finished_us", e.finishedUs}};
   if (!e.error.empty()) j["error"] = e.error;
+  if (!e.note.empty()) j["note"] = e.note;
   return j;
+}
+
+// "accl rank 3" style names use the rank; a file pattern gets %r, %h, %p.
+std::string expandPattern(const std::string& pattern, int rank) {
+  std::string out;
+  bool perProcess = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    char n = i + 1 < pattern.size() ? pattern[i + 1] : 0;
+    if (pattern[i] == '%' && n == 'r') {
+      out += std::to_string(rank);
+      perProcess = true;
+      ++i;
+    } else if (pattern[i] == '%' && n == 'p') {
+      out += std::to_string(getpid());
+      perProcess = true;
+      ++i;
+    } else if (pattern[i] == '%' && n == 'h') {
+      out += hostName();
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  if (!perProcess) {
+    size_t slash = out.rfind('/');
+    size_t dot = out.rfind('.');
+    if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) dot = out.size();
+    out.insert(dot, "." + std::to_string(rank));
+  }
+  return out;
+}
+
+// The timeline file of this process (ACCL_TIMELINE): a JSON array of
+// trace events, opened by the first group, closed at exit.
+class Timeline {
+ public:
+  // The process's timeline, opened on first use by a group of rank `rank`;
+  // null when ACCL_TIMELINE is off or the file cannot be written (logged).
+  static Timeline* get(int rank) {
+    static std::mutex mu;
+    static Timeline* t = nullptr;
+    static bool tried = false;
+    std::lock_guard<std::mutex> lk(mu);
+    if (tried) return t;
+    tried = true;
+    std::string pattern;
+    try {
+      pattern = Config::get().timeline;
+    } catch (const Error&) {
+      return nullptr;
+    }
+    if (pattern.empty()) return nullptr;
+    std::string path = expandPattern(pattern, rank);
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) {
+      ACCL_WARN("INIT", errnoMessage("ACCL_TIMELINE: cannot write " + path, errno) << "; no timeline");
+      return nullptr;
+    }
+    t = new Timeline(f, rank, path);  // never destroyed: closed at exit
+    std::atexit([] { t->close(); });
+    ACCL_INFO("INIT", "timeline: " << path);
+    return t;
+  }
+
+  int rank() const { return rank_; }
+  // A new row (thread) for a group; returns its id (the queue row is id + 1).
+  int addGroup(const std::string& label) {
+    std::lock_guard<std::mutex> lk(mu_);
+    int tid = nextTid_;
+    nextTid_ += 2;
+    meta(tid, label);
+    meta(tid + 1, label + " queue");
+    return tid;
+  }
+  void event(const nlohmann::ordered_json& e) {
+    std::string text = e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!f_) return;
+    std::fputs(",\n", f_);
+    std::fputs(text.c_str(), f_);
+  }
+  void close() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!f_) return;
+    std::fputs("\n]\n", f_);
+    std::fclose(f_);
+    f_ = nullptr;
+  }
+
+ private:
+  Timeline(FILE* f, int rank, std::string path) : f_(f), rank_(rank), path_(std::move(path)) {
+    std::setvbuf(f_, nullptr, _IOFBF, 1 << 20);
+    nlohmann::ordered_json p = {{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 0},
+                                {"args", {{"name", "rank " + std::to_string(rank_) + " (" + hostName() + ", pid " +
+                                                       std::to_string(getpid()) + ")"}}}};
+    std::fputs("[\n", f_);
+    std::fputs(p.dump().c_str(), f_);
+  }
+  void meta(int tid, const std::string& name) {
+    nlohmann::ordered_json m = {{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", tid},
+                                {"args", {{"name", name}}}};
+    std::fputs(",\n", f_);
+    std::fputs(m.dump().c_str(), f_);
+  }
+
+  std::mutex mu_;
+  FILE* f_;
+  int rank_;
+  std::string path_;
+  int nextTid_ = 1;
+};
+
+// Bus bandwidth factor of an op on n ranks (as nccl-tests computes it): the
+// share of the op's bytes that crosses each rank's link.
+double busFactor(OpType op, int n) {
+  if (n <= 1) return 0;
+  switch (op) {
+    case OpType::Allreduce: return 2.0 * (n - 1) / n;
+    case OpType::Allgather:
+    case OpType::Allgatherv:
+    case OpType::ReduceScatter:
+    case OpType::ReduceScatterv:
+    case OpType::Alltoall:
+    case OpType::Alltoallv:
+    case OpType::Gather:
+    case OpType::Scatter: return double(n - 1) / n;
+    case OpType::Barrier: return 0;
+    default: return 1;
+  }
+}
+
+std::string sizeText(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  snprintf(buf, sizeof(buf), b == std::floor(b) ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
 }
 
 }  // namespace
@@ -88,15 +236,195 @@ const char* toString(OpState s) {
   switch (s) {
     case OpState::Queued: return "queued";
     case OpState::Started: return "started";
+    case OpState::Waiting: return "waiting";
     case OpState::Done: return "done";
     case OpState::Failed: return "failed";
   }
   return "unknown";
 }
 
+// Per op and size bucket (log2 of the bytes): count, bytes, and the times
+// (all of them up to kKept, then a uniform sample of that many).
+struct FlightRecorder::Stats {
+  static constexpr size_t kKept = 1 << 16;
+  struct Cell {
+    uint64_t count = 0, bytes = 0;
+    double sumUs = 0;
+    std::vector<float> us;
+  };
+  std::map<std::pair<int, int>, Cell> cells;
+  std::mt19937_64 rng{12345};
+};
+
+bool FlightRecorder::wanted() {
+  const Config& c = Config::get();
+  return c.traceBuffer > 0 || c.stats || !c.timeline.empty();
+}
+
+size_t FlightRecorder::wantedCapacity() {
+  // Statistics and timeline need a slot for every op in flight, not history.
+  return static_cast<size_t>(std::max(Config::get().traceBuffer, 256));
+}
+
 FlightRecorder::FlightRecorder(size_t capacity, std::string group, std::string backend, int rank, int size)
     : ring_(std::max<size_t>(capacity, 1)), group_(std::move(group)), backend_(std::move(backend)), rank_(rank),
-      size_(size) {}
+      size_(size) {
+  const Config& c = Config::get();
+  dumps_ = c.traceBuffer > 0;
+  if (c.stats) stats_ = std::make_unique<Stats>();
+  if (Timeline* t = Timeline::get(rank))
+    timelineTid_ = t->addGroup("group " + (group_.empty() ? std::string("default") : "'" + group_ + "'") + " (" +
+                               backend_ + ", rank " + std::to_string(rank) + "/" + std::to_string(size) + ")");
+}
+
+FlightRecorder::~FlightRecorder() = default;
+
+void FlightRecorder::setHosts(std::vector<std::string> hosts) {
+  std::lock_guard<std::mutex> lk(mu_);
+  hosts_ = std::move(hosts);
+}
+
+void FlightRecorder::setTrafficSource(std::function<std::vector<PeerTraffic>()> source) {
+  std::lock_guard<std::mutex> lk(mu_);
+  trafficSource_ = std::move(source);
+}
+
+std::vector<std::string> FlightRecorder::hosts() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return hosts_;
+}
+
+std::vector<PeerTraffic> FlightRecorder::traffic() const {
+  std::function<std::vector<PeerTraffic>()> source;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_) return {};
+    source = trafficSource_;
+  }
+  return source ? source() : std::vector<PeerTraffic>{};
+}
+
+void FlightRecorder::waiting(uint64_t id, const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (Slot* e = find(id)) {
+    if (e->state == OpState::Queued || e->state == OpState::Started) e->state = OpState::Waiting;
+    e->note = why;
+  }
+}
+
+void FlightRecorder::account(const Slot& s) {
+  double us = double(s.finishedNs - s.queuedNs) / 1000.0;
+  if (stats_) {
+    int bucket = s.bytes ? 63 - __builtin_clzll(s.bytes) : -1;
+    Stats::Cell& c = stats_->cells[{static_cast<int>(s.op), bucket}];
+    ++c.count;
+    c.bytes += s.bytes;
+    c.sumUs += us;
+    if (c.us.size() < Stats::kKept) {
+      c.us.push_back(static_cast<float>(us));
+    } else {
+      uint64_t j = stats_->rng() % c.count;
+      if (j < Stats::kKept) c.us[j] = static_cast<float>(us);
+    }
+  }
+  if (timelineTid_ >= 0) {
+    Timeline* t = Timeline::get(rank_);
+    int64_t offsetUs = wallUs() - steadyNs() / 1000;
+    int64_t queued = s.queuedNs / 1000 + offsetUs, started = (s.startedNs ? s.startedNs : s.finishedNs) / 1000 + offsetUs,
+            finished = s.finishedNs / 1000 + offsetUs;
+    nlohmann::ordered_json args = {{"coll", s.coll}, {"seq", s.seq},           {"bytes", s.bytes},
+                                   {"count", s.count}, {"dtype", toString(s.dtype)},
+                                   {"algorithm", s.algorithm ? s.algorithm : ""}, {"transport", s.transport},
+                                   {"state", toString(s.state)}};
+    if (s.root >= 0) args["root"] = s.root;
+    if (s.peer >= 0 || s.op == OpType::Recv) args["peer"] = s.peer;
+    if (!s.error.empty()) args["error"] = s.error;
+    std::string name = toString(s.op);
+    t->event({{"name", name}, {"cat", "op"}, {"ph", "X"}, {"pid", t->rank()}, {"tid", timelineTid_}, {"ts", started},
+              {"dur", finished - started}, {"args", std::move(args)}});
+    t->event({{"name", "queued: " + name}, {"cat", "queue"}, {"ph", "X"}, {"pid", t->rank()}, {"tid", timelineTid_ + 1},
+              {"ts", queued}, {"dur", started - queued}, {"args", {{"id", s.id}}}});
+  }
+}
+
+std::string FlightRecorder::statsTable() const {
+  std::vector<PeerTraffic> peers = traffic();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!stats_ || stats_->cells.empty()) return "";
+  std::ostringstream os;
+  uint64_t total = 0;
+  for (auto& kv : stats_->cells) total += kv.second.count;
+  os << "accl stats: group " << (group_.empty() ? std::string("default") : "'" + group_ + "'") << " (" << backend_
+     << "), rank " << rank_ << "/" << size_ << ", " << total << " ops; time = from the call to completion\n";
+  char line[256];
+  snprintf(line, sizeof(line), "  %-16s %-18s %10s %12s %10s %10s %10s %11s\n", "op", "size", "count", "bytes",
+           "mean_us", "p50_us", "p99_us", "busbw_GB/s");
+  os << line;
+  for (auto& kv : stats_->cells) {
+    const Stats::Cell& c = kv.second;
+    std::vector<float> v = c.us;
+    std::sort(v.begin(), v.end());
+    auto pct = [&](double q) { return v.empty() ? 0.0 : double(v[std::min(v.size() - 1, size_t(q * (v.size() - 1) + 0.5))]); };
+    double mean = c.sumUs / double(c.count);
+    int b = kv.first.second;
+    std::string range = b < 0 ? "0 B" : sizeText(double(1ull << b)) + " - " + sizeText(double(2ull << b));
+    double bytesPerOp = double(c.bytes) / double(c.count);
+    double busbw = mean > 0 ? bytesPerOp / (mean * 1e3) * busFactor(static_cast<OpType>(kv.first.first), size_) : 0;
+    snprintf(line, sizeof(line), "  %-16s %-18s %10llu %12s %10.2f %10.2f %10.2f %11.3f\n",
+             toString(static_cast<OpType>(kv.first.first)), range.c_str(), static_cast<unsigned long long>(c.count),
+             sizeText(double(c.bytes)).c_str(), mean, pct(0.5), pct(0.99), busbw);
+    os << line;
+  }
+  // Links into this rank: bytes over the time they were arriving.
+  std::vector<std::pair<double, int>> rates;
+  for (auto& p : peers)
+    if (p.receiveBusyUs > 0 && p.bytesReceived >= (64u << 10))
+      rates.push_back({double(p.bytesReceived) / (double(p.receiveBusyUs) * 1e3), p.rank});
+  if (!peers.empty()) {
+    os << "  data received from each peer (rate = bytes / time while its data was arriving):\n";
+    for (auto& p : peers) {
+      if (p.rank == rank_) continue;
+      std::string host = p.rank < static_cast<int>(hosts_.size()) ? " (" + hosts_[p.rank] + ")" : "";
+      double rate = p.receiveBusyUs > 0 ? double(p.bytesReceived) / (double(p.receiveBusyUs) * 1e3) : 0;
+      snprintf(line, sizeof(line), "    rank %d%s: received %s, sent %s", p.rank, host.c_str(),
+               sizeText(double(p.bytesReceived)).c_str(), sizeText(double(p.bytesSent)).c_str());
+      os << line;
+      if (p.bytesReceived >= (64u << 10) && rate > 0) {
+        snprintf(line, sizeof(line), ", %.3f GB/s", rate);
+        os << line;
+      }
+      os << "\n";
+    }
+  }
+  if (rates.size() >= 2) {
+    std::sort(rates.begin(), rates.end());
+    double median = rates[rates.size() / 2].first;
+    int slow = rates.front().second;
+    std::string host = slow < static_cast<int>(hosts_.size()) ? " (" + hosts_[slow] + ")" : "";
+    snprintf(line, sizeof(line), "  slowest link into this rank: from rank %d%s, %.3f GB/s vs median %.3f GB/s\n", slow,
+             host.c_str(), rates.front().first, median);
+    os << line;
+  }
+  return os.str();
+}
+
+void FlightRecorder::close() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_) return;
+  }
+  std::string table = statsTable();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    closed_ = true;
+    trafficSource_ = nullptr;
+  }
+  if (!table.empty()) {
+    std::string text = logPrefix() + " " + table;
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+  }
+}
 
 FlightRecorder::Slot* FlightRecorder::find(uint64_t id) {
   if (id == 0) return nullptr;
@@ -111,6 +439,7 @@ uint64_t FlightRecorder::begin(OpType op, DataType dtype, uint64_t count, int ro
   Slot& e = ring_[id % ring_.size()];
   e.id = id;
   e.seq = -1;
+  e.coll = (op == OpType::Send || op == OpType::Recv) ? -1 : nextColl_++;
   e.op = op;
   e.dtype = dtype;
   e.state = OpState::Queued;
@@ -123,6 +452,7 @@ uint64_t FlightRecorder::begin(OpType op, DataType dtype, uint64_t count, int ro
   e.queuedNs = now;
   e.startedNs = e.finishedNs = 0;
   if (!e.error.empty()) e.error.clear();
+  if (!e.note.empty()) e.note.clear();
   return id;
 }
 
@@ -149,16 +479,16 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
       if (!e->startedNs) e->startedNs = now;
       e->finishedNs = now;
       e->state = OpState::Done;
+      if (stats_ || timelineTid_ >= 0) account(*e);
     }
     return;
   }
   std::string why;
-  bool dump = false;
+  bool dump = true;
   try {
     std::rethrow_exception(error);
   } catch (const Error& x) {
     why = x.what();
-    dump = x.code() == ErrorCode::Timeout || x.code() == ErrorCode::RemoteError;
   } catch (const std::exception& x) {
     why = x.what();
   } catch (...) {
@@ -171,44 +501,57 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
       e->finishedNs = now;
       e->state = OpState::Failed;
       e->error = why;
+      if (stats_ || timelineTid_ >= 0) account(*e);
+      // The first failure of the group is kept and dumped; the ops failed
+      // after it (at once: the group is unusable) are not dumped again.
+      if (dump && firstFailure_.id == 0) firstFailure_ = *e;
+      else dump = false;
     }
   }
-  if (!dump) return;
-  // One dump per failure burst: the ops after a failure fail at once too.
-  static std::atomic<int64_t> lastDump{0};
-  int64_t last = lastDump.load();
-  if ((last && now - last < 10'000'000'000LL) || !lastDump.compare_exchange_strong(last, now)) return;
+  if (!dump || !dumps_) return;
   dumpTraces("an op failed: " + why);
 }
 
-std::vector<TraceEntry> FlightRecorder::entries() const {
-  // Steady-clock times become wall-clock microseconds here, not per op.
-  int64_t offsetUs = wallUs() - steadyNs() / 1000;
+namespace {
+// Steady-clock times become wall-clock microseconds when read, not per op.
+template <typename Slot>
+TraceEntry toEntry(const Slot& s, int64_t offsetUs) {
   auto wall = [&](int64_t ns) { return ns ? ns / 1000 + offsetUs : 0; };
+  TraceEntry e;
+  e.id = s.id;
+  e.seq = s.seq;
+  e.coll = s.coll;
+  e.op = s.op;
+  e.dtype = s.dtype;
+  e.count = s.count;
+  e.root = s.root;
+  e.peer = s.peer;
+  e.bytes = s.bytes;
+  e.algorithm = s.algorithm ? s.algorithm : "";
+  e.transport = s.transport;
+  e.state = s.state;
+  e.queuedUs = wall(s.queuedNs);
+  e.startedUs = wall(s.startedNs);
+  e.finishedUs = wall(s.finishedNs);
+  e.error = s.error;
+  e.note = s.note;
+  return e;
+}
+}  // namespace
+
+std::vector<TraceEntry> FlightRecorder::entries() const {
+  int64_t offsetUs = wallUs() - steadyNs() / 1000;
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<TraceEntry> out;
   uint64_t first = next_ > ring_.size() ? next_ - ring_.size() : 1;
-  for (uint64_t id = first; id < next_; ++id) {
-    const Slot& s = ring_[id % ring_.size()];
-    TraceEntry e;
-    e.id = s.id;
-    e.seq = s.seq;
-    e.op = s.op;
-    e.dtype = s.dtype;
-    e.count = s.count;
-    e.root = s.root;
-    e.peer = s.peer;
-    e.bytes = s.bytes;
-    e.algorithm = s.algorithm ? s.algorithm : "";
-    e.transport = s.transport;
-    e.state = s.state;
-    e.queuedUs = wall(s.queuedNs);
-    e.startedUs = wall(s.startedNs);
-    e.finishedUs = wall(s.finishedNs);
-    e.error = s.error;
-    out.push_back(std::move(e));
-  }
+  for (uint64_t id = first; id < next_; ++id) out.push_back(toEntry(ring_[id % ring_.size()], offsetUs));
   return out;
+}
+
+TraceEntry FlightRecorder::firstFailure() const {
+  int64_t offsetUs = wallUs() - steadyNs() / 1000;
+  std::lock_guard<std::mutex> lk(mu_);
+  return toEntry(firstFailure_, offsetUs);
 }
 
 namespace internal {
@@ -276,6 +619,20 @@ std::string dumpTraces(const std::string& reason) {
     nlohmann::ordered_json g = {{"name", r->group()},    {"backend", r->backend()}, {"rank", r->rank()},
                                 {"size", r->size()},     {"capacity", r->capacity()},
                                 {"entries", nlohmann::json::array()}};
+    auto hosts = r->hosts();
+    if (!hosts.empty()) g["hosts"] = hosts;
+    auto peers = r->traffic();
+    if (!peers.empty()) {
+      g["peers"] = nlohmann::json::array();
+      for (const auto& p : peers)
+        g["peers"].push_back(nlohmann::ordered_json{{"rank", p.rank},
+                                                    {"bytes_sent", p.bytesSent},
+                                                    {"bytes_received", p.bytesReceived},
+                                                    {"receive_busy_us", p.receiveBusyUs},
+                                                    {"idle_ms", p.idleMs}});
+    }
+    TraceEntry first = r->firstFailure();
+    if (first.id) g["first_failure"] = entryJson(first);
     for (const auto& e : r->entries()) g["entries"].push_back(entryJson(e));
     j["groups"].push_back(std::move(g));
   }

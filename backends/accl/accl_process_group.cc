@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -48,6 +49,23 @@ uint64_t randomToken() {
   std::random_device rd;
   uint64_t t = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   return t ? t : 1;
+}
+
+// A readable name of each rank's host: the host name from its host id, with
+// "#<host index>" where different hosts share it (namespaces, containers).
+std::vector<std::string> hostLabels(const std::vector<std::string>& ids) {
+  std::map<std::string, std::vector<std::string>> idsOfName;  // host name -> distinct ids, in rank order
+  std::vector<std::string> out(ids.size());
+  for (size_t r = 0; r < ids.size(); ++r) {
+    out[r] = ids[r].substr(0, ids[r].find('/'));
+    auto& v = idsOfName[out[r]];
+    if (std::find(v.begin(), v.end(), ids[r]) == v.end()) v.push_back(ids[r]);
+  }
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const auto& v = idsOfName[out[r]];
+    if (v.size() > 1) out[r] += "#" + std::to_string(std::find(v.begin(), v.end(), ids[r]) - v.begin());
+  }
+  return out;
 }
 
 std::vector<size_t> scaled(const std::vector<size_t>& counts, size_t es) {
@@ -123,6 +141,11 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.ib.ackTimeout = settings::ibTimeout.get();
   to.ib.zcopyBytes = static_cast<size_t>(settings::ibZcopyBytes.get());
   to.ib.regCacheBytes = static_cast<size_t>(settings::ibRegCacheMb.get()) << 20;
+  to.stallWarn = settings::stallWarn.get();
+  to.hosts = hostLabels(ids);
+  to.onStall = [this](const std::string& msg) {
+    if (tRunningTrace && recorder()) recorder()->waiting(tRunningTrace, msg);
+  };
   net_.reset(new core::net::NetTransport(to));
 
   const std::vector<int>& mine = layout_.local();
@@ -146,6 +169,9 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     so.onTimeout = [t](const std::vector<int>& missing) {
       t->throwTimeout("local ranks " + internal::join(missing) + " (shared memory)");
     };
+    so.onBlocked = [t](const std::vector<int>& missing) {
+      if (t->stallDue()) t->warnStall("local ranks " + internal::join(missing) + " (shared memory)");
+    };
     host_.reset(new core::ShmDomain(so));
   } else {
     host_ = core::makeSoloHost();
@@ -160,11 +186,30 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   if (ib) kinds.push_back("ib");
   if (tcp) kinds.push_back("tcp");
   transportText_ = kinds.empty() ? "local" : internal::join(kinds, "+");
+  if (FlightRecorder* rec = recorder()) {
+    rec->setHosts(hostLabels(ids));
+    core::net::NetTransport* t = net_.get();
+    rec->setTrafficSource([t] {
+      std::vector<PeerTraffic> out;
+      auto v = t->traffic();
+      for (size_t p = 0; p < v.size(); ++p) {
+        PeerTraffic x;
+        x.rank = static_cast<int>(p);
+        x.bytesSent = v[p].bytesSent;
+        x.bytesReceived = v[p].bytesReceived;
+        x.receiveBusyUs = v[p].receiveBusyNs / 1000;
+        x.idleMs = v[p].idleNs < 0 ? -1 : v[p].idleNs / 1000000;
+        out.push_back(x);
+      }
+      return out;
+    });
+  }
   logSetup();
 }
 
 AcclProcessGroup::~AcclProcessGroup() {
   queue_.reset();  // finishes queued ops (each bounded by its deadline)
+  if (FlightRecorder* rec = recorder()) rec->close();  // statistics, while the transport is there
   host_.reset();
   net_.reset();
 }

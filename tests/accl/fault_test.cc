@@ -179,7 +179,7 @@ TEST_P(Fault, RankThatNeverEntersIsNamedByEveryWaitingRank) {
     EXPECT_TRUE(s.rfind("Timeout:", 0) == 0 || s.rfind("RemoteError:", 0) == 0);
     EXPECT_NE(s.find("allreduce #1"), std::string::npos);
     EXPECT_NE(s.find("did not arrive: 2 ("), std::string::npos);
-    EXPECT_EQ(s.find("did not arrive: 2 (" "no answer"), std::string::npos);
+    EXPECT_EQ(s.find("no answer"), std::string::npos);  // rank 2 is alive and answers
     long ms = std::stol(s.substr(s.rfind('[') + 1));
     EXPECT_LT(ms, 2000 + 5000);  // the deadline plus the arrival query
   }

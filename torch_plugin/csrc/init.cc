@@ -3,6 +3,7 @@
 #include <torch/version.h>
 
 #include "accl/registry.h"
+#include "accl/trace.h"
 #include "accl/types.h"
 #include "process_group_accl.h"
 
@@ -47,6 +48,12 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     torch_accl::prepareExit(std::chrono::milliseconds(static_cast<int64_t>(waitSeconds * 1000)));
   }, py::arg("wait_seconds"), "atexit hook: completions stop touching torch objects (see prepareExit).");
+  m.def("dump_traces", [](const std::string& reason) {
+    py::gil_scoped_release nogil;
+    return accl::dumpTraces(reason);
+  }, py::arg("reason") = "on request",
+        "Writes the flight recorder of every ACCL group of this process to ACCL_TRACE_DIR; returns the file's "
+        "path (\"\" when ACCL_TRACE_BUFFER=0 or nothing could be written, logged).");
   m.attr("torch_version") = TORCH_VERSION;
   m.attr("cxx11_abi") = static_cast<bool>(_GLIBCXX_USE_CXX11_ABI);
   m.attr("accl_version") = accl::versionString();

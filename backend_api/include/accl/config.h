@@ -54,6 +54,8 @@ struct Config {
   std::string topoDumpFile;              // ACCL_TOPO_DUMP_FILE
   int traceBuffer = 0;                   // ACCL_TRACE_BUFFER (0: no flight recorder)
   std::string traceDir;                  // ACCL_TRACE_DIR
+  std::string timeline;                  // ACCL_TIMELINE ("": off)
+  int stats = 0;                         // ACCL_STATS (1: on)
   std::string torchBackend;              // ACCL_TORCH_BACKEND
   std::string torchCuda;                 // ACCL_TORCH_CUDA: auto, nccl, stage
   // What parsing noticed that users should see (logged once, at the first

@@ -4,11 +4,17 @@
 // rings of all groups of a process are written as one JSON file
 // (ACCL_TRACE_DIR/accl-trace-<host>-<pid>.json) when an op times out or fails,
 // on SIGUSR1, and when dumpTraces() is called; accl-diag reads them.
+//
+// The same record feeds the timeline (ACCL_TIMELINE: Chrome trace events,
+// one span per op) and the statistics (ACCL_STATS: a table per op and size
+// printed when the group is destroyed).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -17,12 +23,14 @@
 
 namespace accl {
 
-enum class OpState : uint8_t { Queued, Started, Done, Failed };
+enum class OpState : uint8_t { Queued, Started, Waiting, Done, Failed };
 const char* toString(OpState s);
 
 struct TraceEntry {
   uint64_t id = 0;         // the group's op counter (every op, point-to-point included), from 1
   int64_t seq = -1;        // the backend's collective sequence number where it has one
+  int64_t coll = -1;       // the group's collective number (from 0; -1 for send/recv): equal on
+                           // every rank for the same call, whatever the backend
   OpType op = OpType::Barrier;
   DataType dtype = DataType::Uint8;
   uint64_t count = 0;
@@ -36,11 +44,27 @@ struct TraceEntry {
   int64_t startedUs = 0;
   int64_t finishedUs = 0;
   std::string error;       // the failure's message
+  std::string note;        // the last stall warning (state Waiting)
+};
+
+// What this rank exchanged with one peer (backends with their own transport).
+struct PeerTraffic {
+  int rank = -1;
+  uint64_t bytesSent = 0, bytesReceived = 0;
+  int64_t receiveBusyUs = 0;  // time during which data from the peer was arriving
+  int64_t idleMs = -1;        // since the last data from the peer; -1: none yet
 };
 
 class FlightRecorder {
  public:
+  // Reads ACCL_TRACE_BUFFER (failures dump only when it is > 0), ACCL_STATS
+  // and ACCL_TIMELINE.
   FlightRecorder(size_t capacity, std::string group, std::string backend, int rank, int size);
+  ~FlightRecorder();
+  // Whether any of the recorder's uses is on (ACCL_TRACE_BUFFER > 0,
+  // ACCL_STATS, ACCL_TIMELINE), and how many ops its ring should keep.
+  static bool wanted();
+  static size_t wantedCapacity();
 
   // A new op; returns its id.
   uint64_t begin(OpType op, DataType dtype, uint64_t count, int root, int peer, uint64_t bytes);
@@ -48,12 +72,33 @@ class FlightRecorder {
   // (both static strings or nullptr; at most 15 characters of the transport
   // are kept); `seq` is its collective sequence number (-1: none).
   void started(uint64_t id, int64_t seq, const char* algorithm, const char* transport);
-  // Op `id` completed; a Timeout or RemoteError also writes the dump
-  // (at most once every 10 s per process).
+  // Op `id` completed; the group's first failed op also writes the dump
+  // (when ACCL_TRACE_BUFFER > 0).
   void finished(uint64_t id, const std::exception_ptr& error);
+  // Op `id` has waited long for other ranks; `why` is the stall warning.
+  void waiting(uint64_t id, const std::string& why);
+
+  // Set by the backend: a name for each rank's host, and where the per-peer
+  // traffic comes from (called when a dump or the statistics are written;
+  // detached by close()).
+  void setHosts(std::vector<std::string> hosts);
+  void setTrafficSource(std::function<std::vector<PeerTraffic>()> source);
+  std::vector<std::string> hosts() const;
+  std::vector<PeerTraffic> traffic() const;
+  // The group is going away: prints the statistics (ACCL_STATS), closes
+  // this group's part of the timeline, and detaches the traffic source.
+  // Called by the backend's destructor while its transport still exists;
+  // again (no-op) by ~ProcessGroup.
+  void close();
+  // The statistics table as close() prints it ("" when ACCL_STATS is off or
+  // nothing ran).
+  std::string statsTable() const;
 
   // The entries still in the ring, oldest first.
   std::vector<TraceEntry> entries() const;
+  // The first op of this group that failed (id 0: none). Kept apart: once a group failed, every later op fails at
+  // once and would push it out of the ring.
+  TraceEntry firstFailure() const;
   const std::string& group() const { return group_; }
   const std::string& backend() const { return backend_; }
   int rank() const { return rank_; }
@@ -65,7 +110,7 @@ class FlightRecorder {
   // so that recording allocates nothing.
   struct Slot {
     uint64_t id = 0;
-    int64_t seq = -1;
+    int64_t seq = -1, coll = -1;
     OpType op = OpType::Barrier;
     DataType dtype = DataType::Uint8;
     OpState state = OpState::Queued;
@@ -74,15 +119,25 @@ class FlightRecorder {
     const char* algorithm = nullptr;
     char transport[16] = {0};
     int64_t queuedNs = 0, startedNs = 0, finishedNs = 0;  // steady clock
-    std::string error;
+    std::string error, note;
   };
   Slot* find(uint64_t id);  // under mu_; nullptr once overwritten
+  void account(const Slot& s);  // timeline and statistics of a finished op (under mu_)
 
   mutable std::mutex mu_;
   std::vector<Slot> ring_;
   uint64_t next_ = 1;
+  int64_t nextColl_ = 0;
   std::string group_, backend_;
   int rank_, size_;
+  std::vector<std::string> hosts_;
+  std::function<std::vector<PeerTraffic>()> trafficSource_;
+  bool closed_ = false;
+  struct Stats;  // trace.cc
+  std::unique_ptr<Stats> stats_;  // null unless ACCL_STATS
+  Slot firstFailure_;  // id 0: none yet
+  int timelineTid_ = -1;          // this group's row in the timeline; -1: ACCL_TIMELINE off
+  bool dumps_ = false;            // ACCL_TRACE_BUFFER > 0: failures write the dump
 };
 
 // Writes the flight recorders of every live group of this process to

@@ -236,6 +236,12 @@ void ShmDomain::waitFor(const F& arrived) {
         if (p != o_.localRank && !arrived(p) && kill(ctl(p).pid, 0) != 0 && errno == ESRCH)
           throw RemoteError("rank " + std::to_string(o_.ranks[p]) + " (pid " + std::to_string(ctl(p).pid) +
                             ", same host) exited while this rank waited for it");
+      if (o_.onBlocked) {
+        std::vector<int> missing;
+        for (int p = 0; p < o_.localSize; ++p)
+          if (p != o_.localRank && !arrived(p)) missing.push_back(o_.ranks[p]);
+        o_.onBlocked(missing);
+      }
     }
     if (now >= deadline_) {
       std::vector<int> missing;

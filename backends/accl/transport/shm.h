@@ -36,6 +36,9 @@ class ShmDomain : public HostGroup {
     // Called when the deadline passed; throws accl::Timeout. Gets the local
     // ranks that had not arrived.
     std::function<void(const std::vector<int>&)> onTimeout;
+    // Called about every 50 ms while a wait blocks (may be empty), with the
+    // local ranks not yet arrived: for stall warnings.
+    std::function<void(const std::vector<int>&)> onBlocked;
     std::string where;
   };
   explicit ShmDomain(Options o);

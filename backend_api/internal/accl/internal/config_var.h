@@ -37,7 +37,8 @@ struct Kind {
 // An integer in lo..hi; `note` is added to the accepted text ("0: always copy").
 Kind<int> intRange(long lo, long hi, const std::string& note = "");
 // A positive duration with an optional unit (ms, s, m, h); seconds by default.
-Kind<std::chrono::milliseconds> duration();
+// With `zeroMeans` ("off"), 0 is accepted too and means that.
+Kind<std::chrono::milliseconds> duration(const char* zeroMeans = nullptr);
 // Any non-empty text; `type` is "string" or "path".
 Kind<std::string> text(const std::string& accepted, const std::string& type = "string");
 // One of `values`, in any case; the value is the canonical (listed) spelling.

@@ -1,7 +1,8 @@
-// Arrival queries: when an op times out, this rank asks every peer which op
-// it is in (Query frames over the sockets; Reply carries the peer's entered
-// sequence number and op) and names those that did not arrive. Every call is
-// made with the transport's lock held.
+// Arrival queries: when an op stalls or times out, this rank asks every peer
+// which op it is in (Query frames over the sockets; Reply carries the peer's
+// entered sequence number, whether it is still in that op, and the op) and
+// names those that did not arrive. Every call is made with the transport's
+// lock held.
 #pragma once
 
 #include <chrono>
@@ -20,25 +21,40 @@ class Arrivals {
   explicit Arrivals(int size) : replies_(size) {}
 
   // Forget the replies of an earlier query to `peer`.
-  void clear(int peer) { replies_[peer] = {0, OpDesc{}}; }
-  // Reply from `peer`: `entered` is its seq + 1 of the op it is in (0: none
-  // yet), `d` that op.
-  void onReply(int peer, uint64_t entered, const OpDesc& d) { replies_[peer] = {entered + 1, d}; }
-  bool answered(int peer) const { return replies_[peer].first != 0; }
+  void clear(int peer) { replies_[peer] = Reply{}; }
+  // The Reply's key: the entered value (seq + 1 of the op this rank entered
+  // last; 0: none yet), with kActive set while it is still in that op.
+  static constexpr uint64_t kActive = 1ull << 63;
+  static uint64_t replyKey(uint64_t entered, bool active) { return entered | (active ? kActive : 0); }
+
+  // Reply from `peer`: `key` as replyKey made it, `d` the peer's op.
+  void onReply(int peer, uint64_t key, const OpDesc& d) { replies_[peer] = {(key & ~kActive) + 1, d, (key & kActive) != 0}; }
+  bool answered(int peer) const { return replies_[peer].entered != 0; }
 
   // The ranks that did not arrive at op `seq`, with why: no answer, not
-  // started, still in an earlier op, or their link failed (peerFailed).
-  std::vector<std::pair<int, std::string>> missing(uint64_t seq, int self,
-                                                   const std::vector<std::string>& peerFailed) const;
+  // started, still in an earlier op, done with it but not in this one yet, or
+  // their link failed (peerFailed). `hosts` (may be empty) labels the ranks.
+  std::vector<std::pair<int, std::string>> missing(uint64_t seq, int self, const std::vector<std::string>& peerFailed,
+                                                   const std::vector<std::string>& hosts) const;
 
   // "allreduce #5 (...) timed out after 300 ms; ranks that did not arrive: 1
-  // (still in ...); ranks no longer connected: ...; this rank was waiting for ..."
+  // (host-b; still in ...); ranks no longer connected: ...; this rank was waiting for ..."
   static std::string timeoutMessage(const OpDesc& d, std::chrono::milliseconds limit,
                                     const std::vector<std::pair<int, std::string>>& missing,
                                     const std::vector<std::string>& peerFailed, const std::string& waitingFor);
+  // "allreduce #5 (...) has waited 60 s for other ranks (deadline in 1740 s);
+  // ranks that did not arrive: ...; this rank waits for ..."
+  static std::string stallMessage(const OpDesc& d, std::chrono::milliseconds waited, std::chrono::milliseconds left,
+                                  const std::vector<std::pair<int, std::string>>& missing,
+                                  const std::vector<std::string>& peerFailed, const std::string& waitingFor);
 
  private:
-  std::vector<std::pair<uint64_t, OpDesc>> replies_;  // per peer: (entered + 1, desc); 0: no reply yet
+  struct Reply {
+    uint64_t entered = 0;  // the peer's entered value + 1; 0: no reply yet
+    OpDesc desc{};
+    bool active = false;
+  };
+  std::vector<Reply> replies_;
 };
 
 }  // namespace net

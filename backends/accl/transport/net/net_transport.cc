@@ -29,7 +29,14 @@ class VerbsLink : public FrameLink {};
 #endif
 
 NetTransport::NetTransport(Options o)
-    : o_(std::move(o)), session_(o_.size), arrivals_(o_.size), peerFailed_(o_.size) {
+    : o_(std::move(o)),
+      session_(o_.size),
+      arrivals_(o_.size),
+      peerFailed_(o_.size),
+      traffic_(o_.size),
+      receiving_(o_.size, 0),
+      busySince_(o_.size),
+      lastHeard_(o_.size) {
   auto deadline = Clock::now() + o_.timeout;
   sockets_ = std::make_unique<SocketLink>(static_cast<const SocketLink::Options&>(o_), static_cast<FrameSink*>(this),
                                           deadline);
@@ -170,12 +177,17 @@ LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
         return nullptr;
       }
       session_.noteDesc(peer, h.desc);
-      return matcher_.arrive(peer, Space::Op, h);
+      LandingPtr l = matcher_.arrive(peer, Space::Op, h);
+      if (l) noteArriving(peer, h.len);
+      return l;
     }
-    case FrameType::Tagged:
-      return matcher_.arrive(peer, Space::Tagged, h);
+    case FrameType::Tagged: {
+      LandingPtr l = matcher_.arrive(peer, Space::Tagged, h);
+      if (l) noteArriving(peer, h.len);
+      return l;
+    }
     case FrameType::Query:
-      sendControl(peer, FrameType::Reply, session_.entered(), nullptr, nullptr);
+      sendControl(peer, FrameType::Reply, Arrivals::replyKey(session_.entered(), session_.active()), nullptr, nullptr);
       return nullptr;
     case FrameType::Reply:
       arrivals_.onReply(peer, h.key, h.desc);
@@ -193,6 +205,7 @@ void NetTransport::onFrame(int peer, const FrameHeader& h, const LandingPtr& l) 
   switch (static_cast<FrameType>(h.type)) {
     case FrameType::Data:
     case FrameType::Tagged:
+      noteLanded(peer);
       matcher_.landed(h, static_cast<Inbound&>(*l));
       break;
     case FrameType::Abort:
@@ -215,9 +228,35 @@ void NetTransport::onPeerFailed(FrameLink* link, int peer, const std::string& wh
   failPeer(peer, why);
 }
 
+void NetTransport::noteArriving(int peer, size_t len) {
+  auto now = Clock::now();
+  lastHeard_[peer] = now;
+  traffic_[peer].bytesReceived += len;
+  if (receiving_[peer]++ == 0) busySince_[peer] = now;
+}
+
+void NetTransport::noteLanded(int peer) {
+  if (receiving_[peer] > 0 && --receiving_[peer] == 0)
+    traffic_[peer].receiveBusyNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - busySince_[peer]).count();
+}
+
+std::vector<NetTransport::PeerTraffic> NetTransport::traffic() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto now = Clock::now();
+  std::vector<PeerTraffic> out = traffic_;
+  for (int p = 0; p < o_.size; ++p) {
+    if (lastHeard_[p] != Clock::time_point{})
+      out[p].idleNs = std::chrono::duration_cast<std::chrono::nanoseconds>(now - lastHeard_[p]).count();
+    if (receiving_[p] > 0)
+      out[p].receiveBusyNs += std::chrono::duration_cast<std::chrono::nanoseconds>(now - busySince_[p]).count();
+  }
+  return out;
+}
+
 void NetTransport::failPeer(int peer, const std::string& why) {
   if (!peerFailed_[peer].empty()) return;
   peerFailed_[peer] = why;
+  receiving_[peer] = 0;
   ACCL_INFO("NET", o_.where << ": rank " << peer << ": " << why);
   std::string text = "rank " + std::to_string(peer) + ": " + why;
   for (auto& r : session_.requests())

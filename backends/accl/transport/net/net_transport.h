@@ -8,12 +8,14 @@
 // Its parts, one concern each:
 //   matcher.h     posted receives and unexpected messages, both spaces
 //   op_session.h  the current op, its requests, mismatches, aborts, failure
-//   arrivals.h    which op every peer is in, for timeout messages
+//   arrivals.h    which op every peer is in, for stall warnings and timeouts
 //   event_loop.h  the progress thread's epoll loop
 // This class wires them: one progress thread, one lock.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -51,6 +53,23 @@ class NetTransport : public Transport, private FrameSink {
     bool ibRequired = false;
     std::vector<bool> remote;
     ib::Settings ib;
+    // Diagnosis: an op that has waited stallWarn (0: never) logs a WARN with
+    // where every peer is, again at 2x, 4x, ... that time; onStall (may be
+    // empty) gets the same text. hosts[r] labels rank r in it (may be empty).
+    std::chrono::milliseconds stallWarn{0};
+    std::function<void(const std::string&)> onStall;
+    std::vector<std::string> hosts;
+  };
+
+  // What this rank has received from one peer, for statistics: payload bytes
+  // of data frames, and the time during which at least one of them was
+  // arriving (bytes / busy time is the rate the link delivered at while it
+  // carried data; a frame that lands at once, as over verbs, adds no time).
+  struct PeerTraffic {
+    uint64_t bytesSent = 0;
+    uint64_t bytesReceived = 0;
+    int64_t receiveBusyNs = 0;
+    int64_t idleNs = -1;  // since the last data frame from the peer; -1: none yet
   };
   explicit NetTransport(Options o);
   ~NetTransport() override;
@@ -83,6 +102,15 @@ class NetTransport : public Transport, private FrameSink {
   // it is in; names the ranks that did not arrive. `waitingFor` is what this
   // rank was waiting on when the deadline passed.
   [[noreturn]] void throwTimeout(const std::string& waitingFor);
+  // For waits outside this transport (shared memory): whether the current op
+  // is due for a stall warning (cheap), and the warning itself, which asks
+  // every peer where it is (takes up to 1.5 s). `waitingFor` names what this
+  // rank waits on.
+  bool stallDue() const { return Clock::now().time_since_epoch().count() >= nextStallNs_.load(std::memory_order_relaxed); }
+  void warnStall(const std::string& waitingFor);
+
+  // Per peer (index = rank), since the transport was made.
+  std::vector<PeerTraffic> traffic() const;
 
   const std::string& interfaceName() const;
   const std::string& address() const;
@@ -106,12 +134,22 @@ class NetTransport : public Transport, private FrameSink {
   void onFrame(int peer, const FrameHeader& h, const LandingPtr& l) override;
   void onSent(const OutPtr& m) override { m->frameSent(); }
   void onPeerFailed(FrameLink* link, int peer, const std::string& why) override;
+  // Statistics (mu_ held): a data frame of `len` bytes from `peer` started
+  // arriving / landed.
+  void noteArriving(int peer, size_t len);
+  void noteLanded(int peer);
 
   void setupIb(Clock::time_point deadline);
   void progressLoop();
   FrameLink& dataLink(int peer);
   void sendControl(int peer, FrameType type, uint64_t key, std::shared_ptr<OutMessage> owner, const std::string* text);
   void failPeer(int peer, const std::string& why);
+  // Sends a Query to every connected peer and waits (lk held, released while
+  // waiting) until all answered or the grace time passed.
+  void queryArrivals(std::unique_lock<std::mutex>& lk);
+  // "data from rank 3 (nothing heard from it for 2.1 s), send to rank 1" for
+  // the current op's unfinished requests (mu_ held).
+  std::string waitingText();
   // Throws the op's first failure (mu_ held), after withdrawing its requests.
   void throwIfFailed(const std::vector<int>& peers);
   // Withdraws a request (mu_ held): once this returns, nothing reads or
@@ -127,7 +165,7 @@ class NetTransport : public Transport, private FrameSink {
   std::vector<std::function<void()>> reapTagged();
 
   Options o_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<SocketLink> sockets_;
@@ -139,6 +177,15 @@ class NetTransport : public Transport, private FrameSink {
   Arrivals arrivals_;
   std::vector<Tagged> tagged_;           // user sends/recvs not yet completed
   std::vector<std::string> peerFailed_;  // per peer: why it failed ("" = fine)
+  // Statistics per peer (mu_ held): see PeerTraffic; receiving_ counts the
+  // data frames from the peer whose header arrived and payload did not yet.
+  std::vector<PeerTraffic> traffic_;
+  std::vector<int> receiving_;
+  std::vector<Clock::time_point> busySince_, lastHeard_;
+  // Steady-clock ns at which the current op is due for a stall warning.
+  std::atomic<int64_t> nextStallNs_{INT64_MAX};
+  Clock::time_point opBegan_{};
+  std::mutex stallMu_;  // one warning at a time
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

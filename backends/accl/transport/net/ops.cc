@@ -1,6 +1,7 @@
 // NetTransport: the algorithms' side (an op's sends, receives and wait) and
 // the user's point-to-point messages.
 #include <algorithm>
+#include <cstdio>
 
 #include "accl/errors.h"
 #include "accl/logging.h"
@@ -25,6 +26,10 @@ struct OwnedText : OutMessage {
 void NetTransport::beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lk(mu_);
   session_.begin(d, deadline, timeout);
+  if (o_.stallWarn.count() > 0) {
+    opBegan_ = Clock::now();
+    nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
+  }
   // Messages of this op that arrived early tell whether the peers run the
   // same op; those of ops before it are late.
   matcher_.sweepHeldOps([&](const Inbound& u) {
@@ -41,6 +46,7 @@ void NetTransport::beginOp(const OpDesc& d, Clock::time_point deadline, std::chr
 void NetTransport::endOp(const std::string& error) {
   std::lock_guard<std::mutex> lk(mu_);
   matcher_.forgetOpsUpTo(session_.current().seq);
+  nextStallNs_.store(INT64_MAX, std::memory_order_relaxed);
   // The op failed: nothing of it touches the caller's buffers any more (the
   // peers get the abort below instead). Usually done already by the wait
   // that threw; errors raised outside this transport arrive here.
@@ -66,6 +72,7 @@ void NetTransport::send(int peer, uint32_t step, const void* buf, size_t len) {
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
     return;
   }
+  traffic_[peer].bytesSent += len;
   dataLink(peer).send(peer, FrameType::Data, r->key, session_.current(), static_cast<const char*>(buf), len, r,
                       FrameLink::Route::Spread);
 }
@@ -107,13 +114,16 @@ void NetTransport::wait() {
       return;
     }
     if (Clock::now() >= session_.deadline()) {
-      std::string waiting;
-      for (auto& r : session_.requests())
-        if (!r->done)
-          waiting += std::string(waiting.empty() ? "" : ", ") + (r->isSend ? "send to" : "data from") + " rank " +
-                     std::to_string(r->peer);
+      std::string waiting = waitingText();
       lk.unlock();
       throwTimeout(waiting);
+    }
+    if (stallDue()) {
+      std::string waiting = waitingText();
+      lk.unlock();
+      warnStall(waiting);
+      lk.lock();
+      continue;
     }
     cv_.wait_until(lk, std::min(session_.deadline(), Clock::now() + std::chrono::milliseconds(100)));
   }
@@ -126,26 +136,71 @@ void NetTransport::checkPeers(const std::vector<int>& peers) {
 
 // ---------------------------------------------------------------- arrivals
 
-void NetTransport::throwTimeout(const std::string& waitingFor) {
-  std::unique_lock<std::mutex> lk(mu_);
-  OpDesc d = session_.current();
-  auto limit = session_.timeout();
+std::string NetTransport::waitingText() {
+  std::string waiting;
+  auto now = Clock::now();
+  for (auto& r : session_.requests()) {
+    if (r->done) continue;
+    waiting += std::string(waiting.empty() ? "" : ", ") + (r->isSend ? "send to" : "data from") + " rank " +
+               std::to_string(r->peer);
+    if (!r->isSend && r->peer >= 0) {
+      char buf[80];
+      if (lastHeard_[r->peer] == Clock::time_point{})
+        snprintf(buf, sizeof(buf), " (nothing received from it yet)");
+      else
+        snprintf(buf, sizeof(buf), " (nothing received from it for %.1f s)",
+                 std::chrono::duration<double>(now - lastHeard_[r->peer]).count());
+      waiting += buf;
+    }
+  }
+  return waiting;
+}
+
+void NetTransport::queryArrivals(std::unique_lock<std::mutex>& lk) {
+  uint64_t seq = session_.current().seq;
   for (int p = 0; p < o_.size; ++p) {
     arrivals_.clear(p);
     if (p == o_.rank || !peerFailed_[p].empty() || !sockets_->serves(p)) continue;
-    sendControl(p, FrameType::Query, d.seq, nullptr, nullptr);
+    sendControl(p, FrameType::Query, seq, nullptr, nullptr);
   }
   auto until = Clock::now() + kQueryGrace;
   auto pending = [&] {
     for (int p = 0; p < o_.size; ++p)
-      if (p != o_.rank && peerFailed_[p].empty() && !arrivals_.answered(p)) return true;
+      if (p != o_.rank && peerFailed_[p].empty() && sockets_->serves(p) && !arrivals_.answered(p)) return true;
     return false;
   };
   while (pending() && Clock::now() < until) cv_.wait_until(lk, until);
-  auto missing = arrivals_.missing(d.seq, o_.rank, peerFailed_);
+}
+
+void NetTransport::throwTimeout(const std::string& waitingFor) {
+  std::unique_lock<std::mutex> lk(mu_);
+  OpDesc d = session_.current();
+  auto limit = session_.timeout();
+  queryArrivals(lk);
+  auto missing = arrivals_.missing(d.seq, o_.rank, peerFailed_, o_.hosts);
   std::string msg = Arrivals::timeoutMessage(d, limit, missing, peerFailed_, waitingFor);
   retireOpLocked();
   throw Timeout(msg);
+}
+
+void NetTransport::warnStall(const std::string& waitingFor) {
+  std::lock_guard<std::mutex> one(stallMu_);
+  std::unique_lock<std::mutex> lk(mu_);
+  auto now = Clock::now();
+  if (!session_.active() || now.time_since_epoch().count() < nextStallNs_.load(std::memory_order_relaxed)) return;
+  OpDesc d = session_.current();
+  auto waited = now - opBegan_;
+  // Backoff: the next warning when the op has waited twice as long.
+  nextStallNs_.store((opBegan_ + 2 * waited).time_since_epoch().count(), std::memory_order_relaxed);
+  queryArrivals(lk);
+  if (!session_.active() || session_.current() != d) return;  // the op ended meanwhile
+  auto missing = arrivals_.missing(d.seq, o_.rank, peerFailed_, o_.hosts);
+  auto ms = [](Clock::duration x) { return std::chrono::duration_cast<std::chrono::milliseconds>(x); };
+  std::string msg = Arrivals::stallMessage(d, ms(waited), ms(session_.deadline() - Clock::now()), missing, peerFailed_,
+                                           waitingFor);
+  lk.unlock();
+  ACCL_WARN("COLL", o_.where << ": " << msg);
+  if (o_.onStall) o_.onStall(msg);
 }
 
 // ---------------------------------------------------------------- point-to-point
@@ -164,6 +219,7 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
   if (peer >= 0 && !peerFailed_[peer].empty()) {
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
   } else if (isSend) {
+    traffic_[peer].bytesSent += len;
     OpDesc d{};
     d.op = static_cast<uint16_t>(OpType::Send);
     dataLink(peer).send(peer, FrameType::Tagged, r->key, d, static_cast<const char*>(buf), len, r,

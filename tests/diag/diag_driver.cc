@@ -1,0 +1,67 @@
+// The programs the diagnosis tests run under accl-run (one per rank):
+//   diag_driver loop             8-byte allreduces, each waited for, until one fails (exit 1)
+//   diag_driver count N          N x (allreduce of 256 floats, broadcast of 64 floats from 0), then a barrier
+//   diag_driver mismatch         an allreduce, then rank 1 broadcasts while the others allgather
+//   diag_driver bulk MIB N       N allreduces of MIB MiB (then the flight recorder dump
+//                                with ACCL_DIAG_DUMP=1)
+// The backend is ACCL_DIAG_BACKEND (default accl). Every failure is printed
+// as "error (<code>): <message>".
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "accl/registry.h"
+#include "accl/trace.h"
+
+using namespace accl;
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  const char* b = std::getenv("ACCL_DIAG_BACKEND");
+  std::string backend = b && *b ? b : "accl";
+  try {
+    Rendezvous rv = rendezvousFromEnv();
+    auto pg = createProcessGroup(backend, rv.store, rv.rank, rv.size);
+    if (mode == "loop") {
+      float x[2] = {1, 2};
+      for (uint64_t i = 0;; ++i) pg->allreduce(Buffer(x, 2, DataType::Float32))->wait();
+    } else if (mode == "count" && argc > 2) {
+      int n = std::atoi(argv[2]);
+      std::vector<float> a(256, 1.0f), c(64, 2.0f);
+      for (int i = 0; i < n; ++i) {
+        pg->allreduce(Buffer(a.data(), a.size(), DataType::Float32))->wait();
+        BroadcastOptions o;
+        o.root = 0;
+        pg->broadcast(Buffer(c.data(), c.size(), DataType::Float32), o)->wait();
+      }
+      pg->barrier()->wait();
+    } else if (mode == "mismatch") {
+      std::vector<float> a(16, 1.0f), all(16 * pg->size());
+      pg->allreduce(Buffer(a.data(), a.size(), DataType::Float32))->wait();
+      if (pg->rank() == 1) {
+        BroadcastOptions o;
+        o.root = 0;
+        pg->broadcast(Buffer(a.data(), a.size(), DataType::Float32), o)->wait();
+      } else {
+        pg->allgather(Buffer(a.data(), a.size(), DataType::Float32), Buffer(all.data(), all.size(), DataType::Float32))
+            ->wait();
+      }
+    } else if (mode == "bulk" && argc > 3) {
+      size_t n = static_cast<size_t>(std::atoi(argv[2])) << 20 >> 2;
+      std::vector<float> a(n, 1.0f);
+      for (int i = 0, k = std::atoi(argv[3]); i < k; ++i) pg->allreduce(Buffer(a.data(), n, DataType::Float32))->wait();
+      pg->barrier()->wait();
+      const char* d = std::getenv("ACCL_DIAG_DUMP");
+      if (d && std::string(d) == "1") dumpTraces("on request");
+    } else {
+      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | bulk MIB N\n");
+      return 2;
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error (%s): %s\n", toString(e.code()), e.what());
+    std::fflush(stderr);
+    return 1;
+  }
+}

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""Diagnosis tests on real processes (ctest label diag).
+
+    diag_test.py BUILD_DIR stall shm|tcp     SIGSTOP one of 4 ranks mid-allreduce: the others warn naming it and
+                                             the op within 5 s; accl-diag names it on the SIGUSR1 dumps and again
+                                             on the dumps the timeout writes
+    diag_test.py BUILD_DIR mismatch shm      rank 1 broadcasts while the others allgather: accl-diag names both ops
+    diag_test.py BUILD_DIR timeline accl|gloo  ACCL_TIMELINE is valid trace-event JSON with one span per op, and
+                                             ACCL_STATS counts every op, for a run with a known number of ops
+    diag_test.py BUILD_DIR slowlink shm      two namespace hosts with two links, one rate-limited (tc netem or tbf):
+                                             the statistics and accl-diag name the slow link
+
+Every scenario prints what it saw (the warnings, accl-diag's output) so that a failure explains itself.
+Exit 0: passed, 1: failed, 77: skipped (slowlink without root or tc).
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = sys.argv[1]
+SCENARIO = sys.argv[2]
+PARAM = sys.argv[3] if len(sys.argv) > 3 else ""
+BIN = os.path.join(BUILD, "bin")
+RUN = os.path.join(BIN, "accl-run")
+DRIVER = os.path.join(BIN, "accl_diag_driver")
+DIAG = os.path.join(BIN, "accl-diag")
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def env_for(tmp, **extra):
+    env = dict(os.environ)
+    env.update({"ACCL_TRACE_DIR": os.path.join(tmp, "traces")})
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def rank_pids(launcher_pid, n, timeout=30):
+    """{rank: pid} of the driver processes under accl-run."""
+    end = time.time() + timeout
+    while time.time() < end:
+        found = {}
+        for d in glob.glob("/proc/[0-9]*"):
+            try:
+                with open(os.path.join(d, "stat")) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                if ppid != launcher_pid:
+                    continue
+                with open(os.path.join(d, "environ"), "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+                found[int(env[b"RANK"])] = int(os.path.basename(d))
+            except (OSError, ValueError, KeyError, IndexError):
+                continue
+        if len(found) == n:
+            return found
+        time.sleep(0.1)
+    raise SystemExit(f"the {n} ranks did not start within {timeout} s")
+
+
+def dumps(tmp):
+    out = {}
+    for f in glob.glob(os.path.join(tmp, "traces", "accl-trace-*.json")):
+        try:
+            with open(f) as fh:
+                d = json.load(fh)
+            out[d["pid"]] = d
+        except (OSError, ValueError, KeyError):
+            pass
+    return out
+
+
+def wait_for_dumps(tmp, pids, reason_prefix, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        d = dumps(tmp)
+        if all(p in d and d[p]["reason"].startswith(reason_prefix) for p in pids):
+            return d
+        time.sleep(0.1)
+    return dumps(tmp)
+
+
+def run_diag(*paths):
+    r = subprocess.run([sys.executable, DIAG, *paths], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print("---- accl-diag " + " ".join(paths))
+    print(r.stdout.rstrip())
+    print("----", flush=True)
+    return r.returncode, r.stdout
+
+
+def verdict(text):
+    """The verdict lines: between the header and the first table."""
+    lines = text.splitlines()
+    out = []
+    for line in lines[1:]:
+        if not line.startswith("  "):
+            break
+        out.append(line.strip())
+    return out
+
+
+# ----------------------------------------------------------------- scenarios
+
+def stall(tmp):
+    transports = "tcp" if PARAM == "tcp" else "shm,tcp"
+    env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT="12s", ACCL_TRANSPORTS=transports)
+    log = open(os.path.join(tmp, "job.log"), "w+")
+    job = subprocess.Popen([RUN, "-n", "4", DRIVER, "loop"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        pids = rank_pids(job.pid, 4)
+        time.sleep(1.5)  # the loop runs
+        os.kill(pids[2], signal.SIGSTOP)
+        stopped = time.time()
+        warned = {}
+        # Over tcp the partners of rank 2 in the op's first steps may finish
+        # it and wait in the next one: they name rank 2 (and the rank still in
+        # the op) there.
+        pat = re.compile(r"^\[(\d)\] .* WARN COLL: .*: (allreduce #\d+) .*has waited [\d.]+ s for other ranks "
+                         r"\(ACCL_TIMEOUT ends it in \d+ s\); ranks that did not arrive: (?:[^;]*, )?2 \(host [^:]+: no answer")
+        while time.time() < stopped + 8 and len(warned) < 3:
+            log.seek(0)
+            for line in log.read().splitlines():
+                m = pat.match(line)
+                if m and int(m.group(1)) not in warned:
+                    warned[int(m.group(1))] = (time.time() - stopped, line, m.group(2))
+            time.sleep(0.05)
+        for r in (0, 1, 3):
+            if r in warned:
+                print(f"rank {r} warned after {warned[r][0]:.1f} s: {warned[r][1][:400]}")
+            check(r in warned and warned[r][0] <= 5.0, f"rank {r} warns naming rank 2 within 5 s of the SIGSTOP")
+        ops = sorted({w[2] for w in warned.values()}, key=lambda o: int(o.split("#")[1]))
+        if PARAM != "tcp":
+            check(len(ops) == 1, "every rank names the same op")
+        if not ops:
+            return
+        op = ops[0]  # the op rank 2 holds up
+        # SIGUSR1: the three running ranks dump; the stopped one cannot.
+        for r in (0, 1, 2, 3):
+            os.kill(pids[r], signal.SIGUSR1)
+        d = wait_for_dumps(tmp, [pids[r] for r in (0, 1, 3)], "SIGUSR1", 10)
+        check(all(pids[r] in d for r in (0, 1, 3)) and pids[2] not in d, "SIGUSR1: three dumps, none from rank 2")
+        snap = os.path.join(tmp, "sigusr1")
+        shutil.copytree(os.path.join(tmp, "traces"), snap)
+        rc, out = run_diag(snap)
+        v = verdict(out)
+        check(rc == 0 and any(l.startswith("rank 2 ") and f"holds up {op}" in l and "no answer" in l for l in v),
+              f"accl-diag on the SIGUSR1 dumps: rank 2 holds up {op}, no answer")
+        waiting = "ranks 0-1,3" if PARAM != "tcp" else "rank"
+        check(any(l.startswith(waiting) and f" wait in {op}" in l for l in v), f"accl-diag: {waiting} wait in {op}")
+        # The deadline passes: every waiting rank dumps with the failure.
+        d = wait_for_dumps(tmp, [pids[r] for r in (0, 1, 3)], "an op failed", 20)
+        check(all(d.get(pids[r], {}).get("reason", "").startswith("an op failed") for r in (0, 1, 3)),
+              "the timeout writes a dump on every waiting rank")
+        rc, out = run_diag(os.path.join(tmp, "traces"))
+        v = verdict(out)
+        check(any(l.startswith("rank 2 ") and op in l and "no answer" in l for l in v),
+              f"accl-diag on the timeout dumps: rank 2 did not arrive at {op} (no answer)")
+        check(any(l.startswith("first failure: rank ") and op in l and "timed out" in l for l in v),
+              "accl-diag names the first failure, a timeout")
+    finally:
+        try:
+            os.kill(pids[2], signal.SIGKILL)
+        except Exception:
+            pass
+        try:
+            job.wait(30)
+        except subprocess.TimeoutExpired:
+            job.kill()
+        log.seek(0)
+        tail = log.read().splitlines()[-6:]
+        print("job output, last lines:\n  " + "\n  ".join(t[:300] for t in tail))
+
+
+def mismatch(tmp):
+    env = env_for(tmp, ACCL_TIMEOUT="20s")
+    r = subprocess.run([RUN, "-n", "4", DRIVER, "mismatch"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    errs = [l for l in r.stdout.splitlines() if "error (" in l]
+    print("\n".join(e[:300] for e in errs))
+    check(r.returncode != 0 and errs, "the job fails with an error")
+    check(len(dumps(tmp)) >= 2, "the failing ranks wrote dumps")
+    rc, out = run_diag(os.path.join(tmp, "traces"))
+    v = verdict(out)
+    check(any("disagree at collective #1" in l and "broadcast(root 0, 16 x float32) on rank 1" in l
+              and "allgather(16 x float32)" in l for l in v),
+          "accl-diag: the ranks disagree at #1, broadcast(root 0) on rank 1 vs allgather")
+
+
+def timeline(tmp):
+    n = 50
+    path = os.path.join(tmp, "tl.json")
+    env = env_for(tmp, ACCL_TIMELINE=path, ACCL_STATS=1, ACCL_DIAG_BACKEND=PARAM)
+    r = subprocess.run([RUN, "-n", "2", DRIVER, "count", str(n)], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    check(r.returncode == 0, f"the job ran (exit {r.returncode})")
+    want = {"allreduce": n, "broadcast": n, "barrier": 1}
+    want_bytes = {"allreduce": 256 * 4, "broadcast": 64 * 4, "barrier": 0}
+    for rank in (0, 1):
+        f = os.path.join(tmp, f"tl.{rank}.json")
+        try:
+            with open(f) as fh:
+                events = json.load(fh)
+        except (OSError, ValueError) as e:
+            check(False, f"{f} is JSON ({e})")
+            continue
+        # The trace-event schema (JSON array format): what chrome://tracing and Perfetto require.
+        ok = isinstance(events, list) and all(
+            isinstance(e, dict) and isinstance(e.get("name"), str) and e.get("ph") in ("X", "M")
+            and isinstance(e.get("pid"), int) and isinstance(e.get("tid"), int)
+            and (e["ph"] == "M" and isinstance(e.get("args", {}).get("name"), str)
+                 or e["ph"] == "X" and isinstance(e.get("ts"), int) and isinstance(e.get("dur"), int) and e["dur"] >= 0)
+            for e in events)
+        check(ok, f"rank {rank}: every event follows the trace-event schema")
+        ops = [e for e in events if e.get("cat") == "op"]
+        queue = [e for e in events if e.get("cat") == "queue"]
+        counts = {k: sum(1 for e in ops if e["name"] == k) for k in want}
+        check(counts == want and len(ops) == sum(want.values()), f"rank {rank}: one span per op {counts}")
+        check(len(queue) == len(ops), f"rank {rank}: a queued span per op")
+        check(all(e["args"]["bytes"] == want_bytes[e["name"]] and e["pid"] == rank for e in ops),
+              f"rank {rank}: each span has its op's size and the rank as pid")
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in ops)
+        check(all(a[1] <= b[0] + 1 for a, b in zip(spans, spans[1:])), f"rank {rank}: ops waited one by one do not overlap")
+        check(all(e["args"]["state"] == "done" for e in ops), f"rank {rank}: every op done")
+        if PARAM == "accl":
+            check(all(e["args"]["algorithm"] for e in ops), f"rank {rank}: every span names its algorithm")
+    tables = [l for l in r.stdout.splitlines() if re.match(r"^\[\d\] +(allreduce|broadcast|barrier)  ", l)]
+    print("\n".join(l for l in r.stdout.splitlines() if "stats" in l or l in tables))
+    for rank in (0, 1):
+        got = {}
+        for l in tables:
+            f = re.split(r"\s{2,}", l.strip())  # [rank] op size count bytes mean p50 p99 busbw
+            if f[0] == f"[{rank}]":
+                got[f[1]] = got.get(f[1], 0) + int(f[3])
+        check(got == want, f"rank {rank}: ACCL_STATS counts every op {got}")
+
+
+def slowlink(tmp):
+    if os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ip"):
+        print("SKIP: needs root, ip and tc (network namespaces, netem)")
+        sys.exit(77)
+    a, b = f"accld{os.getpid() % 1000}a", f"accld{os.getpid() % 1000}b"
+
+    def sh(*cmd):
+        subprocess.run(cmd, check=True)
+
+    def cleanup():
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+    cleanup()
+    try:
+        try:
+            sh("ip", "netns", "add", a)
+            sh("ip", "netns", "add", b)
+        except subprocess.CalledProcessError:
+            print("SKIP: cannot create network namespaces")
+            sys.exit(77)
+        for i in (0, 1):
+            sh("ip", "link", "add", f"rail{i}", "netns", a, "type", "veth", "peer", "name", f"rail{i}", "netns", b)
+            sh("ip", "-n", a, "addr", "add", f"10.75.{i}.1/24", "dev", f"rail{i}")
+            sh("ip", "-n", b, "addr", "add", f"10.75.{i}.2/24", "dev", f"rail{i}")
+            for ns in (a, b):
+                sh("ip", "-n", ns, "link", "set", f"rail{i}", "up")
+        for ns in (a, b):
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            # rail1 is slow both ways: local rank 1 of each host exchanges over
+            # it. netem's rate where the kernel has it, else a token bucket.
+            shape = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "rail1", "root"]
+            if subprocess.run(shape + ["netem", "rate", "200mbit"], stderr=subprocess.DEVNULL).returncode != 0:
+                sh(*shape, "tbf", "rate", "200mbit", "burst", "64kb", "latency", "400ms")
+        time.sleep(1)
+        env = env_for(tmp, ACCL_STATS=1, ACCL_DIAG_DUMP=1, ACCL_TIMEOUT="120s")
+        r = subprocess.run([RUN, "-n", "4", "--netns", f"{a},{b}", "--master-addr", "10.75.0.1", DRIVER, "bulk",
+                            "8", "4"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=400)
+        print("\n".join(l for l in r.stdout.splitlines() if "rank " in l and ("GB/s" in l or "slowest" in l)
+                        or "error" in l))
+        check(r.returncode == 0, f"the job ran (exit {r.returncode})")
+        rate = {}
+        for l in r.stdout.splitlines():
+            m = re.match(r"^\[(\d)\] +rank (\d) \([^)]*\): received .*, ([\d.]+) GB/s$", l)
+            if m:
+                rate[(int(m.group(2)), int(m.group(1)))] = float(m.group(3))
+        print(f"link rates from the statistics (src, dst): {rate}")
+        slow = [rate.get((1, 3)), rate.get((3, 1))]
+        fast = [rate.get((0, 2)), rate.get((2, 0))]
+        check(None not in slow + fast and max(slow) < 0.5 * min(fast),
+              "the statistics show links 1<->3 (rail1, 200 Mbit/s) under half the rate of 0<->2 (rail0)")
+        rc, out = run_diag(os.path.join(tmp, "traces"))
+        v = verdict(out)
+        check(any(re.match(r"slowest link: rank (1 \(\S+\) -> rank 3|3 \(\S+\) -> rank 1) .*less than half the median", l)
+                  for l in v), "accl-diag names 1 -> 3 or 3 -> 1 as the slowest link, under half the median")
+    finally:
+        cleanup()
+
+
+def main():
+    scenarios = {"stall": stall, "mismatch": mismatch, "timeline": timeline, "slowlink": slowlink}
+    if SCENARIO not in scenarios:
+        raise SystemExit(f"unknown scenario {SCENARIO}; accepted: {', '.join(scenarios)}")
+    tmp = tempfile.mkdtemp(prefix="accl-diag-test-")
+    try:
+        scenarios[SCENARIO](tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
