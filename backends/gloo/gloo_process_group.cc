@@ -129,7 +129,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
     throw RemoteError(context(std::string("connecting the group failed: ") + e.what()));
   }
   queue_.reset(new internal::OpQueue("accl-gloo"));
-  p2pWaits_.reset(new internal::OpQueue("accl-gloo-p2p"));
+  p2pWaits_.reset(new WaitPool("accl-gloo-p2p"));
 }
 
 GlooProcessGroup::~GlooProcessGroup() {
@@ -396,8 +396,9 @@ std::shared_ptr<Work> GlooProcessGroup::doBarrier(const BarrierOptions& o) {
 }
 
 // Point-to-point ops are posted at once (a send must not wait for earlier
-// collectives, or send/recv pairs issued on both sides would deadlock); their
-// completion is awaited, in order, on a separate thread.
+// collectives, or send/recv pairs issued on both sides would deadlock); each
+// one's completion is awaited on a thread of its own (wait_pool.h says why
+// not in order on one thread).
 std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
   auto timeout = effectiveTimeout(o);
   // gloo refuses empty unbound buffers: back them with one byte, move none.
@@ -406,7 +407,8 @@ std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOp
   ub->send(dst, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(o.tag)), 0, buf.bytes());
   std::string where = context("send to rank " + std::to_string(dst) + " tag " + std::to_string(o.tag) +
                               " (" + std::to_string(buf.count) + " elements)");
-  return p2pWaits_->enqueue(where, [ub, timeout, where]() -> int {
+  auto work = std::make_shared<Work>(where);
+  p2pWaits_->submit(work, [ub, timeout, where]() -> int {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     try {
       ub->waitSend(timeout);
@@ -415,6 +417,7 @@ std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOp
     }
     return -1;
   });
+  return work;
 }
 
 std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOptions& o) {
@@ -432,7 +435,8 @@ std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   }
   std::string where = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
                               " tag " + std::to_string(o.tag) + " (" + std::to_string(buf.count) + " elements)");
-  return p2pWaits_->enqueue(where, [ub, timeout, where]() -> int {
+  auto work = std::make_shared<Work>(where);
+  p2pWaits_->submit(work, [ub, timeout, where]() -> int {
     int from = -1;
     auto deadline = std::chrono::steady_clock::now() + timeout;
     try {
@@ -442,6 +446,7 @@ std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOp
     }
     return from;
   });
+  return work;
 }
 
 std::shared_ptr<ProcessGroup> GlooProcessGroup::doSplit(const std::vector<int>& ranks,

@@ -7,6 +7,7 @@
 
 #include "accl/internal/op_queue.h"
 #include "accl/process_group.h"
+#include "wait_pool.h"
 
 namespace gloo {
 class Context;
@@ -55,7 +56,7 @@ class GlooProcessGroup : public ProcessGroup {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<internal::OpQueue> queue_;     // collectives, in order
-  std::unique_ptr<internal::OpQueue> p2pWaits_;  // waits of posted send/recv
+  std::unique_ptr<WaitPool> p2pWaits_;           // waits of posted send/recv
   std::atomic<uint64_t> seq_{0};
   uint64_t splits_ = 0;
 };
