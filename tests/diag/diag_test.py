@@ -158,6 +158,13 @@ def stall(tmp):
         v = verdict(out)
         check(rc == 0 and any(l.startswith("rank 2 ") and f"holds up {op}" in l and "no answer" in l for l in v),
               f"accl-diag on the SIGUSR1 dumps: rank 2 holds up {op}, no answer")
+        # accl-diag --live: SIGUSR1 to every ACCL process of this host (accl-run forwards it); rank 2 is silent.
+        r = subprocess.run([sys.executable, DIAG, "--live", "--wait", "4", "--brief"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        print("---- accl-diag --live --brief\n" + r.stdout.rstrip() + "\n----")
+        check(r.returncode == 0 and f"holds up {op}" in r.stdout and
+              f"no answer to SIGUSR1 from pid {pids[2]}" in r.stdout and job.poll() is None,
+              "accl-diag --live: rank 2 holds up the op and did not answer SIGUSR1; the job still runs")
         waiting = "ranks 0-1,3" if PARAM != "tcp" else "rank"
         check(any(l.startswith(waiting) and f" wait in {op}" in l for l in v), f"accl-diag: {waiting} wait in {op}")
         # The deadline passes: every waiting rank dumps with the failure.

@@ -43,6 +43,17 @@ rc=$?
 [ $rc -eq 143 ]; check "exit 128+SIGTERM after forwarding (got $rc)" $?
 [ "$(grep -c 'got-term' "$tmp/out")" -eq 2 ]; check "both ranks received SIGTERM" $?
 
+# 4b. SIGUSR1 to accl-run reaches every rank and the job goes on (flight recorder dumps)
+"$RUN" -n 2 sh -c 'n=0; trap "n=\$((n+1)); echo got-usr1" USR1; echo ready; while [ $n -lt 1 ]; do sleep 0.1; done; sleep 0.3; echo still-running' >"$tmp/out" 2>&1 &
+pid=$!
+for _ in $(seq 50); do [ "$(grep -c ready "$tmp/out")" -ge 2 ] && break; sleep 0.1; done
+kill -USR1 $pid
+wait $pid
+rc=$?
+[ $rc -eq 0 ]; check "SIGUSR1 does not stop the job (got $rc)" $?
+[ "$(grep -c 'got-usr1' "$tmp/out")" -eq 2 ] && [ "$(grep -c 'still-running' "$tmp/out")" -eq 2 ]
+check "both ranks received SIGUSR1 and went on" $?
+
 # 5. ranks that ignore SIGTERM are killed after the grace period
 start=$(date +%s)
 # (rank 0 fails only once rank 1 has installed its trap)

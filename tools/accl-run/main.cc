@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> netns;
   CLI::App app{"accl-run -n N [options] PROGRAM [ARGS...]\nStarts N ranks of PROGRAM on this host with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, "
                "MASTER_ADDR and MASTER_PORT set (as torchrun does), prefixes their output with the rank, forwards "
-               "signals, and stops every rank as soon as one fails.\n"
+               "signals (SIGUSR1 without stopping: every rank writes its flight recorder), and stops every rank as "
+               "soon as one fails.\n"
                "Exit status: 0 if every rank exits 0; otherwise that of the first rank that failed (128+signal "
                "if it was killed by a signal).",
                "accl-run"};
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
   sa.sa_handler = onSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1}) sigaction(sig, &sa, nullptr);
 
   std::vector<Rank> ranks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -198,7 +199,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (pid == 0) {
-      for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_DFL);
+      for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1}) signal(sig, SIG_DFL);
       close(gSigPipe[0]);
       close(gSigPipe[1]);
       setpgid(0, 0);  // a group per rank: signals reach everything the rank started
@@ -286,6 +287,11 @@ int main(int argc, char** argv) {
       unsigned char sig;
       while (read(gSigPipe[0], &sig, 1) == 1) {
         if (sig == SIGCHLD) continue;
+        if (sig == SIGUSR1) {  // every rank writes its flight recorder; the job goes on
+          std::fprintf(stderr, "accl-run: SIGUSR1: forwarded to all ranks (flight recorder dumps)\n");
+          signalAll(SIGUSR1);
+          continue;
+        }
         std::fprintf(stderr, "accl-run: received signal %d (%s); forwarding to all ranks\n", sig, strsignal(sig));
         signalAll(sig);
         termAt = std::chrono::steady_clock::time_point::max();  // already signalled

@@ -351,8 +351,21 @@ def rank_table(g):
 
 # ----------------------------------------------------------------- live
 
+def catches_sigusr1(pid):
+    """Whether the process handles SIGUSR1 (its default would terminate it)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGUSR1 - 1)))
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def accl_processes():
-    """pids of this host's processes that have libaccl loaded (not this one)."""
+    """pids of this host's processes that have libaccl loaded and SIGUSR1 handled (the flight recorder
+    installs its handler with the first group; accl-run forwards it): never one that SIGUSR1 would kill."""
     out = []
     for d in glob.glob("/proc/[0-9]*"):
         pid = int(os.path.basename(d))
@@ -360,10 +373,12 @@ def accl_processes():
             continue
         try:
             with open(os.path.join(d, "maps")) as fh:
-                if any("libaccl" in line for line in fh):
-                    out.append(pid)
+                if not any("libaccl" in line for line in fh):
+                    continue
         except OSError:
             continue
+        if catches_sigusr1(pid):
+            out.append(pid)
     return out
 
 
@@ -393,7 +408,8 @@ def live(default_dir, wait_s):
             print(f"accl-diag: cannot signal pid {pid}: {e}", file=sys.stderr)
     deadline = time.time() + wait_s
     fresh = set()
-    while time.time() < deadline and len(fresh) < len(pids):
+    ranks = [p for p in pids if not _is_launcher(p)]
+    while time.time() < deadline and len(fresh) < len(ranks):
         time.sleep(0.1)
         for d in set(dirs.values()):
             for f in glob.glob(os.path.join(d, "accl-trace-*.json")):
@@ -404,7 +420,17 @@ def live(default_dir, wait_s):
                     continue
                 if j.get("written_us", 0) >= t0 and j.get("pid") in dirs:
                     fresh.add(j["pid"])
-    return sorted(set(dirs.values())), [p for p in pids if p not in fresh], t0
+    # A launcher (accl-run) forwards the signal and writes no dump of its own.
+    silent = [p for p in pids if p not in fresh and not _is_launcher(p)]
+    return sorted(set(dirs.values())), silent, t0
+
+
+def _is_launcher(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip() == "accl-run"
+    except OSError:
+        return False
 
 
 # ----------------------------------------------------------------- main
