@@ -1,8 +1,10 @@
 #include "accl/trace.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -243,6 +245,30 @@ const char* toString(OpState s) {
   return "unknown";
 }
 
+namespace {
+
+int64_t coarseNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// A slot's writer: the version is odd while the fields change.
+template <typename S>
+struct WriteScope {
+  S& s;
+  uint64_t v;
+  explicit WriteScope(S& slot) : s(slot), v(slot.ver.load(std::memory_order_relaxed)) {
+    s.ver.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~WriteScope() { s.ver.store(v + 2, std::memory_order_release); }
+};
+
+constexpr auto R = std::memory_order_relaxed;
+
+}  // namespace
+
 // Per op and size bucket (log2 of the bytes): count, bytes, and the times
 // (all of them up to kKept, then a uniform sample of that many).
 struct FlightRecorder::Stats {
@@ -267,11 +293,18 @@ size_t FlightRecorder::wantedCapacity() {
 }
 
 FlightRecorder::FlightRecorder(size_t capacity, std::string group, std::string backend, int rank, int size)
-    : ring_(std::max<size_t>(capacity, 1)), group_(std::move(group)), backend_(std::move(backend)), rank_(rank),
+    // A power of two: the slot of an op is its id masked, not divided (a
+    // division costs more than the rest of recording an op).
+    : capacity_(size_t(1) << (64 - __builtin_clzll(std::max<uint64_t>(capacity, 2) - 1))),
+      ring_(new Slot[capacity_]),
+      group_(std::move(group)),
+      backend_(std::move(backend)),
+      rank_(rank),
       size_(size) {
   const Config& c = Config::get();
   dumps_ = c.traceBuffer > 0;
   if (c.stats) stats_ = std::make_unique<Stats>();
+  precise_ = c.stats || !c.timeline.empty();
   if (Timeline* t = Timeline::get(rank))
     timelineTid_ = t->addGroup("group " + (group_.empty() ? std::string("default") : "'" + group_ + "'") + " (" +
                                backend_ + ", rank " + std::to_string(rank) + "/" + std::to_string(size) + ")");
@@ -280,24 +313,24 @@ FlightRecorder::FlightRecorder(size_t capacity, std::string group, std::string b
 FlightRecorder::~FlightRecorder() = default;
 
 void FlightRecorder::setHosts(std::vector<std::string> hosts) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(metaMu_);
   hosts_ = std::move(hosts);
 }
 
 void FlightRecorder::setTrafficSource(std::function<std::vector<PeerTraffic>()> source) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(metaMu_);
   trafficSource_ = std::move(source);
 }
 
 std::vector<std::string> FlightRecorder::hosts() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(metaMu_);
   return hosts_;
 }
 
 std::vector<PeerTraffic> FlightRecorder::traffic() const {
   std::function<std::vector<PeerTraffic>()> source;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(metaMu_);
     if (closed_) return {};
     source = trafficSource_;
   }
@@ -305,15 +338,23 @@ std::vector<PeerTraffic> FlightRecorder::traffic() const {
 }
 
 void FlightRecorder::waiting(uint64_t id, const std::string& why) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (Slot* e = find(id)) {
-    if (e->state == OpState::Queued || e->state == OpState::Started) e->state = OpState::Waiting;
-    e->note = why;
+  Slot& s = slotOf(id);
+  if (s.id.load(std::memory_order_relaxed) != id) return;
+  {
+    std::lock_guard<std::mutex> lk(textMu_);
+    texts_[id].second = why;
+    s.hasText.store(true, std::memory_order_relaxed);
+  }
+  uint8_t st = s.state.load(std::memory_order_relaxed);
+  if (st == uint8_t(OpState::Queued) || st == uint8_t(OpState::Started)) {
+    WriteScope<Slot> w(s);
+    s.state.store(uint8_t(OpState::Waiting), std::memory_order_relaxed);
   }
 }
 
-void FlightRecorder::account(const Slot& s) {
+void FlightRecorder::account(const Copy& s) {
   double us = double(s.finishedNs - s.queuedNs) / 1000.0;
+  std::lock_guard<std::mutex> lk(statsMu_);
   if (stats_) {
     int bucket = s.bytes ? 63 - __builtin_clzll(s.bytes) : -1;
     Stats::Cell& c = stats_->cells[{static_cast<int>(s.op), bucket}];
@@ -334,7 +375,7 @@ void FlightRecorder::account(const Slot& s) {
             finished = s.finishedNs / 1000 + offsetUs;
     nlohmann::ordered_json args = {{"coll", s.coll}, {"seq", s.seq},           {"bytes", s.bytes},
                                    {"count", s.count}, {"dtype", toString(s.dtype)},
-                                   {"algorithm", s.algorithm ? s.algorithm : ""}, {"transport", s.transport},
+                                   {"algorithm", s.algorithm ? s.algorithm : ""}, {"transport", s.transport ? s.transport : ""},
                                    {"state", toString(s.state)}};
     if (s.root >= 0) args["root"] = s.root;
     if (s.peer >= 0 || s.op == OpType::Recv) args["peer"] = s.peer;
@@ -349,7 +390,8 @@ void FlightRecorder::account(const Slot& s) {
 
 std::string FlightRecorder::statsTable() const {
   std::vector<PeerTraffic> peers = traffic();
-  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::string> hosts_ = hosts();
+  std::lock_guard<std::mutex> lk(statsMu_);
   if (!stats_ || stats_->cells.empty()) return "";
   std::ostringstream os;
   uint64_t total = 0;
@@ -410,12 +452,12 @@ std::string FlightRecorder::statsTable() const {
 
 void FlightRecorder::close() {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(metaMu_);
     if (closed_) return;
   }
   std::string table = statsTable();
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(metaMu_);
     closed_ = true;
     trafficSource_ = nullptr;
   }
@@ -426,96 +468,150 @@ void FlightRecorder::close() {
   }
 }
 
-FlightRecorder::Slot* FlightRecorder::find(uint64_t id) {
-  if (id == 0) return nullptr;
-  Slot& e = ring_[id % ring_.size()];
-  return e.id == id ? &e : nullptr;
+
+int64_t FlightRecorder::clockNs() const {
+  // steady_clock and the coarse clock are both CLOCK_MONOTONIC: one scale.
+  // The coarse one (a few ns, 1-4 ms resolution) keeps the always-on
+  // recorder cheap; statistics and timeline need each op's duration.
+  return precise_ ? steadyNs() : coarseNs();
 }
 
 uint64_t FlightRecorder::begin(OpType op, DataType dtype, uint64_t count, int root, int peer, uint64_t bytes) {
-  int64_t now = steadyNs();
-  std::lock_guard<std::mutex> lk(mu_);
-  uint64_t id = next_++;
-  Slot& e = ring_[id % ring_.size()];
-  e.id = id;
-  e.seq = -1;
-  e.coll = (op == OpType::Send || op == OpType::Recv) ? -1 : nextColl_++;
-  e.op = op;
-  e.dtype = dtype;
-  e.state = OpState::Queued;
-  e.count = count;
-  e.bytes = bytes;
-  e.root = root;
-  e.peer = peer;
-  e.algorithm = nullptr;
-  e.transport[0] = 0;
-  e.queuedNs = now;
-  e.startedNs = e.finishedNs = 0;
-  if (!e.error.empty()) e.error.clear();
-  if (!e.note.empty()) e.note.clear();
+  uint64_t id = next_.fetch_add(1, R);
+  // Collectives of a group are issued in one order (the API's rule), so no
+  // two threads issue them at once: a plain increment, no locked instruction.
+  int64_t coll = -1;
+  if (op != OpType::Send && op != OpType::Recv) {
+    coll = nextColl_.load(R);
+    nextColl_.store(coll + 1, R);
+  }
+  int64_t now = clockNs();
+  Slot& s = slotOf(id);
+  if (s.hasText.load(R)) {  // the texts of the op this slot held before
+    std::lock_guard<std::mutex> lk(textMu_);
+    texts_.erase(s.id.load(R));
+    s.hasText.store(false, R);
+  }
+  // The next op's slot, into the cache now rather than on that op's path.
+  Slot* next = &slotOf(id + 1);
+  __builtin_prefetch(next, 1);
+  __builtin_prefetch(reinterpret_cast<char*>(next) + 64, 1);
+  WriteScope<Slot> w(s);
+  s.id.store(id, R);
+  s.seq.store(-1, R);
+  s.coll.store(coll, R);
+  s.op.store(static_cast<uint8_t>(op), R);
+  s.dtype.store(static_cast<uint8_t>(dtype), R);
+  s.state.store(static_cast<uint8_t>(OpState::Queued), R);
+  s.count.store(count, R);
+  s.bytes.store(bytes, R);
+  s.root.store(root, R);
+  s.peer.store(peer, R);
+  s.algorithm.store(nullptr, R);
+  s.transport.store(nullptr, R);
+  s.queuedNs.store(now, R);
+  s.issuer.store(pthread_self(), R);
+  s.startedNs.store(0, R);
+  s.finishedNs.store(0, R);
   return id;
 }
 
 void FlightRecorder::started(uint64_t id, int64_t seq, const char* algorithm, const char* transport) {
-  int64_t now = steadyNs();
-  std::lock_guard<std::mutex> lk(mu_);
-  if (Slot* e = find(id)) {
-    if (e->state == OpState::Queued) e->state = OpState::Started;
-    if (!e->startedNs) e->startedNs = now;
-    if (seq >= 0) e->seq = seq;
-    if (algorithm) e->algorithm = algorithm;
-    if (transport) {
-      std::strncpy(e->transport, transport, sizeof(e->transport) - 1);
-      e->transport[sizeof(e->transport) - 1] = 0;
-    }
-  }
+  Slot& s = slotOf(id);
+  if (s.id.load(R) != id) return;  // overwritten: more ops in flight than the ring holds
+  // An op that runs on the thread that issued it (inline, or run by that
+  // thread's wait) is dated at its queueing unless every op is timed
+  // precisely: a clock read less per op.
+  int64_t now = precise_ || !pthread_equal(s.issuer.load(R), pthread_self()) ? clockNs() : s.queuedNs.load(R);
+  WriteScope<Slot> w(s);
+  if (s.state.load(R) == uint8_t(OpState::Queued)) s.state.store(uint8_t(OpState::Started), R);
+  if (!s.startedNs.load(R)) s.startedNs.store(now, R);
+  if (seq >= 0) s.seq.store(seq, R);
+  if (algorithm) s.algorithm.store(algorithm, R);
+  if (transport) s.transport.store(transport, R);
 }
 
 void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
-  int64_t now = steadyNs();
+  int64_t now = clockNs();
+  Slot& s = slotOf(id);
+  bool mine = s.id.load(R) == id;
+  if (mine) {
+    WriteScope<Slot> w(s);
+    if (!s.startedNs.load(R)) s.startedNs.store(now, R);
+    s.finishedNs.store(now, R);
+    s.state.store(uint8_t(error ? OpState::Failed : OpState::Done), R);
+  }
   if (!error) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (Slot* e = find(id)) {
-      if (!e->startedNs) e->startedNs = now;
-      e->finishedNs = now;
-      e->state = OpState::Done;
-      if (stats_ || timelineTid_ >= 0) account(*e);
-    }
+    if (mine && (stats_ || timelineTid_ >= 0)) account(read(s));
     return;
   }
   std::string why;
-  bool dump = true;
   try {
     std::rethrow_exception(error);
-  } catch (const Error& x) {
-    why = x.what();
   } catch (const std::exception& x) {
     why = x.what();
   } catch (...) {
     why = "an exception that is not a std::exception";
   }
+  if (!mine) return;
+  bool first = false;
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (Slot* e = find(id)) {
-      if (!e->startedNs) e->startedNs = now;
-      e->finishedNs = now;
-      e->state = OpState::Failed;
-      e->error = why;
-      if (stats_ || timelineTid_ >= 0) account(*e);
-      // The first failure of the group is kept and dumped; the ops failed
-      // after it (at once: the group is unusable) are not dumped again.
-      if (dump && firstFailure_.id == 0) firstFailure_ = *e;
-      else dump = false;
+    std::lock_guard<std::mutex> lk(textMu_);
+    texts_[id].first = why;
+    s.hasText.store(true, R);
+  }
+  Copy c = read(s);
+  if (stats_ || timelineTid_ >= 0) account(c);
+  {
+    // The first failure of the group is kept and dumped; the ops failed
+    // after it (at once: the group is unusable) are not dumped again.
+    std::lock_guard<std::mutex> lk(textMu_);
+    if (firstFailure_.id == 0) {
+      firstFailure_ = c;
+      first = true;
     }
   }
-  if (!dump || !dumps_) return;
-  dumpTraces("an op failed: " + why);
+  if (first && dumps_) dumpTraces("an op failed: " + why);
+}
+
+FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
+  Copy c;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    uint64_t v1 = s.ver.load(std::memory_order_acquire);
+    if (v1 & 1) continue;  // being written
+    c.id = s.id.load(R);
+    c.seq = s.seq.load(R);
+    c.coll = s.coll.load(R);
+    c.op = static_cast<OpType>(s.op.load(R));
+    c.dtype = static_cast<DataType>(s.dtype.load(R));
+    c.state = static_cast<OpState>(s.state.load(R));
+    c.count = s.count.load(R);
+    c.bytes = s.bytes.load(R);
+    c.root = s.root.load(R);
+    c.peer = s.peer.load(R);
+    c.algorithm = s.algorithm.load(R);
+    c.transport = s.transport.load(R);
+    c.queuedNs = s.queuedNs.load(R);
+    c.startedNs = s.startedNs.load(R);
+    c.finishedNs = s.finishedNs.load(R);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.ver.load(R) == v1) break;
+  }
+  if (s.hasText.load(R)) {
+    std::lock_guard<std::mutex> lk(textMu_);
+    auto it = texts_.find(c.id);
+    if (it != texts_.end()) {
+      c.error = it->second.first;
+      c.note = it->second.second;
+    }
+  }
+  return c;
 }
 
 namespace {
-// Steady-clock times become wall-clock microseconds when read, not per op.
-template <typename Slot>
-TraceEntry toEntry(const Slot& s, int64_t offsetUs) {
+// Monotonic times become wall-clock microseconds when read, not per op.
+template <typename C>
+TraceEntry toEntry(const C& s, int64_t offsetUs) {
   auto wall = [&](int64_t ns) { return ns ? ns / 1000 + offsetUs : 0; };
   TraceEntry e;
   e.id = s.id;
@@ -528,7 +624,7 @@ TraceEntry toEntry(const Slot& s, int64_t offsetUs) {
   e.peer = s.peer;
   e.bytes = s.bytes;
   e.algorithm = s.algorithm ? s.algorithm : "";
-  e.transport = s.transport;
+  e.transport = s.transport ? s.transport : "";
   e.state = s.state;
   e.queuedUs = wall(s.queuedNs);
   e.startedUs = wall(s.startedNs);
@@ -541,16 +637,19 @@ TraceEntry toEntry(const Slot& s, int64_t offsetUs) {
 
 std::vector<TraceEntry> FlightRecorder::entries() const {
   int64_t offsetUs = wallUs() - steadyNs() / 1000;
-  std::lock_guard<std::mutex> lk(mu_);
   std::vector<TraceEntry> out;
-  uint64_t first = next_ > ring_.size() ? next_ - ring_.size() : 1;
-  for (uint64_t id = first; id < next_; ++id) out.push_back(toEntry(ring_[id % ring_.size()], offsetUs));
+  uint64_t next = next_.load(std::memory_order_acquire);
+  uint64_t first = next > capacity_ ? next - capacity_ : 1;
+  for (uint64_t id = first; id < next; ++id) {
+    Copy c = read(ring_[id & (capacity_ - 1)]);
+    if (c.id == id) out.push_back(toEntry(c, offsetUs));  // not yet overwritten by a newer op
+  }
   return out;
 }
 
 TraceEntry FlightRecorder::firstFailure() const {
   int64_t offsetUs = wallUs() - steadyNs() / 1000;
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<std::mutex> lk(textMu_);
   return toEntry(firstFailure_, offsetUs);
 }
 

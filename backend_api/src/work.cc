@@ -72,13 +72,19 @@ int Work::sourceRank() const {
   return sourceRank_;
 }
 
-void Work::setTrace(std::shared_ptr<FlightRecorder> recorder, uint64_t id) {
+void Work::setTrace(const std::shared_ptr<FlightRecorder>& recorder, uint64_t id) {
+  // Completed already (an op run while it was issued): error_ no longer
+  // changes, and nothing needs the lock or a reference to the recorder.
+  if (done_.load(std::memory_order_acquire)) {
+    recorder->finished(id, error_);
+    return;
+  }
   std::lock_guard<std::mutex> lk(mu_);
   if (completed_) {
     recorder->finished(id, error_);
     return;
   }
-  trace_ = std::move(recorder);
+  trace_ = recorder;
   traceId_ = id;
 }
 

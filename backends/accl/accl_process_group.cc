@@ -29,21 +29,12 @@ namespace algo = core::algo;
 
 namespace {
 
-// The op this thread is running (for the flight recorder's algorithm column).
-thread_local uint64_t tRunningTrace = 0;
-thread_local uint64_t tRunningSeq = 0;
-
-struct RunningOp {
-  uint64_t prevTrace, prevSeq;
-  RunningOp(uint64_t trace, uint64_t seq) : prevTrace(tRunningTrace), prevSeq(tRunningSeq) {
-    tRunningTrace = trace;
-    tRunningSeq = seq;
-  }
-  ~RunningOp() {
-    tRunningTrace = prevTrace;
-    tRunningSeq = prevSeq;
-  }
-};
+// The flight recorder's transport column: static strings (the recorder keeps
+// the pointer), one per combination.
+const char* transportName(bool shm, bool ib, bool tcp) {
+  static const char* const names[8] = {"local", "tcp", "ib", "ib+tcp", "shm", "shm+tcp", "shm+ib", "shm+ib+tcp"};
+  return names[(shm ? 4 : 0) | (ib ? 2 : 0) | (tcp ? 1 : 0)];
+}
 
 uint64_t randomToken() {
   std::random_device rd;
@@ -144,7 +135,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.stallWarn = settings::stallWarn.get();
   to.hosts = hostLabels(ids);
   to.onStall = [this](const std::string& msg) {
-    if (tRunningTrace && recorder()) recorder()->waiting(tRunningTrace, msg);
+    if (runningTrace_ && recorder()) recorder()->waiting(runningTrace_, msg);
   };
   net_.reset(new core::net::NetTransport(to));
 
@@ -181,11 +172,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   bool ib = false, tcp = false;
   for (int r = 0; r < size; ++r)
     if (layout_.hostOf[r] != layout_.myHost) (net_->overIb(r) ? ib : tcp) = true;
-  std::vector<std::string> kinds;
-  if (host_->size() > 1) kinds.push_back("shm");
-  if (ib) kinds.push_back("ib");
-  if (tcp) kinds.push_back("tcp");
-  transportText_ = kinds.empty() ? "local" : internal::join(kinds, "+");
+  transportName_ = transportName(host_->size() > 1, ib, tcp);
   if (FlightRecorder* rec = recorder()) {
     rec->setHosts(hostLabels(ids));
     core::net::NetTransport* t = net_.get();
@@ -215,8 +202,8 @@ AcclProcessGroup::~AcclProcessGroup() {
 }
 
 void AcclProcessGroup::noteAlgo(Algo a) {
-  if (!tRunningTrace) return;
-  recorder()->started(tRunningTrace, static_cast<int64_t>(tRunningSeq), core::toString(a), transportText_.c_str());
+  if (!runningTrace_) return;
+  recorder()->started(runningTrace_, static_cast<int64_t>(runningSeq_), core::toString(a), transportName_);
 }
 
 void AcclProcessGroup::tracePointToPoint(int peer) {
@@ -288,7 +275,9 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
   uint64_t traceId = issuingTraceId();
   auto fn = [this, d, timeout, traceId, body = std::forward<Body>(body)]() -> int {
     const std::string& prefix = prefix_;
-    RunningOp running(traceId, d.seq);  // noteAlgo() records the start
+    // noteAlgo() records the start (the group runs one op at a time).
+    runningTrace_ = traceId;
+    runningSeq_ = d.seq;
     if (isBroken_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lk(brokenMu_);
       throw RemoteError(prefix + core::describe(d) + ": the group is unusable after an earlier failure: " + broken_);

@@ -77,7 +77,11 @@ class AcclProcessGroup : public ProcessGroup {
   std::string nicText_;  // which NIC and interface this rank uses (INFO log)
   uint64_t splits_ = 0;
   std::string prefix_;  // "accl rank R/N accl: "
-  std::string transportText_;  // "shm", "tcp", "shm+ib", ... (flight recorder)
+  const char* transportName_ = "local";  // "shm", "tcp", "shm+ib", ... (flight recorder; static)
+  // The flight recorder id and sequence number of the op the group runs now
+  // (it runs one at a time), for noteAlgo() and stall notes.
+  uint64_t runningTrace_ = 0;
+  uint64_t runningSeq_ = 0;
 };
 
 }  // namespace accl

@@ -3,33 +3,39 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "accl/errors.h"
 #include "accl/internal/trace_registry.h"
+
 #include "accl/trace.h"
 
 using namespace accl;
 
 TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
   FlightRecorder rec(3, "g", "accl", 1, 4);
+  EXPECT_EQ(rec.capacity(), 4u);  // rounded up to a power of two
   std::vector<uint64_t> ids;
-  for (int i = 0; i < 5; ++i) ids.push_back(rec.begin(OpType::Allreduce, DataType::Float32, 10 + i, -1, -1, 40));
-  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  for (int i = 0; i < 6; ++i) ids.push_back(rec.begin(OpType::Allreduce, DataType::Float32, 10 + i, -1, -1, 40));
+  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6}));
   rec.started(ids[2], 7, "ring", "tcp");
   rec.finished(ids[2], nullptr);
-  rec.started(ids[3], -1, nullptr, "a-transport-name-longer-than-15");
+  rec.started(ids[3], -1, nullptr, "shm+tcp");
   rec.finished(ids[3], std::make_exception_ptr(InvalidArgument("bad count")));
   rec.finished(ids[0], nullptr);  // overwritten already: ignored
+  rec.waiting(ids[4], "has waited 60 s");
   auto e = rec.entries();
-  ASSERT_EQ(e.size(), 3u);  // the last three, oldest first
+  ASSERT_EQ(e.size(), 4u);  // the last four, oldest first
   EXPECT_EQ(e[0].id, 3u);
   EXPECT_EQ(e[0].count, 12u);
+  EXPECT_EQ(e[0].coll, 2);
   EXPECT_EQ(e[0].state, OpState::Done);
   EXPECT_EQ(e[0].seq, 7);
   EXPECT_EQ(e[0].algorithm, "ring");
@@ -38,11 +44,43 @@ TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
   EXPECT_GE(e[0].finishedUs, e[0].startedUs);
   EXPECT_GE(e[0].startedUs, e[0].queuedUs);
   EXPECT_EQ(e[1].state, OpState::Failed);
-  EXPECT_EQ(e[1].transport, "a-transport-nam");  // 15 characters kept
+  EXPECT_EQ(e[1].transport, "shm+tcp");
   EXPECT_EQ(e[1].seq, -1);
   EXPECT_EQ(e[1].error, "bad count");
-  EXPECT_EQ(e[2].state, OpState::Queued);
-  EXPECT_EQ(e[2].startedUs, 0);
+  EXPECT_EQ(e[2].state, OpState::Waiting);
+  EXPECT_EQ(e[2].note, "has waited 60 s");
+  EXPECT_EQ(e[3].state, OpState::Queued);
+  EXPECT_EQ(e[3].startedUs, 0);
+  // The first failure is kept apart, whatever the ring holds later.
+  for (int i = 0; i < 8; ++i) rec.finished(rec.begin(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0), nullptr);
+  EXPECT_EQ(rec.firstFailure().id, 4u);
+  EXPECT_EQ(rec.firstFailure().error, "bad count");
+}
+
+TEST(FlightRecorder, ReadersGetConsistentEntriesWhileOpsAreRecorded) {
+  // Two threads record ops (count = id, so that a torn copy shows) while
+  // this one reads the ring: every entry read is whole.
+  FlightRecorder rec(64, "g", "accl", 0, 2);
+  std::atomic<bool> stop{false};
+  auto writer = [&] {
+    while (!stop.load()) {
+      uint64_t id = rec.begin(OpType::Send, DataType::Uint8, 0, -1, 1, 0);
+      rec.started(id, static_cast<int64_t>(id), "p2p", "tcp");
+      rec.finished(id, nullptr);
+    }
+  };
+  std::thread a(writer), b(writer);
+  size_t seen = 0, torn = 0;
+  for (int i = 0; i < 2000; ++i)
+    for (const auto& e : rec.entries()) {
+      ++seen;
+      if (e.seq >= 0 && static_cast<uint64_t>(e.seq) != e.id) ++torn;
+    }
+  stop = true;
+  a.join();
+  b.join();
+  EXPECT_GT(seen, 0u);
+  EXPECT_EQ(torn, 0u);
 }
 
 TEST(FlightRecorder, DumpHoldsEveryLiveGroupAsJson) {

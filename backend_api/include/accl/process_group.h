@@ -154,8 +154,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks,
                                       const ProcessGroupOptions& opts = {});
 
-  // This group's flight recorder (accl/trace.h); nullptr with ACCL_TRACE_BUFFER=0.
+  // This group's flight recorder (accl/trace.h); nullptr when it is off
+  // (ACCL_TRACE_BUFFER=0 without ACCL_STATS or ACCL_TIMELINE).
   FlightRecorder* recorder() const { return recorder_.get(); }
+  // The flight recorder id of the op being issued on this thread (0: none,
+  // or the recorder is off): a backend's do*() passes it to
+  // recorder()->started(); an op that runs while being issued has this id.
+  static uint64_t issuingTraceId();
 
   // Which buffers' devices this backend accepts.
   virtual bool supportsDevice(const Device& d) const { return d.type == DeviceType::CPU; }
@@ -208,10 +213,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                              });
   }
 
-  // In a backend's do*(): the flight recorder id of the op being issued on
-  // this thread (0 when the recorder is off), for recorder()->started() and
-  // describe() later on.
-  static uint64_t issuingTraceId();
 
   // The deadline for an op given its options.
   std::chrono::milliseconds effectiveTimeout(const OpOptions& o) const {

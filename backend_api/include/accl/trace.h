@@ -10,10 +10,14 @@
 // printed when the group is destroyed).
 #pragma once
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -69,8 +73,9 @@ class FlightRecorder {
   // A new op; returns its id.
   uint64_t begin(OpType op, DataType dtype, uint64_t count, int root, int peer, uint64_t bytes);
   // The backend started running op `id`, as `algorithm` over `transport`
-  // (both static strings or nullptr; at most 15 characters of the transport
-  // are kept); `seq` is its collective sequence number (-1: none).
+  // (both string literals or other strings that live as long as the
+  // program, or nullptr: only the pointers are kept); `seq` is its
+  // collective sequence number (-1: none).
   void started(uint64_t id, int64_t seq, const char* algorithm, const char* transport);
   // Op `id` completed; the group's first failed op also writes the dump
   // (when ACCL_TRACE_BUFFER > 0).
@@ -96,19 +101,36 @@ class FlightRecorder {
 
   // The entries still in the ring, oldest first.
   std::vector<TraceEntry> entries() const;
-  // The first op of this group that failed (id 0: none). Kept apart: once a group failed, every later op fails at
-  // once and would push it out of the ring.
+  // The first op of this group that failed (id 0: none). Kept apart: once a
+  // group failed, every later op fails at once and would push it out of the ring.
   TraceEntry firstFailure() const;
   const std::string& group() const { return group_; }
   const std::string& backend() const { return backend_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
-  size_t capacity() const { return ring_.size(); }
+  size_t capacity() const { return capacity_; }
 
  private:
-  // One op as the ring keeps it: fixed-size fields and steady-clock times,
-  // so that recording allocates nothing.
+  // One op as the ring keeps it. An op's phases (begin, started, finished)
+  // happen one after the other, so a slot has one writer at a time; a version
+  // counter, odd while the slot is written, lets readers copy it without a
+  // lock (a seqlock). The fields are relaxed atomics: plain moves, no locked
+  // instructions on the op's path. Texts (error, stall note) live in texts_.
   struct Slot {
+    std::atomic<uint64_t> ver{0};
+    std::atomic<uint64_t> id{0};
+    std::atomic<int64_t> seq{-1}, coll{-1};
+    std::atomic<uint8_t> op{0}, dtype{0}, state{0};
+    std::atomic<bool> hasText{false};
+    std::atomic<uint64_t> count{0}, bytes{0};
+    std::atomic<int32_t> root{-1}, peer{-1};
+    std::atomic<const char*> algorithm{nullptr};
+    std::atomic<const char*> transport{nullptr};
+    std::atomic<int64_t> queuedNs{0}, startedNs{0}, finishedNs{0};  // CLOCK_MONOTONIC
+    std::atomic<pthread_t> issuer{};  // the thread that called begin()
+  };
+  // A consistent copy of a slot (times still monotonic ns).
+  struct Copy {
     uint64_t id = 0;
     int64_t seq = -1, coll = -1;
     OpType op = OpType::Barrier;
@@ -117,27 +139,34 @@ class FlightRecorder {
     uint64_t count = 0, bytes = 0;
     int root = -1, peer = -1;
     const char* algorithm = nullptr;
-    char transport[16] = {0};
-    int64_t queuedNs = 0, startedNs = 0, finishedNs = 0;  // steady clock
+    const char* transport = nullptr;
+    int64_t queuedNs = 0, startedNs = 0, finishedNs = 0;
     std::string error, note;
   };
-  Slot* find(uint64_t id);  // under mu_; nullptr once overwritten
-  void account(const Slot& s);  // timeline and statistics of a finished op (under mu_)
+  Slot& slotOf(uint64_t id) { return ring_[id & (capacity_ - 1)]; }  // capacity_: a power of two
+  Copy read(const Slot& s) const;  // with the texts
+  int64_t clockNs() const;         // precise with statistics or timeline on, else the coarse clock
+  void account(const Copy& c);     // timeline and statistics of a finished op
 
-  mutable std::mutex mu_;
-  std::vector<Slot> ring_;
-  uint64_t next_ = 1;
-  int64_t nextColl_ = 0;
+  size_t capacity_;
+  std::unique_ptr<Slot[]> ring_;
+  std::atomic<uint64_t> next_{1};
+  std::atomic<int64_t> nextColl_{0};
+  mutable std::mutex textMu_;  // texts_, firstFailure_
+  std::map<uint64_t, std::pair<std::string, std::string>> texts_;  // id -> (error, note)
+  Copy firstFailure_;  // id 0: none yet
+  mutable std::mutex metaMu_;  // hosts_, trafficSource_, closed_
   std::string group_, backend_;
   int rank_, size_;
   std::vector<std::string> hosts_;
   std::function<std::vector<PeerTraffic>()> trafficSource_;
   bool closed_ = false;
   struct Stats;  // trace.cc
+  mutable std::mutex statsMu_;
   std::unique_ptr<Stats> stats_;  // null unless ACCL_STATS
-  Slot firstFailure_;  // id 0: none yet
   int timelineTid_ = -1;          // this group's row in the timeline; -1: ACCL_TIMELINE off
   bool dumps_ = false;            // ACCL_TRACE_BUFFER > 0: failures write the dump
+  bool precise_ = false;          // statistics or timeline: every op timed with the precise clock
 };
 
 // Writes the flight recorders of every live group of this process to

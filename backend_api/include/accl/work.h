@@ -59,7 +59,7 @@ class Work {
   void setWaitHook(std::function<void(Work&)> hook) { waitHook_ = std::move(hook); }
   // Used by ProcessGroup: completion also ends op `id` in `recorder` (cheaper
   // than a callback: nothing is allocated per op).
-  void setTrace(std::shared_ptr<FlightRecorder> recorder, uint64_t id);
+  void setTrace(const std::shared_ptr<FlightRecorder>& recorder, uint64_t id);
 
  private:
   std::string description_;
