@@ -116,7 +116,10 @@ move data over InfiniBand or RoCE between hosts.")
 set(CPACK_DEBIAN_VERBS_PACKAGE_SECTION metapackages)
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION "ACCL collectives - tools
 accl-info (build, backends, host), accl-run (launcher), accl-perf
-(nccl-tests style benchmark) and accl-topo (GPU-NIC affinity).")
+(nccl-tests style benchmark), accl-topo (GPU-NIC affinity) and accl-diag
+(reads the flight recorder dumps of a job's ranks).")
+# accl-diag is a Python 3 script (standard library only).
+set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "python3")
 set(CPACK_DEBIAN_DEV_DESCRIPTION "ACCL collectives - development files
 Headers, the CMake package (find_package(ACCL)) and the pkg-config file.")
 include(CPack)

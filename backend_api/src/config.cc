@@ -332,8 +332,10 @@ const std::vector<CoreRow>& coreRows() {
         "an error.",
         &Config::ibHca, {"NCCL_IB_HCA"}));
     v.push_back(field("ACCL_TRACE_BUFFER", config::intRange(0, 1000000, "0: off"), 2000, nullptr,
-                      "Ops each process group keeps in its flight recorder: the last ones, with when each was "
-                      "queued, started and finished, its algorithm, transport and failure. Written to "
+                      "Ops each process group keeps in its flight recorder (rounded up to a power of two): the "
+                      "last ones, with when each was queued, started and finished (to the kernel's coarse clock, "
+                      "1-4 ms, unless ACCL_STATS or ACCL_TIMELINE is on), its algorithm, transport and failure. "
+                      "Written to "
                       "ACCL_TRACE_DIR when an op times out or fails, on SIGUSR1 and on request (dumpTraces(), "
                       "torch_accl.dump_traces()); accl-diag reads the files.",
                       &Config::traceBuffer));

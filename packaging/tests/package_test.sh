@@ -77,6 +77,7 @@ grep -Eq "module (/usr)?/lib/accl/libaccl-backend-accl.so" /tmp/info.txt || fail
 grep -q "^  gloo   usable" /tmp/info.txt || fail "the gloo backend is not usable"
 grep -q "^  mpi    usable" /tmp/info.txt || fail "the mpi backend is not usable"
 accl-perf --version | head -1
+accl-diag --help >/dev/null || fail "accl-diag does not run"
 # The C++ example, built here against the installed package: CMake, then pkg-config.
 cmake -S example -B /tmp/example-build >/dev/null && cmake --build /tmp/example-build >/dev/null || fail "find_package(ACCL) build failed"
 for b in accl gloo; do
