@@ -314,8 +314,40 @@ def slowlink(tmp):
         cleanup()
 
 
+def files(tmp):
+    """accl-diag on hand-made dumps: a rank behind the others, and files that are not dumps."""
+    def entry(i, op="allreduce", state="done"):
+        return {"id": i + 1, "seq": i, "coll": i, "op": op, "dtype": "float32", "count": 4, "root": -1, "peer": -1,
+                "bytes": 16, "algorithm": "ring", "transport": "tcp", "state": state,
+                "queued_us": 1795490000000000 + i, "started_us": 1795490000000000 + i,
+                "finished_us": 0 if state != "done" else 1795490000000001 + i}
+    os.makedirs(os.path.join(tmp, "d"))
+    for rank in range(3):
+        n = 5 if rank == 2 else 6  # rank 2 finished #4 and never called #5
+        es = [entry(i, state="done" if i < 5 else "waiting") for i in range(n)]
+        d = {"format": "accl-trace/1", "host": f"h{rank}", "pid": 100 + rank, "reason": "SIGUSR1", "written_us": 1,
+             "groups": [{"name": "", "backend": "accl", "rank": rank, "size": 3, "capacity": 2048,
+                         "hosts": ["h0", "h1", "h2"], "entries": es}]}
+        with open(os.path.join(tmp, "d", f"accl-trace-h{rank}-{100 + rank}.json"), "w") as f:
+            json.dump(d, f)
+    rc, out = run_diag(os.path.join(tmp, "d"))
+    v = verdict(out)
+    check(rc == 0 and "rank 2 (h2) never entered allreduce #5 of the default group (its last op is allreduce #4, done)"
+          in v, "a rank whose dump stops before the op is named, with its last op")
+    check(any(l.startswith("ranks 0-1 wait in allreduce #5 of the default group since ") for l in v),
+          "the waiting ranks and the op")
+    os.makedirs(os.path.join(tmp, "bad"))
+    with open(os.path.join(tmp, "bad", "accl-trace-x-1.json"), "w") as f:
+        f.write("not json")
+    with open(os.path.join(tmp, "bad", "accl-trace-x-2.json"), "w") as f:
+        json.dump({"format": "accl-trace/1", "pid": 2, "groups": [{"rank": "zero"}]}, f)
+    rc, out = run_diag(os.path.join(tmp, "bad"))
+    check(rc == 2 and "not readable as JSON" in out and "without the expected fields" in out and
+          "Traceback" not in out, "files that are not dumps: a clear error, exit 2, no traceback")
+
+
 def main():
-    scenarios = {"stall": stall, "mismatch": mismatch, "timeline": timeline, "slowlink": slowlink}
+    scenarios = {"stall": stall, "mismatch": mismatch, "timeline": timeline, "slowlink": slowlink, "files": files}
     if SCENARIO not in scenarios:
         raise SystemExit(f"unknown scenario {SCENARIO}; accepted: {', '.join(scenarios)}")
     tmp = tempfile.mkdtemp(prefix="accl-diag-test-")

@@ -98,11 +98,30 @@ class Group:
         return None
 
 
-def groups_of(dumps):
+ENTRY_FIELDS = {"id": int, "coll": int, "op": str, "state": str}
+
+
+def valid_group(g):
+    """Whether a dump's group has what the analysis reads (a damaged or hand-edited file may not)."""
+    if not isinstance(g, dict) or not isinstance(g.get("rank"), int) or not isinstance(g.get("size"), int):
+        return False
+    if not 0 <= g["rank"] < g["size"] or not isinstance(g.get("entries", []), list):
+        return False
+    entries = g.get("entries", []) + ([g["first_failure"]] if g.get("first_failure") else [])
+    return all(isinstance(e, dict) and all(isinstance(e.get(k), t) for k, t in ENTRY_FIELDS.items())
+               for e in entries)
+
+
+def groups_of(dumps, problems=None):
     groups = {}
     for d in dumps:
-        for g in d.get("groups", []):
-            key = (g.get("backend", "?"), g.get("name", ""), g.get("size", 0))
+        for g in d.get("groups", []) if isinstance(d.get("groups"), list) else []:
+            if not valid_group(g):
+                if problems is not None:
+                    problems.append(f"{d['path']}: a group without the expected fields (rank, size, entries with id, "
+                                    f"coll, op, state): skipped")
+                continue
+            key = (g.get("backend", "?"), g.get("name", ""), g["size"])
             if key not in groups:
                 groups[key] = Group(*key)
             groups[key].add(d, g)
@@ -460,13 +479,16 @@ def main(argv=None):
     dumps, problems = load(find_files(paths))
     if since:
         dumps = [d for d in dumps if d.get("written_us", 0) >= since]
+    groups = groups_of(dumps, problems)
     for p in problems:
         print(f"accl-diag: {p}", file=sys.stderr)
     if not dumps:
         print(f"accl-diag: no flight recorder dumps in {', '.join(paths)} (ranks write them when an op times out or "
               f"fails, on SIGUSR1, or with --live)", file=sys.stderr)
         return 2
-    groups = groups_of(dumps)
+    if not groups:
+        print("accl-diag: no usable group in the dumps (see above)", file=sys.stderr)
+        return 2
     lines = verdict(groups)
     if silent:
         lines.append(f"no answer to SIGUSR1 from pid{'s' if len(silent) > 1 else ''} "
