@@ -395,7 +395,8 @@ TEST_P(Fault, TimeoutAndSigusr1WriteTheFlightRecorder) {
     EXPECT_NE(t.find("\"op\": \"broadcast\""), std::string::npos);
     EXPECT_NE(t.find("\"root\": 1"), std::string::npos);
     EXPECT_EQ(t.find("\"algorithm\": \"\""), std::string::npos) << "an op without its algorithm";
-    std::string transport = GetParam() == "shm,tcp" ? "\"transport\": \"shm\"" : "\"transport\": \"tcp\"";
+    // The ranks share a host over shared memory, else each is its own host on tcp or ib.
+    std::string transport = "\"transport\": \"" + (GetParam() == "shm,tcp" ? std::string("shm") : GetParam()) + "\"";
     EXPECT_NE(t.find(transport), std::string::npos);
     if (r == 2) {
       EXPECT_NE(t.find("\"reason\": \"SIGUSR1\""), std::string::npos);
