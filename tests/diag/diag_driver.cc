@@ -2,6 +2,7 @@
 //   diag_driver loop             8-byte allreduces, each waited for, until one fails (exit 1)
 //   diag_driver count N          N x (allreduce of 256 floats, broadcast of 64 floats from 0), then a barrier
 //   diag_driver mismatch         an allreduce, then rank 1 broadcasts while the others allgather
+//   diag_driver exit N           allreduces; rank 1 calls exit(0) after N of them, without destroying its group
 //   diag_driver bulk MIB N       N allreduces of MIB MiB (then the flight recorder dump
 //                                with ACCL_DIAG_DUMP=1)
 // The backend is ACCL_DIAG_BACKEND (default accl). Every failure is printed
@@ -36,6 +37,12 @@ int main(int argc, char** argv) {
         pg->broadcast(Buffer(c.data(), c.size(), DataType::Float32), o)->wait();
       }
       pg->barrier()->wait();
+    } else if (mode == "exit" && argc > 2) {
+      float x[2] = {1, 2};
+      for (int i = 0;; ++i) {
+        if (pg->rank() == 1 && i == std::atoi(argv[2])) std::exit(0);  // the group is never destroyed
+        pg->allreduce(Buffer(x, 2, DataType::Float32))->wait();
+      }
     } else if (mode == "mismatch") {
       std::vector<float> a(16, 1.0f), all(16 * pg->size());
       pg->allreduce(Buffer(a.data(), a.size(), DataType::Float32))->wait();
@@ -55,7 +62,7 @@ int main(int argc, char** argv) {
       const char* d = std::getenv("ACCL_DIAG_DUMP");
       if (d && std::string(d) == "1") dumpTraces("on request");
     } else {
-      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | bulk MIB N\n");
+      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | exit N | bulk MIB N\n");
       return 2;
     }
     return 0;
