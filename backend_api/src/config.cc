@@ -343,6 +343,14 @@ const std::vector<CoreRow>& coreRows() {
                       std::string("/tmp/accl-trace"), nullptr,
                       "Where flight recorder dumps go: one file per process, accl-trace-<host>-<pid>.json.",
                       &Config::traceDir));
+    v.push_back(field("ACCL_STALL_WARN", config::duration("off"), std::chrono::milliseconds(60000), nullptr,
+                      "An op that has waited this long logs one WARN on every waiting rank, again at 2x, 4x, ... "
+                      "the time; ACCL_TIMEOUT stays the hard limit. The accl backend asks every peer where it is "
+                      "and names the ranks that have not arrived or are in another op (with their host and that "
+                      "op), and how long this rank has heard nothing from each peer it waits for. Other backends "
+                      "name the op and how long it has waited. At an op's first warning each rank also writes its "
+                      "flight recorder (ACCL_TRACE_DIR), so that accl-diag can compare the ranks.",
+                      &Config::stallWarn));
     v.push_back(field("ACCL_TIMELINE",
                       config::text("a file path; %r is replaced by the rank, %h by the host name, %p by the pid "
                                    "(without %r or %p, .<rank> is added before the extension)",

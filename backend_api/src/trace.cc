@@ -350,6 +350,58 @@ void FlightRecorder::waiting(uint64_t id, const std::string& why) {
     WriteScope<Slot> w(s);
     s.state.store(uint8_t(OpState::Waiting), std::memory_order_relaxed);
   }
+  // Every waiting rank writes its dump at the op's first warning: accl-diag
+  // then compares the ranks while the job still hangs (a stopped rank writes
+  // none, which names it too).
+  if (dumps_ && stallDumped_.exchange(id) != id) dumpTraces("stall: " + why.substr(0, 300));
+}
+
+void FlightRecorder::checkStall(std::chrono::milliseconds warnAfter) {
+  if (warnAfter.count() <= 0) return;
+  // Backends that warn by themselves do it for collectives; their point-to-
+  // point ops are the watchdog's.
+  bool collectives = !ownStallWarnings_.load();
+  // The oldest op not finished, among those the ring still holds.
+  uint64_t next = next_.load(std::memory_order_acquire);
+  uint64_t first = next > capacity_ ? next - capacity_ : 1;
+  Copy oldest;
+  for (uint64_t id = first; id < next; ++id) {
+    const Slot& s = ring_[id & (capacity_ - 1)];
+    uint8_t st = s.state.load(R);
+    if (s.id.load(R) != id || st == uint8_t(OpState::Done) || st == uint8_t(OpState::Failed)) continue;
+    uint8_t op = s.op.load(R);
+    if (!collectives && op != uint8_t(OpType::Send) && op != uint8_t(OpType::Recv)) continue;
+    oldest = read(s);
+    if (oldest.id == id) break;
+  }
+  if (oldest.id == 0) return;
+  int64_t since = oldest.startedNs ? oldest.startedNs : oldest.queuedNs;
+  int64_t waited = coarseNs() - since;
+  int64_t warnNs = static_cast<int64_t>(warnAfter.count()) * 1000000;
+  if (stallOp_ != oldest.id) {
+    stallOp_ = oldest.id;
+    stallNextNs_ = warnNs;
+  }
+  if (waited < stallNextNs_) return;
+  stallNextNs_ = 2 * waited;  // backoff: the next warning when it has waited twice as long
+  char head[160];
+  snprintf(head, sizeof(head), "%s #%lld (%llu x %s", toString(oldest.op),
+           static_cast<long long>(oldest.coll >= 0 ? oldest.coll : static_cast<int64_t>(oldest.id)),
+           static_cast<unsigned long long>(oldest.count), toString(oldest.dtype));
+  std::string what = head;
+  if (oldest.root >= 0) what += ", root " + std::to_string(oldest.root);
+  if (oldest.peer >= 0) what += ", peer " + std::to_string(oldest.peer);
+  char tail[200];
+  snprintf(tail, sizeof(tail), ") has waited %.1f s%s; ACCL_TIMEOUT stays the hard limit", waited / 1e9,
+           oldest.startedNs ? "" : " in the queue (not started)");
+  bool p2p = oldest.op == OpType::Send || oldest.op == OpType::Recv;
+  std::string msg = what + tail + ". " +
+                    (p2p ? std::string("A point-to-point op waits for its peer to post the matching one")
+                         : backend_ + " does not say which ranks have not arrived") +
+                    ": run accl-diag on the flight recorder dumps of all ranks (this one's is in ACCL_TRACE_DIR)";
+  ACCL_WARN("COLL", "accl rank " << rank_ << "/" << size_ << " " << backend_
+                                 << (group_.empty() ? std::string() : " group '" + group_ + "'") << ": " << msg);
+  waiting(oldest.id, msg);
 }
 
 void FlightRecorder::account(const Copy& s) {
@@ -662,6 +714,31 @@ void registerRecorder(const std::shared_ptr<FlightRecorder>& r) {
                                      [](const std::weak_ptr<FlightRecorder>& w) { return w.expired(); }),
                       reg.recorders.end());
   reg.recorders.push_back(r);
+  // The stall watchdog, for groups whose backend does not warn by itself.
+  static std::once_flag watchdog;
+  std::call_once(watchdog, [] {
+    std::chrono::milliseconds warn{0};
+    try {
+      warn = Config::get().stallWarn;
+    } catch (const Error&) {
+    }
+    if (warn.count() <= 0) return;
+    auto period = std::min<std::chrono::milliseconds>(std::chrono::seconds(1),
+                                                      std::max<std::chrono::milliseconds>(warn / 4, std::chrono::milliseconds(50)));
+    std::thread([warn, period] {
+      for (;;) {
+        std::this_thread::sleep_for(period);
+        std::vector<std::shared_ptr<FlightRecorder>> live;
+        {
+          Registry& reg = registry();
+          std::lock_guard<std::mutex> lk(reg.mu);
+          for (auto& w : reg.recorders)
+            if (auto rec = w.lock()) live.push_back(rec);
+        }
+        for (auto& rec : live) rec->checkStall(warn);
+      }
+    }).detach();
+  });
   // SIGUSR1 dumps, where nobody else handles it (its default would kill the
   // process); set up once, with the first recorder.
   static std::once_flag once;

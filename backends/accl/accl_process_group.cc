@@ -132,7 +132,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.ib.ackTimeout = settings::ibTimeout.get();
   to.ib.zcopyBytes = static_cast<size_t>(settings::ibZcopyBytes.get());
   to.ib.regCacheBytes = static_cast<size_t>(settings::ibRegCacheMb.get()) << 20;
-  to.stallWarn = settings::stallWarn.get();
+  to.stallWarn = cfg.stallWarn;
   to.hosts = hostLabels(ids);
   to.onStall = [this](const std::string& msg) {
     if (runningTrace_ && recorder()) recorder()->waiting(runningTrace_, msg);
@@ -174,6 +174,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     if (layout_.hostOf[r] != layout_.myHost) (net_->overIb(r) ? ib : tcp) = true;
   transportName_ = transportName(host_->size() > 1, ib, tcp);
   if (FlightRecorder* rec = recorder()) {
+    rec->setOwnStallWarnings();  // the transport's name the ranks
     rec->setHosts(hostLabels(ids));
     core::net::NetTransport* t = net_.get();
     rec->setTrafficSource([t] {

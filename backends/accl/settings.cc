@@ -105,15 +105,7 @@ const config::Var<int> inlineBytes(
     "group's worker thread; a thread that waits on one while it is next in line runs it "
     "itself. 0 queues every op.");
 
-const config::Var<std::chrono::milliseconds> stallWarn(
-    "ACCL_STALL_WARN", kOwner, config::duration("off"), std::chrono::milliseconds(60000), nullptr,
-    "An op that has waited this long for other ranks logs one WARN on every waiting rank: the op "
-    "and its sequence number, the ranks that have not arrived or are in another op (with their "
-    "host and that op), and how long this rank has heard nothing from each peer it waits for. "
-    "It repeats at 2x, 4x, ... the time; ACCL_TIMEOUT stays the hard limit.");
-
 void validate() {
-  stallWarn.get();
   transports.get();
   ibGidIndex.get();
   ibQpsPerPeer.get();

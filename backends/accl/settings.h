@@ -3,7 +3,6 @@
 // docs/configuration.md show them with the core's.
 #pragma once
 
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -23,7 +22,6 @@ extern const config::Var<std::string> hostId;                   // ACCL_HOSTID (
 extern const config::Var<int> socketNstreams;                   // ACCL_SOCKET_NSTREAMS
 extern const config::Var<std::string> shmCma;                   // ACCL_SHM_CMA: auto, on, off
 extern const config::Var<int> inlineBytes;                      // ACCL_INLINE_BYTES
-extern const config::Var<std::chrono::milliseconds> stallWarn;  // ACCL_STALL_WARN (0: off)
 
 // Reads every knob: throws InvalidArgument for the first invalid one (so a
 // group fails before it connects, not halfway).

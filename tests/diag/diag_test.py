@@ -4,6 +4,8 @@
     diag_test.py BUILD_DIR stall shm|tcp     SIGSTOP one of 4 ranks mid-allreduce: the others warn naming it and
                                              the op within 5 s; accl-diag names it on the SIGUSR1 dumps and again
                                              on the dumps the timeout writes
+    diag_test.py BUILD_DIR stall_generic gloo  the same SIGSTOP on gloo: the watchdog's warning on 0, 1 and 3, their
+                                             dumps at that warning, and accl-diag names rank 2
     diag_test.py BUILD_DIR mismatch shm      rank 1 broadcasts while the others allgather: accl-diag names both ops
     diag_test.py BUILD_DIR timeline accl|gloo  ACCL_TIMELINE is valid trace-event JSON with one span per op, and
                                              ACCL_STATS counts every op, for a run with a known number of ops
@@ -166,7 +168,8 @@ def stall(tmp):
               f"no answer to SIGUSR1 from pid {pids[2]}" in r.stdout and job.poll() is None,
               "accl-diag --live: rank 2 holds up the op and did not answer SIGUSR1; the job still runs")
         waiting = "ranks 0-1,3" if PARAM != "tcp" else "rank"
-        check(any(l.startswith(waiting) and f" wait in {op}" in l for l in v), f"accl-diag: {waiting} wait in {op}")
+        check(any(l.startswith(waiting) and re.search(f" waits? in {op}", l) for l in v),
+              f"accl-diag: {waiting} wait in {op}")
         # The deadline passes: every waiting rank dumps with the failure.
         d = wait_for_dumps(tmp, [pids[r] for r in (0, 1, 3)], "an op failed", 20)
         check(all(d.get(pids[r], {}).get("reason", "").startswith("an op failed") for r in (0, 1, 3)),
@@ -189,6 +192,51 @@ def stall(tmp):
         log.seek(0)
         tail = log.read().splitlines()[-6:]
         print("job output, last lines:\n  " + "\n  ".join(t[:300] for t in tail))
+
+
+def stall_generic(tmp):
+    """The watchdog's stall warning and dump on a backend that cannot name the missing ranks (gloo)."""
+    env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT="20s", ACCL_DIAG_BACKEND=PARAM)
+    log = open(os.path.join(tmp, "job.log"), "w+")
+    job = subprocess.Popen([RUN, "-n", "4", DRIVER, "loop"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    pids = {}
+    try:
+        pids = rank_pids(job.pid, 4)
+        time.sleep(1.5)
+        os.kill(pids[2], signal.SIGSTOP)
+        stopped = time.time()
+        pat = re.compile(r"^\[(\d)\] .* WARN COLL: accl rank \d/4 " + PARAM +
+                         r": (allreduce #\d+) \(2 x float32\) has waited [\d.]+ s")
+        warned = {}
+        while time.time() < stopped + 8 and len(warned) < 3:
+            log.seek(0)
+            for line in log.read().splitlines():
+                m = pat.match(line)
+                if m and int(m.group(1)) not in warned:
+                    warned[int(m.group(1))] = (time.time() - stopped, m.group(2), line)
+            time.sleep(0.05)
+        for r, w in sorted(warned.items()):
+            print(f"rank {r} warned after {w[0]:.1f} s: {w[2][:300]}")
+        check(set(warned) == {0, 1, 3} and all(w[0] <= 5.0 for w in warned.values()),
+              "ranks 0, 1 and 3 warn within 5 s of the SIGSTOP, naming their op")
+        d = wait_for_dumps(tmp, [pids[r] for r in (0, 1, 3)], "stall: ", 10)
+        check(all(d.get(pids[r], {}).get("reason", "").startswith("stall: ") for r in (0, 1, 3)) and pids[2] not in d,
+              "each warning rank wrote its dump at the first warning; rank 2 none")
+        rc, out = run_diag(os.path.join(tmp, "traces"))
+        v = verdict(out)
+        check(rc == 0 and any(l.startswith("rank 2 ") and "wrote no dump" in l for l in v),
+              "accl-diag on the stall dumps names rank 2")
+        check(any(re.search(" waits? in allreduce #", l) for l in v), "accl-diag: the others wait in an allreduce")
+    finally:
+        if 2 in pids:
+            try:
+                os.kill(pids[2], signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            job.wait(40)
+        except subprocess.TimeoutExpired:
+            job.kill()
 
 
 def mismatch(tmp):
@@ -347,7 +395,7 @@ def files(tmp):
 
 
 def main():
-    scenarios = {"stall": stall, "mismatch": mismatch, "timeline": timeline, "slowlink": slowlink, "files": files}
+    scenarios = {"stall": stall, "stall_generic": stall_generic, "mismatch": mismatch, "timeline": timeline, "slowlink": slowlink, "files": files}
     if SCENARIO not in scenarios:
         raise SystemExit(f"unknown scenario {SCENARIO}; accepted: {', '.join(scenarios)}")
     tmp = tempfile.mkdtemp(prefix="accl-diag-test-")

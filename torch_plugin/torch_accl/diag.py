@@ -269,12 +269,14 @@ def stall(group):
                              f"ACCL_TRACE_DIR is elsewhere; the other ranks are in {what}")
         else:
             lines.append(f"rank {r}{host_text(group, r)} did not arrive at {what} in time{says}")
-    for ranks, verb, key in ((waiting, "wait in", "started_us"), (failed, "failed in", "finished_us")):
+    for ranks, verbs, key in ((waiting, ("waits in", "wait in"), "started_us"),
+                              (failed, ("failed in", "failed in"), "finished_us")):
         if ranks:
             t = min(group.ranks[r]["colls"][s].get(key) or group.ranks[r]["colls"][s].get("queued_us", 0)
                     for r in ranks)
-            lines.append(f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)} {verb} {what} "
-                         f"{'since' if verb == 'wait in' else 'from'} {when(t)}")
+            many = len(ranks) > 1
+            lines.append(f"rank{'s' if many else ''} {ranks_text(ranks)} {verbs[many]} {what} "
+                         f"{'since' if key == 'started_us' else 'from'} {when(t)}")
     if done:
         # Where they went on to (an op that needs the stuck ranks later, usually).
         now = {}
@@ -360,7 +362,8 @@ def rank_table(g):
         if cur and (cur.get("note") or cur.get("error")):
             note = (cur.get("note") or cur.get("error"))[:90]
         reason = d.get("reason", "?")
-        reason = "op failed" if reason.startswith("an op failed") else reason[:24]
+        reason = ("op failed" if reason.startswith("an op failed") else "stall" if reason.startswith("stall: ")
+                  else reason[:24])
         rows.append((str(r), g.host(r) or d.get("host", "?"), str(d.get("pid", "?")), reason,
                      f"{op_text(cur, False)} {number(cur)}" if cur else "-", cur["state"] if cur else "-",
                      when(cur.get("started_us") or cur.get("queued_us")) if cur else "-", note))

@@ -13,6 +13,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -81,7 +82,15 @@ class FlightRecorder {
   // (when ACCL_TRACE_BUFFER > 0).
   void finished(uint64_t id, const std::exception_ptr& error);
   // Op `id` has waited long for other ranks; `why` is the stall warning.
+  // The first warning of an op also writes the dump (ACCL_TRACE_BUFFER > 0).
   void waiting(uint64_t id, const std::string& why);
+  // The backend logs its own stall warnings for collectives (the accl
+  // backend's name the ranks); otherwise, and for point-to-point ops, the
+  // process's watchdog warns for this group's ops.
+  void setOwnStallWarnings() { ownStallWarnings_.store(true); }
+  // The watchdog's check (about every second): warns when this group's
+  // oldest unfinished op has waited ACCL_STALL_WARN, 2x, 4x, ... that long.
+  void checkStall(std::chrono::milliseconds warnAfter);
 
   // Set by the backend: a name for each rank's host, and where the per-peer
   // traffic comes from (called when a dump or the statistics are written;
@@ -167,6 +176,10 @@ class FlightRecorder {
   int timelineTid_ = -1;          // this group's row in the timeline; -1: ACCL_TIMELINE off
   bool dumps_ = false;            // ACCL_TRACE_BUFFER > 0: failures write the dump
   bool precise_ = false;          // statistics or timeline: every op timed with the precise clock
+  std::atomic<bool> ownStallWarnings_{false};
+  std::atomic<uint64_t> stallDumped_{0};  // the last op whose stall wrote the dump
+  uint64_t stallOp_ = 0;                  // the watchdog's: the op it warned for, and when next
+  int64_t stallNextNs_ = 0;
 };
 
 // Writes the flight recorders of every live group of this process to
