@@ -628,9 +628,13 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
 
 FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
   Copy c;
-  for (int attempt = 0; attempt < 100; ++attempt) {
+  bool whole = false;
+  for (int attempt = 0; attempt < 1000 && !whole; ++attempt) {
     uint64_t v1 = s.ver.load(std::memory_order_acquire);
-    if (v1 & 1) continue;  // being written
+    if (v1 & 1) {  // being written
+      if (attempt > 100) std::this_thread::yield();
+      continue;
+    }
     c.id = s.id.load(R);
     c.seq = s.seq.load(R);
     c.coll = s.coll.load(R);
@@ -647,7 +651,11 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
     c.startedNs = s.startedNs.load(R);
     c.finishedNs = s.finishedNs.load(R);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (s.ver.load(R) == v1) break;
+    whole = s.ver.load(R) == v1;
+  }
+  if (!whole) {
+    c.id = 0;  // never caught between two writes: the caller skips it
+    return c;
   }
   if (s.hasText.load(R)) {
     std::lock_guard<std::mutex> lk(textMu_);

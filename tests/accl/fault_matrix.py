@@ -71,6 +71,16 @@ def outcome(p, log, started, limit):
     return (m.group(1), secs, m.group(2)) if m else ("UNNAMED", secs, text[-300:])
 
 
+def wait_ready(logs, timeout=60):
+    """Until every rank's log has the driver's "ready" line (its group runs ops)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if all("ready:" in open(l.name).read() for l in logs):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def report(rank, res, limit, must=()):
     cls, secs, msg = res
     print(f"rank {rank}: {cls} after {secs:.1f} s: {msg[:400]}")
@@ -96,8 +106,7 @@ def sigkill(tmp):
     env = {"ACCL_TIMEOUT": "60s", "ACCL_TRANSPORTS": "tcp" if PARAM == "tcp" else "shm,tcp"}
     port = free_port()
     procs = [start_rank(r, 3, port, ["loop"], dict(env), tmp) for r in range(3)]
-    time.sleep(2)
-    check(all(p.poll() is None for p, _ in procs), "the job runs")
+    check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs), "the job runs")
     procs[1][0].send_signal(signal.SIGKILL)
     killed = time.time()
     procs[1][0].wait()
@@ -106,10 +115,16 @@ def sigkill(tmp):
 
 
 def store_killed(tmp):
-    env = {"ACCL_TIMEOUT": "60s"}
+    env = {"ACCL_TIMEOUT": "60s", "ACCL_DEBUG": "INFO", "ACCL_DEBUG_SUBSYS": "INIT"}
     port = free_port()
     procs = [start_rank(r, 4, port, ["count", "1"], dict(env), tmp) for r in range(3)]  # rank 3 never comes
-    time.sleep(2)  # ranks 1 and 2 are connected to rank 0's store, waiting for rank 3's keys
+    # Every rank is connected to rank 0's store (the rendezvous line is logged
+    # once it is), then waits for rank 3's keys.
+    end = time.time() + 60
+    while time.time() < end and not all("rendezvous: " in open(l.name).read() for _, l in procs):
+        time.sleep(0.05)
+    check(all("rendezvous: " in open(l.name).read() for _, l in procs), "ranks 0-2 are connected to the store")
+    time.sleep(0.5)
     procs[0][0].send_signal(signal.SIGKILL)
     procs[0][0].wait()
     killed = time.time()
@@ -143,8 +158,8 @@ def link_down(tmp):
         port = free_port()
         procs = [start_rank(r, 2, port, ["loop"], dict(env, MASTER_ADDR="10.76.0.1"), tmp, netns=(a if r == 0 else b))
                  for r in range(2)]
-        time.sleep(3)  # allreduces run across the link
-        check(all(p.poll() is None for p, _ in procs), "the job runs across the link")
+        check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs),
+              "the job runs across the link")
         subprocess.run(["ip", "-n", a, "link", "set", "wire", "down"])
         down = time.time()
         for r in (0, 1):

@@ -1,5 +1,6 @@
 // The programs the diagnosis tests run under accl-run (one per rank):
-//   diag_driver loop             8-byte allreduces, each waited for, until one fails (exit 1)
+//   diag_driver loop             8-byte allreduces, each waited for, until one fails (exit 1); prints
+//                                "ready: ..." once the first completed
 //   diag_driver count N          N x (allreduce of 256 floats, broadcast of 64 floats from 0), then a barrier
 //   diag_driver mismatch         an allreduce, then rank 1 broadcasts while the others allgather
 //   diag_driver exit N           allreduces; rank 1 calls exit(0) after N of them, without destroying its group
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
     auto pg = createProcessGroup(backend, rv.store, rv.rank, rv.size);
     if (mode == "loop") {
       float x[2] = {1, 2};
+      pg->allreduce(Buffer(x, 2, DataType::Float32))->wait();
+      std::printf("ready: running allreduces\n");  // the tests wait for this before they inject a fault
+      std::fflush(stdout);
       for (uint64_t i = 0;; ++i) pg->allreduce(Buffer(x, 2, DataType::Float32))->wait();
     } else if (mode == "count" && argc > 2) {
       int n = std::atoi(argv[2]);

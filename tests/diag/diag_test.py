@@ -73,6 +73,18 @@ def rank_pids(launcher_pid, n, timeout=30):
     raise SystemExit(f"the {n} ranks did not start within {timeout} s")
 
 
+def wait_ready(log, n, timeout=60):
+    """Until all n ranks print the driver's "ready" line (their group runs ops): a slow start (a loaded machine,
+    a sanitizer) must not put the fault into the rendezvous."""
+    end = time.time() + timeout
+    while time.time() < end:
+        log.seek(0)
+        if len({l[:3] for l in log.read().splitlines() if l[3:].strip().startswith("ready:")}) >= n:
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"the {n} ranks did not start running ops within {timeout} s")
+
+
 def dumps(tmp):
     out = {}
     for f in glob.glob(os.path.join(tmp, "traces", "accl-trace-*.json")):
@@ -123,7 +135,7 @@ def stall(tmp):
     job = subprocess.Popen([RUN, "-n", "4", DRIVER, "loop"], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         pids = rank_pids(job.pid, 4)
-        time.sleep(1.5)  # the loop runs
+        wait_ready(log, 4)
         os.kill(pids[2], signal.SIGSTOP)
         stopped = time.time()
         warned = {}
@@ -202,7 +214,7 @@ def stall_generic(tmp):
     pids = {}
     try:
         pids = rank_pids(job.pid, 4)
-        time.sleep(1.5)
+        wait_ready(log, 4)
         os.kill(pids[2], signal.SIGSTOP)
         stopped = time.time()
         pat = re.compile(r"^\[(\d)\] .* WARN COLL: accl rank \d/4 " + PARAM +

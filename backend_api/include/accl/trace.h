@@ -125,6 +125,9 @@ class FlightRecorder {
   // counter, odd while the slot is written, lets readers copy it without a
   // lock (a seqlock). The fields are relaxed atomics: plain moves, no locked
   // instructions on the op's path. Texts (error, stall note) live in texts_.
+  // Only when more ops are in flight than the ring holds can an old op's
+  // phase and a new op's begin write one slot at once: that entry may then
+  // mix the two ops (every field stays valid; no memory is at risk).
   struct Slot {
     std::atomic<uint64_t> ver{0};
     std::atomic<uint64_t> id{0};
