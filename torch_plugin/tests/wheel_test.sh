@@ -51,4 +51,5 @@ cd / || exit 1
 loc=$("$work/venv/bin/python" -c "import torch_accl, os; print(os.path.dirname(torch_accl.__file__))")
 case $loc in "$work/venv/"*) ;; *) fail "torch_accl imported from $loc, not from the venv" ;; esac
 "$work/venv/bin/accl-info" | grep -q "accl" || fail "accl-info (console script) did not run"
+"$work/venv/bin/accl-diag" --help | grep -q "flight recorder" || fail "accl-diag (console script) did not run"
 echo "wheel_test: torch $short wheel installed into a fresh venv and checked"
