@@ -20,20 +20,15 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from scenario_main import check, run  # noqa: E402
 
 BUILD, SCENARIO = sys.argv[1], sys.argv[2]
 PARAM = sys.argv[3] if len(sys.argv) > 3 else ""
 BIN = os.path.join(BUILD, "bin")
 RUN, DRIVER = os.path.join(BIN, "accl-run"), os.path.join(BIN, "accl_diag_driver")
-failures = []
-
-
-def check(cond, what):
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def free_port():
@@ -169,17 +164,8 @@ def link_down(tmp):
 
 
 def main():
-    scenarios = {"exit_without_destroy": exit_without_destroy, "sigkill": sigkill, "store_killed": store_killed,
-                 "link_down": link_down}
-    if SCENARIO not in scenarios:
-        raise SystemExit(f"unknown scenario {SCENARIO}; accepted: {', '.join(scenarios)}")
-    tmp = tempfile.mkdtemp(prefix="accl-fault-")
-    try:
-        scenarios[SCENARIO](tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("all checks passed" if not failures else f"{len(failures)} check(s) failed")
-    return 1 if failures else 0
+    return run({"exit_without_destroy": exit_without_destroy, "sigkill": sigkill, "store_killed": store_killed,
+                "link_down": link_down}, SCENARIO, "accl-fault-")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from scenario_main import check, run  # noqa: E402
 
 BUILD = sys.argv[1]
 SCENARIO = sys.argv[2]
@@ -34,14 +36,6 @@ RUN = os.path.join(BIN, "accl-run")
 DRIVER = os.path.join(BIN, "accl_diag_driver")
 DIAG = os.path.join(BIN, "accl-diag")
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def env_for(tmp, **extra):
@@ -83,6 +77,48 @@ def wait_ready(log, n, timeout=60):
             return
         time.sleep(0.05)
     raise SystemExit(f"the {n} ranks did not start running ops within {timeout} s")
+
+
+def stop_job(job, stopped_pid):
+    """SIGKILL of the stopped rank (a SIGSTOPped process ignores everything else); accl-run then ends the job."""
+    if stopped_pid:
+        try:
+            os.kill(stopped_pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        job.wait(40)
+    except subprocess.TimeoutExpired:
+        job.kill()
+
+
+class StoppedRank2:
+    """A 4-rank allreduce loop under accl-run with `env`; rank 2 is SIGSTOPped once every rank runs ops. On
+    leaving, the stopped rank is killed, the job ends, and its last output lines are printed."""
+
+    def __init__(self, tmp, env):
+        self.log = open(os.path.join(tmp, "job.log"), "w+")
+        self.job = subprocess.Popen([RUN, "-n", "4", DRIVER, "loop"], env=env, stdout=self.log,
+                                    stderr=subprocess.STDOUT)
+        self.pids = {}
+
+    def __enter__(self):
+        try:
+            self.pids = rank_pids(self.job.pid, 4)
+            wait_ready(self.log, 4)
+            os.kill(self.pids[2], signal.SIGSTOP)
+            self.stopped = time.time()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        stop_job(self.job, self.pids.get(2))
+        self.log.seek(0)
+        tail = self.log.read().splitlines()[-6:]
+        print("job output, last lines:\n  " + "\n  ".join(t[:300] for t in tail))
+        return False
 
 
 def dumps(tmp):
@@ -131,13 +167,8 @@ def verdict(text):
 def stall(tmp):
     transports = "tcp" if PARAM == "tcp" else "shm,tcp"
     env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT="12s", ACCL_TRANSPORTS=transports)
-    log = open(os.path.join(tmp, "job.log"), "w+")
-    job = subprocess.Popen([RUN, "-n", "4", DRIVER, "loop"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        pids = rank_pids(job.pid, 4)
-        wait_ready(log, 4)
-        os.kill(pids[2], signal.SIGSTOP)
-        stopped = time.time()
+    with StoppedRank2(tmp, env) as j:
+        log, job, pids, stopped = j.log, j.job, j.pids, j.stopped
         warned = {}
         # Over tcp the partners of rank 2 in the op's first steps may finish
         # it and wait in the next one: they name rank 2 (and the rank still in
@@ -192,31 +223,13 @@ def stall(tmp):
               f"accl-diag on the timeout dumps: rank 2 did not arrive at {op} (no answer)")
         check(any(l.startswith("first failure: rank ") and op in l and "timed out" in l for l in v),
               "accl-diag names the first failure, a timeout")
-    finally:
-        try:
-            os.kill(pids[2], signal.SIGKILL)
-        except Exception:
-            pass
-        try:
-            job.wait(30)
-        except subprocess.TimeoutExpired:
-            job.kill()
-        log.seek(0)
-        tail = log.read().splitlines()[-6:]
-        print("job output, last lines:\n  " + "\n  ".join(t[:300] for t in tail))
 
 
 def stall_generic(tmp):
     """The watchdog's stall warning and dump on a backend that cannot name the missing ranks (gloo)."""
     env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT="20s", ACCL_DIAG_BACKEND=PARAM)
-    log = open(os.path.join(tmp, "job.log"), "w+")
-    job = subprocess.Popen([RUN, "-n", "4", DRIVER, "loop"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    pids = {}
-    try:
-        pids = rank_pids(job.pid, 4)
-        wait_ready(log, 4)
-        os.kill(pids[2], signal.SIGSTOP)
-        stopped = time.time()
+    with StoppedRank2(tmp, env) as j:
+        log, job, pids, stopped = j.log, j.job, j.pids, j.stopped
         pat = re.compile(r"^\[(\d)\] .* WARN COLL: accl rank \d/4 " + PARAM +
                          r": (allreduce #\d+) \(2 x float32\) has waited [\d.]+ s")
         warned = {}
@@ -239,16 +252,6 @@ def stall_generic(tmp):
         check(rc == 0 and any(l.startswith("rank 2 ") and "wrote no dump" in l for l in v),
               "accl-diag on the stall dumps names rank 2")
         check(any(re.search(" waits? in allreduce #", l) for l in v), "accl-diag: the others wait in an allreduce")
-    finally:
-        if 2 in pids:
-            try:
-                os.kill(pids[2], signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            job.wait(40)
-        except subprocess.TimeoutExpired:
-            job.kill()
 
 
 def mismatch(tmp):
@@ -409,19 +412,8 @@ def files(tmp):
 
 
 def main():
-    scenarios = {"stall": stall, "stall_generic": stall_generic, "mismatch": mismatch, "timeline": timeline, "slowlink": slowlink, "files": files}
-    if SCENARIO not in scenarios:
-        raise SystemExit(f"unknown scenario {SCENARIO}; accepted: {', '.join(scenarios)}")
-    tmp = tempfile.mkdtemp(prefix="accl-diag-test-")
-    try:
-        scenarios[SCENARIO](tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return run({"stall": stall, "stall_generic": stall_generic, "mismatch": mismatch, "timeline": timeline,
+                "slowlink": slowlink, "files": files}, SCENARIO, "accl-diag-test-")
 
 
 if __name__ == "__main__":
