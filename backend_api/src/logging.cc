@@ -11,6 +11,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "accl/internal/process_info.h"
+
 namespace accl {
 
 namespace {
@@ -27,12 +29,6 @@ const char* levelName(LogLevel l) {
   }
 }
 
-std::string hostName() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
 FILE* sink() {
   static FILE* f = [] {
     std::string path;
@@ -41,18 +37,7 @@ FILE* sink() {
     } catch (...) {
     }
     if (path.empty()) return stderr;
-    std::string out;
-    for (size_t i = 0; i < path.size(); ++i) {
-      if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'h') {
-        out += hostName();
-        ++i;
-      } else if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
-        out += std::to_string(getpid());
-        ++i;
-      } else {
-        out += path[i];
-      }
-    }
+    std::string out = internal::expandPathPattern(path, -1, nullptr);
     FILE* file = std::fopen(out.c_str(), "a");
     return file ? file : stderr;
   }();
@@ -74,7 +59,7 @@ bool logEnabled(LogLevel level, const char* subsys) {
 }
 
 std::string logPrefix() {
-  static const std::string host = hostName();
+  static const std::string host = internal::hostName();
   // Wall-clock time in UTC with milliseconds: lines of every host sort together.
   auto now = std::chrono::system_clock::now();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();

@@ -26,6 +26,8 @@
 #include "accl/config.h"
 #include "accl/errors.h"
 #include "accl/logging.h"
+#include "accl/internal/bus_factor.h"
+#include "accl/internal/process_info.h"
 #include "accl/internal/trace_registry.h"
 
 namespace accl {
@@ -50,12 +52,6 @@ struct Registry {
 Registry& registry() {
   static Registry* r = new Registry;  // never destroyed: dumps may run during exit
   return *r;
-}
-
-std::string hostName() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
 }
 
 // SIGUSR1 → a byte on this pipe → the dump thread writes the dump (a signal
@@ -91,27 +87,11 @@ nlohmann::ordered_json entryJson(const TraceEntry& e) {
   return j;
 }
 
-// "accl rank 3" style names use the rank; a file pattern gets %r, %h, %p.
+// ACCL_TIMELINE's file: %r, %h, %p replaced; without %r or %p, ".<rank>"
+// goes before the extension, so that the processes of a host differ.
 std::string expandPattern(const std::string& pattern, int rank) {
-  std::string out;
   bool perProcess = false;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    char n = i + 1 < pattern.size() ? pattern[i + 1] : 0;
-    if (pattern[i] == '%' && n == 'r') {
-      out += std::to_string(rank);
-      perProcess = true;
-      ++i;
-    } else if (pattern[i] == '%' && n == 'p') {
-      out += std::to_string(getpid());
-      perProcess = true;
-      ++i;
-    } else if (pattern[i] == '%' && n == 'h') {
-      out += hostName();
-      ++i;
-    } else {
-      out += pattern[i];
-    }
-  }
+  std::string out = internal::expandPathPattern(pattern, rank, &perProcess);
   if (!perProcess) {
     size_t slash = out.rfind('/');
     size_t dot = out.rfind('.');
@@ -182,7 +162,7 @@ class Timeline {
   Timeline(FILE* f, int rank, std::string path) : f_(f), rank_(rank), path_(std::move(path)) {
     std::setvbuf(f_, nullptr, _IOFBF, 1 << 20);
     nlohmann::ordered_json p = {{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 0},
-                                {"args", {{"name", "rank " + std::to_string(rank_) + " (" + hostName() + ", pid " +
+                                {"args", {{"name", "rank " + std::to_string(rank_) + " (" + internal::hostName() + ", pid " +
                                                        std::to_string(getpid()) + ")"}}}};
     std::fputs("[\n", f_);
     std::fputs(p.dump().c_str(), f_);
@@ -200,25 +180,6 @@ class Timeline {
   std::string path_;
   int nextTid_ = 1;
 };
-
-// Bus bandwidth factor of an op on n ranks (as nccl-tests computes it): the
-// share of the op's bytes that crosses each rank's link.
-double busFactor(OpType op, int n) {
-  if (n <= 1) return 0;
-  switch (op) {
-    case OpType::Allreduce: return 2.0 * (n - 1) / n;
-    case OpType::Allgather:
-    case OpType::Allgatherv:
-    case OpType::ReduceScatter:
-    case OpType::ReduceScatterv:
-    case OpType::Alltoall:
-    case OpType::Alltoallv:
-    case OpType::Gather:
-    case OpType::Scatter: return double(n - 1) / n;
-    case OpType::Barrier: return 0;
-    default: return 1;
-  }
-}
 
 std::string sizeText(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -293,8 +254,8 @@ size_t FlightRecorder::wantedCapacity() {
 }
 
 FlightRecorder::FlightRecorder(size_t capacity, std::string group, std::string backend, int rank, int size)
-    // A power of two: the slot of an op is its id masked, not divided (a
-    // division costs more than the rest of recording an op).
+    // A power of two: an op's slot is its id masked (no integer division on
+    // the op's path).
     : capacity_(size_t(1) << (64 - __builtin_clzll(std::max<uint64_t>(capacity, 2) - 1))),
       ring_(new Slot[capacity_]),
       group_(std::move(group)),
@@ -463,7 +424,7 @@ std::string FlightRecorder::statsTable() const {
     int b = kv.first.second;
     std::string range = b < 0 ? "0 B" : sizeText(double(1ull << b)) + " - " + sizeText(double(2ull << b));
     double bytesPerOp = double(c.bytes) / double(c.count);
-    double busbw = mean > 0 ? bytesPerOp / (mean * 1e3) * busFactor(static_cast<OpType>(kv.first.first), size_) : 0;
+    double busbw = mean > 0 ? bytesPerOp / (mean * 1e3) * internal::busFactor(static_cast<OpType>(kv.first.first), size_) : 0;
     snprintf(line, sizeof(line), "  %-16s %-18s %10llu %12s %10.2f %10.2f %10.2f %11.3f\n",
              toString(static_cast<OpType>(kv.first.first)), range.c_str(), static_cast<unsigned long long>(c.count),
              sizeText(double(c.bytes)).c_str(), mean, pct(0.5), pct(0.99), busbw);
@@ -544,10 +505,6 @@ uint64_t FlightRecorder::begin(OpType op, DataType dtype, uint64_t count, int ro
     texts_.erase(s.id.load(R));
     s.hasText.store(false, R);
   }
-  // The next op's slot, into the cache now rather than on that op's path.
-  Slot* next = &slotOf(id + 1);
-  __builtin_prefetch(next, 1);
-  __builtin_prefetch(reinterpret_cast<char*>(next) + 64, 1);
   WriteScope<Slot> w(s);
   s.id.store(id, R);
   s.seq.store(-1, R);
@@ -792,7 +749,7 @@ std::string dumpTraces(const std::string& reason) {
   } catch (const Error&) {
     return "";
   }
-  static const std::string host = hostName();
+  static const std::string host = internal::hostName();
   nlohmann::ordered_json j = {{"format", "accl-trace/1"},
                               {"host", host},
                               {"pid", static_cast<long>(getpid())},

@@ -133,7 +133,8 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.ib.zcopyBytes = static_cast<size_t>(settings::ibZcopyBytes.get());
   to.ib.regCacheBytes = static_cast<size_t>(settings::ibRegCacheMb.get()) << 20;
   to.stallWarn = cfg.stallWarn;
-  to.hosts = hostLabels(ids);
+  std::vector<std::string> hosts = hostLabels(ids);
+  to.hosts = hosts;
   to.onStall = [this](const std::string& msg) {
     if (runningTrace_ && recorder()) recorder()->waiting(runningTrace_, msg);
   };
@@ -175,22 +176,9 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   transportName_ = transportName(host_->size() > 1, ib, tcp);
   if (FlightRecorder* rec = recorder()) {
     rec->setOwnStallWarnings();  // the transport's name the ranks
-    rec->setHosts(hostLabels(ids));
+    rec->setHosts(std::move(hosts));
     core::net::NetTransport* t = net_.get();
-    rec->setTrafficSource([t] {
-      std::vector<PeerTraffic> out;
-      auto v = t->traffic();
-      for (size_t p = 0; p < v.size(); ++p) {
-        PeerTraffic x;
-        x.rank = static_cast<int>(p);
-        x.bytesSent = v[p].bytesSent;
-        x.bytesReceived = v[p].bytesReceived;
-        x.receiveBusyUs = v[p].receiveBusyNs / 1000;
-        x.idleMs = v[p].idleNs < 0 ? -1 : v[p].idleNs / 1000000;
-        out.push_back(x);
-      }
-      return out;
-    });
+    rec->setTrafficSource([t] { return t->traffic(); });
   }
   logSetup();
 }

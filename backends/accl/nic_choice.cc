@@ -10,18 +10,18 @@
 #include "accl/config.h"
 #include "accl/errors.h"
 #include "accl/internal/net.h"
+#include "accl/internal/process_info.h"
 #include "accl/internal/strings.h"
 #include "accl/logging.h"
 
 namespace accl {
 
 std::string defaultHostId() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
+  std::string host = internal::hostName();
   std::string boot = internal::readFirstLine("/proc/sys/kernel/random/boot_id");
   struct stat st{};
   std::string ns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
-  return std::string(host) + "/" + boot + "/netns:" + ns;
+  return host + "/" + boot + "/netns:" + ns;
 }
 
 std::shared_ptr<const topo::Topology> hostTopology(bool dumpHere) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "accl/registry.h"
+#include "accl/internal/bus_factor.h"
 #include "accl/internal/half.h"
 
 #ifdef ACCL_PERF_CUDA
@@ -224,7 +225,7 @@ struct OpSpec {
   enum Shape { Same, Gathered, Scattered, Exchanged } shape;  // how counts follow from the size
   enum InPlaceInput { AtStart, AtRankSlot } inPlaceInput;     // where an in-place input sits
   bool rooted, reduces, inPlaceForm;                          // takes -r, takes -o, has an in-place form
-  double (*busFactor)(int n);                                 // busbw = algbw x this
+  OpType type;                                                // its busbw factor (internal::busFactor)
   std::shared_ptr<Work> (*issue)(Bench& b, Buffer in, Buffer out, size_t ic, size_t oc, bool inPlace);
   // Fills `want` with this rank's result; may point `got` at the input and
   // move `gotOffset`. False: nothing to check on this rank.
@@ -232,12 +233,9 @@ struct OpSpec {
                  size_t* gotOffset);
 };
 
-double allreduceBus(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0; }
-double gatherBus(int n) { return n > 1 ? double(n - 1) / n : 0; }
-double oneBus(int) { return 1; }
 
 const OpSpec kOps[] = {
-    {"allreduce", OpSpec::Same, OpSpec::AtStart, false, true, true, allreduceBus,
+    {"allreduce", OpSpec::Same, OpSpec::AtStart, false, true, true, OpType::Allreduce,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
        AllreduceOptions o;
        o.op = b.a.redop;
@@ -247,7 +245,7 @@ const OpSpec kOps[] = {
        for (size_t i = 0; i < oc; ++i) b.put(want, i, b.reduced(i));
        return true;
      }},
-    {"allgather", OpSpec::Gathered, OpSpec::AtRankSlot, false, false, true, gatherBus,
+    {"allgather", OpSpec::Gathered, OpSpec::AtRankSlot, false, false, true, OpType::Allgather,
      [](Bench& b, Buffer in, Buffer out, size_t ic, size_t, bool inPlace) {
        return b.pg.allgather(inPlace ? out.slice(static_cast<size_t>(b.me) * ic, ic) : in, out);
      },
@@ -255,7 +253,7 @@ const OpSpec kOps[] = {
        b.putEveryInput(want, ic);
        return true;
      }},
-    {"reduce_scatter", OpSpec::Scattered, OpSpec::AtStart, false, true, true, gatherBus,
+    {"reduce_scatter", OpSpec::Scattered, OpSpec::AtStart, false, true, true, OpType::ReduceScatter,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t oc, bool inPlace) {
        ReduceScatterOptions o;
        o.op = b.a.redop;
@@ -266,7 +264,7 @@ const OpSpec kOps[] = {
        if (inPlace) *gotOffset = static_cast<size_t>(b.me) * oc;
        return true;
      }},
-    {"broadcast", OpSpec::Same, OpSpec::AtStart, true, false, false, oneBus,
+    {"broadcast", OpSpec::Same, OpSpec::AtStart, true, false, false, OpType::Broadcast,
      [](Bench& b, Buffer in, Buffer, size_t, size_t, bool) {
        BroadcastOptions o;
        o.root = b.a.root;
@@ -277,7 +275,7 @@ const OpSpec kOps[] = {
        *got = b.in.data();
        return true;
      }},
-    {"reduce", OpSpec::Same, OpSpec::AtStart, true, true, false, oneBus,
+    {"reduce", OpSpec::Same, OpSpec::AtStart, true, true, false, OpType::Reduce,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
        ReduceOptions o;
        o.op = b.a.redop;
@@ -289,7 +287,7 @@ const OpSpec kOps[] = {
        for (size_t i = 0; i < oc; ++i) b.put(want, i, b.reduced(i));
        return true;
      }},
-    {"alltoall", OpSpec::Exchanged, OpSpec::AtStart, false, false, true, gatherBus,
+    {"alltoall", OpSpec::Exchanged, OpSpec::AtStart, false, false, true, OpType::Alltoall,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) { return b.pg.alltoall(in, out); },
      [](const Bench& b, size_t, size_t oc, bool, std::vector<char>& want, const char**, size_t*) {
        size_t c = oc / b.n;
@@ -297,7 +295,7 @@ const OpSpec kOps[] = {
          for (size_t i = 0; i < c; ++i) b.put(want, r * c + i, inputValue(r, static_cast<size_t>(b.me) * c + i, b.a.redop));
        return true;
      }},
-    {"gather", OpSpec::Gathered, OpSpec::AtStart, true, false, false, gatherBus,
+    {"gather", OpSpec::Gathered, OpSpec::AtStart, true, false, false, OpType::Gather,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
        GatherOptions o;
        o.root = b.a.root;
@@ -308,7 +306,7 @@ const OpSpec kOps[] = {
        b.putEveryInput(want, ic);
        return true;
      }},
-    {"scatter", OpSpec::Scattered, OpSpec::AtStart, true, false, false, gatherBus,
+    {"scatter", OpSpec::Scattered, OpSpec::AtStart, true, false, false, OpType::Scatter,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
        ScatterOptions o;
        o.root = b.a.root;
@@ -322,7 +320,7 @@ const OpSpec kOps[] = {
     // A ring exchange with both neighbours. Even ranks send first, odd ranks
     // receive first: with NCCL a send completes only once the peer has posted
     // its receive.
-    {"sendrecv", OpSpec::Same, OpSpec::AtStart, false, false, false, oneBus,
+    {"sendrecv", OpSpec::Same, OpSpec::AtStart, false, false, false, OpType::Send,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
        int next = (b.me + 1) % b.n, prev = (b.me + b.n - 1) % b.n;
        if (b.me % 2 == 0) {
@@ -492,7 +490,7 @@ int main(int argc, char** argv) {
         t[ip] = b.combine(b.time(ic, oc, ip));
         totalWrong += wrong[ip];
       }
-      double f = spec->busFactor(n);
+      double f = internal::busFactor(spec->type, n);
       if (me == 0) {
         std::printf("%12zu %12zu %8s %6s %6d", shown, std::max(ic, oc), toString(a.dtype), redop ? toString(a.redop) : "none", root ? a.root : -1);
         nlohmann::ordered_json row = {{"size", shown}, {"count", std::max(ic, oc)}};

@@ -231,24 +231,27 @@ void NetTransport::onPeerFailed(FrameLink* link, int peer, const std::string& wh
 void NetTransport::noteArriving(int peer, size_t len) {
   auto now = Clock::now();
   lastHeard_[peer] = now;
-  traffic_[peer].bytesReceived += len;
+  traffic_[peer].received += len;
   if (receiving_[peer]++ == 0) busySince_[peer] = now;
 }
 
 void NetTransport::noteLanded(int peer) {
   if (receiving_[peer] > 0 && --receiving_[peer] == 0)
-    traffic_[peer].receiveBusyNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - busySince_[peer]).count();
+    traffic_[peer].busyNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - busySince_[peer]).count();
 }
 
-std::vector<NetTransport::PeerTraffic> NetTransport::traffic() const {
+std::vector<PeerTraffic> NetTransport::traffic() const {
   std::lock_guard<std::mutex> lk(mu_);
   auto now = Clock::now();
-  std::vector<PeerTraffic> out = traffic_;
+  auto ns = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+  std::vector<PeerTraffic> out(o_.size);
   for (int p = 0; p < o_.size; ++p) {
-    if (lastHeard_[p] != Clock::time_point{})
-      out[p].idleNs = std::chrono::duration_cast<std::chrono::nanoseconds>(now - lastHeard_[p]).count();
-    if (receiving_[p] > 0)
-      out[p].receiveBusyNs += std::chrono::duration_cast<std::chrono::nanoseconds>(now - busySince_[p]).count();
+    int64_t busy = traffic_[p].busyNs + (receiving_[p] > 0 ? ns(now - busySince_[p]) : 0);
+    out[p].rank = p;
+    out[p].bytesSent = traffic_[p].sent;
+    out[p].bytesReceived = traffic_[p].received;
+    out[p].receiveBusyUs = busy / 1000;
+    out[p].idleMs = lastHeard_[p] == Clock::time_point{} ? -1 : ns(now - lastHeard_[p]) / 1000000;
   }
   return out;
 }

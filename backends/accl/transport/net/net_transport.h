@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "accl/store.h"
+#include "accl/trace.h"
 #include "accl/work.h"
 #include "transport/net/arrivals.h"
 #include "transport/net/event_loop.h"
@@ -61,16 +62,6 @@ class NetTransport : public Transport, private FrameSink {
     std::vector<std::string> hosts;
   };
 
-  // What this rank has received from one peer, for statistics: payload bytes
-  // of data frames, and the time during which at least one of them was
-  // arriving (bytes / busy time is the rate the link delivered at while it
-  // carried data; a frame that lands at once, as over verbs, adds no time).
-  struct PeerTraffic {
-    uint64_t bytesSent = 0;
-    uint64_t bytesReceived = 0;
-    int64_t receiveBusyNs = 0;
-    int64_t idleNs = -1;  // since the last data frame from the peer; -1: none yet
-  };
   explicit NetTransport(Options o);
   ~NetTransport() override;
 
@@ -80,7 +71,8 @@ class NetTransport : public Transport, private FrameSink {
   // Marks the start / end of an op: its descriptor goes into every data frame,
   // peers asking whether this rank arrived get its sequence number, and the
   // deadline bounds every wait. endOp with an error tells all peers (abort frame).
-  // `timeout` is what `deadline` was computed from (named in timeout errors).
+  // `deadline` is when the op began plus `timeout` (named in timeout errors;
+  // the stall warnings count from deadline - timeout).
   void beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout);
   void endOp(const std::string& error = "");
 
@@ -109,7 +101,11 @@ class NetTransport : public Transport, private FrameSink {
   bool stallDue() const { return Clock::now().time_since_epoch().count() >= nextStallNs_.load(std::memory_order_relaxed); }
   void warnStall(const std::string& waitingFor);
 
-  // Per peer (index = rank), since the transport was made.
+  // What this rank exchanged with each peer (index = rank) since the
+  // transport was made: payload bytes of data frames, and the time during
+  // which at least one frame from the peer was arriving (bytes / that time is
+  // the rate the link delivered at while it carried data; a frame that lands
+  // at once, as over verbs, adds no time).
   std::vector<PeerTraffic> traffic() const;
 
   const std::string& interfaceName() const;
@@ -177,9 +173,14 @@ class NetTransport : public Transport, private FrameSink {
   Arrivals arrivals_;
   std::vector<Tagged> tagged_;           // user sends/recvs not yet completed
   std::vector<std::string> peerFailed_;  // per peer: why it failed ("" = fine)
-  // Statistics per peer (mu_ held): see PeerTraffic; receiving_ counts the
-  // data frames from the peer whose header arrived and payload did not yet.
-  std::vector<PeerTraffic> traffic_;
+  // Statistics per peer (mu_ held): bytes sent and received, receive busy
+  // time; receiving_ counts the data frames from the peer whose header
+  // arrived and payload did not yet.
+  struct Counters {
+    uint64_t sent = 0, received = 0;
+    int64_t busyNs = 0;
+  };
+  std::vector<Counters> traffic_;
   std::vector<int> receiving_;
   std::vector<Clock::time_point> busySince_, lastHeard_;
   // Steady-clock ns at which the current op is due for a stall warning.

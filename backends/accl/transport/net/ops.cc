@@ -27,7 +27,7 @@ void NetTransport::beginOp(const OpDesc& d, Clock::time_point deadline, std::chr
   std::lock_guard<std::mutex> lk(mu_);
   session_.begin(d, deadline, timeout);
   if (o_.stallWarn.count() > 0) {
-    opBegan_ = Clock::now();
+    opBegan_ = deadline - timeout;  // the caller read the clock for the deadline: no second read per op
     nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
   }
   // Messages of this op that arrived early tell whether the peers run the
@@ -72,7 +72,7 @@ void NetTransport::send(int peer, uint32_t step, const void* buf, size_t len) {
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
     return;
   }
-  traffic_[peer].bytesSent += len;
+  traffic_[peer].sent += len;
   dataLink(peer).send(peer, FrameType::Data, r->key, session_.current(), static_cast<const char*>(buf), len, r,
                       FrameLink::Route::Spread);
 }
@@ -219,7 +219,7 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
   if (peer >= 0 && !peerFailed_[peer].empty()) {
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
   } else if (isSend) {
-    traffic_[peer].bytesSent += len;
+    traffic_[peer].sent += len;
     OpDesc d{};
     d.op = static_cast<uint16_t>(OpType::Send);
     dataLink(peer).send(peer, FrameType::Tagged, r->key, d, static_cast<const char*>(buf), len, r,
