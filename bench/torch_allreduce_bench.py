@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """torch.distributed all_reduce (float32 sum) with backend="accl" against torch's
-own gloo and against the same ACCL group called directly (the C++ level, what
-accl-perf measures: no torch Work, future or dispatcher), in the same processes
-on the same tensors. For each size the three paths run in rounds of one block each
-(~--block-ms of calls), in a rotating order, so that a change in the machine's load
-falls on all three alike; a path's time is the median of its blocks, and accl/C++ is
-the median of the per-round ratios (the spread of those ratios is printed beside it).
+own gloo and against the same ACCL group called directly from C++ (the C++ level:
+a blocking SDK call on the calling thread, no torch Work, future or dispatcher), in
+the same processes on the same tensors. For each size the three paths run in rounds
+of one block each (~--block-ms of calls). Every block starts after a barrier, so that
+no rank's lag from the block before falls into it; accl and C++ take turns at
+running first, and gloo runs last in every round, so that neither of the two is
+timed more often right after gloo. A path's time is the median of its blocks
+(the slowest rank's time of each block), and accl/C++ is the median of the
+per-round ratios (their spread is printed beside it).
 One process per rank with the torchrun environment (accl-run and torchrun set it):
 
     accl-run -n 2 /usr/bin/python3 bench/torch_allreduce_bench.py --min 8 --max 128M
@@ -50,7 +53,7 @@ def main():
     def run(t, name, iters):
         if name == "cxx":
             for _ in range(iters):
-                sdk._sdk_all_reduce(t)
+                sdk._sdk_all_reduce(t, True)
         else:
             grp = gloo if name == "gloo" else None
             for _ in range(iters):
@@ -58,6 +61,7 @@ def main():
 
     def block(t, name, iters):
         """Seconds per call over `iters` calls, as this rank saw them."""
+        dist.barrier()
         t0 = time.perf_counter()
         run(t, name, iters)
         return (time.perf_counter() - t0) / iters
@@ -65,8 +69,8 @@ def main():
     names = ("gloo", "accl", "cxx")
     if rank == 0:
         print(f"# torch all_reduce float32 sum, {n} ranks, torch {torch.__version__}; median of "
-              f"interleaved blocks (~{a.block_ms:g} ms each, >= {a.rounds} rounds); "
-              f"vs_cxx = median of paired block ratios [min, max]")
+              f"interleaved blocks (~{a.block_ms:g} ms each, each after a barrier, >= {a.rounds} rounds); "
+              f"C++ = the blocking SDK call; vs_cxx = median of paired block ratios [min, max]")
         print(f"# {'bytes':>10} {'gloo_us':>10} {'accl_us':>10} {'cxx_us':>10} {'t_ratio':>8} {'gloo_busbw':>11} "
               f"{'accl_busbw':>11} {'cxx_busbw':>10} {'bw_ratio':>8} {'vs_cxx':>7} {'vs_cxx_range':>13} {'wrong':>5}")
     b = a.min
@@ -82,14 +86,15 @@ def main():
             probe = torch.tensor([block(t, name, 3)], dtype=torch.float64)
             dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=gloo)
             iters[name] = max(1, min(5000, int(a.block_ms * 1e-3 / max(probe.item(), 1e-7))))
-        # Rounds: each runs one block of every path, in a rotating order, so that drift
-        # in the machine's load falls on all paths alike. Each rank keeps its own block
-        # times; the slowest rank's time of each block is the block's time.
+        # Rounds: each runs one block of every path, so that drift in the machine's
+        # load falls on all paths alike: accl and C++ in turn first, gloo last. Each
+        # rank keeps its own block times; the slowest rank's time of each block is
+        # the block's time.
         samples = {k: [] for k in names}
         t_end = time.perf_counter() + a.time_budget
         r = 0
         while True:
-            order = names[r % 3:] + names[:r % 3]
+            order = ("accl", "cxx", "gloo") if r % 2 == 0 else ("cxx", "accl", "gloo")
             for name in order:
                 samples[name].append(block(t, name, iters[name]))
             r += 1

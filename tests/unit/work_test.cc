@@ -124,6 +124,88 @@ TEST(OpQueue, AWaiterRunsTheNextOpItselfWithoutBreakingOrder) {
   EXPECT_GT(onWaiter.load(), 0) << "no op ever ran on the waiting thread";
 }
 
+// workerDelay: the worker leaves a queued op alone until it is due, so an op
+// waited on at once always runs on the waiting thread (with a delay far longer
+// than the test, it cannot be otherwise); an op nobody waits on still runs,
+// on the worker, once it is due and not before; ops keep their order.
+TEST(OpQueue, WithAWorkerDelayAnOpWaitedAtOnceRunsOnTheWaiter) {
+  internal::OpQueue q("test", /*waiterRuns=*/true, std::chrono::seconds(60));
+  auto me = std::this_thread::get_id();
+  int onWaiter = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 500; ++i) {
+    auto w = q.enqueue("op", [&] {
+      if (std::this_thread::get_id() == me) ++onWaiter;
+      return -1;
+    });
+    w->wait();
+  }
+  EXPECT_EQ(onWaiter, 500);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+TEST(OpQueue, WithAWorkerDelayAnOpNobodyWaitsOnStartsWhenDueInOrder) {
+  const auto delay = std::chrono::milliseconds(30);
+  internal::OpQueue q("test", /*waiterRuns=*/true, delay);
+  auto me = std::this_thread::get_id();
+  std::mutex m;
+  std::vector<int> order;
+  std::vector<std::chrono::steady_clock::time_point> startedAt;
+  std::atomic<int> onCaller{0};
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 0; i < 20; ++i)
+    works.push_back(q.enqueue("op", [&, i] {
+      std::lock_guard<std::mutex> lk(m);
+      if (std::this_thread::get_id() == me) ++onCaller;
+      order.push_back(i);
+      startedAt.push_back(std::chrono::steady_clock::now());
+      return -1;
+    }));
+  // Nobody waits: poll until the worker has run them all.
+  auto limit = t0 + std::chrono::seconds(20);
+  while (!works.back()->isCompleted() && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(works.back()->isCompleted()) << "queued ops nobody waited on never ran";
+  std::lock_guard<std::mutex> lk(m);
+  EXPECT_EQ(onCaller.load(), 0);
+  ASSERT_EQ(order.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(order[i], i);
+  EXPECT_GE(startedAt.front() - t0, delay) << "the worker took an op before it was due";
+}
+
+TEST(OpQueue, WithALongWorkerDelayDestructionRunsQueuedOpsAtOnce) {
+  std::atomic<int> ran{0};
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    internal::OpQueue q("test", /*waiterRuns=*/true, std::chrono::seconds(60));
+    for (int i = 0; i < 5; ++i) q.enqueue("op", [&] {
+      ++ran;
+      return -1;
+    });
+  }
+  EXPECT_EQ(ran.load(), 5);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+// An op queued behind one that a waiter runs is taken by the worker once the
+// waiter's op ends and it is due (nobody waits on it).
+TEST(OpQueue, WithAWorkerDelayTheOpBehindAWaitersOpStillRuns) {
+  internal::OpQueue q("test", /*waiterRuns=*/true, std::chrono::milliseconds(5));
+  for (int i = 0; i < 50; ++i) {
+    auto first = q.enqueue("first", [] {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      return -1;
+    });
+    auto second = q.enqueue("second", [] { return -1; });
+    first->wait();
+    auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!second->isCompleted() && std::chrono::steady_clock::now() < limit)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    ASSERT_TRUE(second->isCompleted()) << "round " << i;
+  }
+}
+
 TEST(OpQueue, WithoutWaiterRunsEveryOpRunsOnTheWorker) {
   internal::OpQueue q("test");
   auto me = std::this_thread::get_id();
