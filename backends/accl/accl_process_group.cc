@@ -168,8 +168,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   } else {
     host_ = core::makeSoloHost();
   }
-  queue_.reset(new internal::OpQueue("accl-coll", /*waiterRuns=*/true,
-                                      std::chrono::microseconds(settings::workerDelayUs.get())));
+  queue_.reset(new internal::OpQueue("accl-coll", /*waiterRuns=*/true));
   prefix_ = context("");
   bool ib = false, tcp = false;
   for (int r = 0; r < size; ++r)

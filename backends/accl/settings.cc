@@ -105,14 +105,6 @@ const config::Var<int> inlineBytes(
     "group's worker thread; a thread that waits on one while it is next in line runs it "
     "itself. 0 queues every op.");
 
-const config::Var<int> workerDelayUs(
-    "ACCL_WORKER_DELAY_US", kOwner, config::intRange(0, 1000000), 50, nullptr,
-    "Microseconds a queued op waits before the group's worker thread takes it, so that a "
-    "caller that waits on it at once (a synchronous call, e.g. torch's all_reduce on torch < "
-    "2.7) runs it itself without waking the worker: no thread hand-off, and no core taken from "
-    "the host's other ranks. An op nobody waits on starts this much later. 0: the worker takes "
-    "every op at once.");
-
 void validate() {
   transports.get();
   ibGidIndex.get();
@@ -125,7 +117,6 @@ void validate() {
   socketNstreams.get();
   shmCma.get();
   inlineBytes.get();
-  workerDelayUs.get();
 }
 
 bool transportOn(const std::string& t) {

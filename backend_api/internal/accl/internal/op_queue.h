@@ -2,7 +2,7 @@
 // they were enqueued, and completes their Work (gloo's ProcessGroupGloo model).
 #pragma once
 
-#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -23,14 +23,7 @@ class OpQueue {
   // woken it (two thread hand-offs of several microseconds each on the
   // submit-then-wait path). Ops still run one at a time, in order. Only for
   // backends whose ops may run on any thread.
-  // workerDelay (with waiterRuns): the worker thread takes a queued op only
-  // once it has waited this long, so that a caller that waits at once (a
-  // synchronous call) runs it without waking the worker at all: no thread
-  // hand-off, and no wake-up that takes a core from the other ranks of the
-  // host while they run the op. The worker's wake-up is a timer (one
-  // syscall to arm it, one to disarm it when the waiter took the op).
-  explicit OpQueue(std::string name, bool waiterRuns = false,
-                   std::chrono::microseconds workerDelay = std::chrono::microseconds(0));
+  explicit OpQueue(std::string name, bool waiterRuns = false);
   // Finishes the queued ops (each is bounded by its own deadline), then joins.
   ~OpQueue();
 
@@ -77,7 +70,6 @@ class OpQueue {
 
   std::string name_;
   bool waiterRuns_ = false;
-  int64_t delayNs_ = 0;
   std::shared_ptr<State> st_;  // shared with waiters' hooks, which may outlive the queue
   std::thread thread_;
 };
