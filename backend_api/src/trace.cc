@@ -403,7 +403,7 @@ void FlightRecorder::account(const Copy& s) {
 
 std::string FlightRecorder::statsTable() const {
   std::vector<PeerTraffic> peers = traffic();
-  std::vector<std::string> hosts_ = hosts();
+  const std::vector<std::string> names = hosts();
   std::lock_guard<std::mutex> lk(statsMu_);
   if (!stats_ || stats_->cells.empty()) return "";
   std::ostringstream os;
@@ -439,7 +439,7 @@ std::string FlightRecorder::statsTable() const {
     os << "  data received from each peer (rate = bytes / time while its data was arriving):\n";
     for (auto& p : peers) {
       if (p.rank == rank_) continue;
-      std::string host = p.rank < static_cast<int>(hosts_.size()) ? " (" + hosts_[p.rank] + ")" : "";
+      std::string host = p.rank < static_cast<int>(names.size()) ? " (" + names[p.rank] + ")" : "";
       double rate = p.receiveBusyUs > 0 ? double(p.bytesReceived) / (double(p.receiveBusyUs) * 1e3) : 0;
       snprintf(line, sizeof(line), "    rank %d%s: received %s, sent %s", p.rank, host.c_str(),
                sizeText(double(p.bytesReceived)).c_str(), sizeText(double(p.bytesSent)).c_str());
@@ -455,7 +455,7 @@ std::string FlightRecorder::statsTable() const {
     std::sort(rates.begin(), rates.end());
     double median = rates[rates.size() / 2].first;
     int slow = rates.front().second;
-    std::string host = slow < static_cast<int>(hosts_.size()) ? " (" + hosts_[slow] + ")" : "";
+    std::string host = slow < static_cast<int>(names.size()) ? " (" + names[slow] + ")" : "";
     snprintf(line, sizeof(line), "  slowest link into this rank: from rank %d%s, %.3f GB/s vs median %.3f GB/s\n", slow,
              host.c_str(), rates.front().first, median);
     os << line;
@@ -554,6 +554,7 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
     if (mine && (stats_ || timelineTid_ >= 0)) account(read(s));
     return;
   }
+  if (!mine) return;  // overwritten: nowhere to keep the message
   std::string why;
   try {
     std::rethrow_exception(error);
@@ -562,7 +563,6 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
   } catch (...) {
     why = "an exception that is not a std::exception";
   }
-  if (!mine) return;
   bool first = false;
   {
     std::lock_guard<std::mutex> lk(textMu_);

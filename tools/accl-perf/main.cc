@@ -233,7 +233,6 @@ struct OpSpec {
                  size_t* gotOffset);
 };
 
-
 const OpSpec kOps[] = {
     {"allreduce", OpSpec::Same, OpSpec::AtStart, false, true, true, OpType::Allreduce,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
