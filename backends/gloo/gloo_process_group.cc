@@ -128,7 +128,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   } catch (const std::exception& e) {
     throw RemoteError(context(std::string("connecting the group failed: ") + e.what()));
   }
-  queue_.reset(new internal::OpQueue("accl-gloo"));
+  queue_.reset(new internal::OpQueue("accl-gloo", /*waiterRuns=*/true));
   p2pWaits_.reset(new WaitPool("accl-gloo-p2p"));
 }
 
@@ -138,23 +138,27 @@ GlooProcessGroup::~GlooProcessGroup() {
 }
 
 std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::chrono::milliseconds timeout,
-                                                std::function<int()> fn) {
+                                                bool blocking, std::function<int()> fn) {
   uint64_t seq = seq_++;
-  std::string desc = std::string(toString(op)) + " #" + std::to_string(seq) + " (" +
-                     std::to_string(count) + " elements)";
-  ACCL_TRACE("COLL", "enqueue " << desc);
-  std::string where = context(desc);
+  ACCL_TRACE("COLL", "enqueue " << toString(op) << " #" << seq << " (" << count << " elements)");
   uint64_t traceId = issuingTraceId();
-  return queue_->enqueue(desc, [this, fn = std::move(fn), where, timeout, traceId, seq]() -> int {
+  auto work = std::make_shared<Work>(toString(op), seq);
+  auto run = [this, op, count, fn = std::move(fn), timeout, traceId, seq]() -> int {
     if (traceId) recorder()->started(traceId, static_cast<int64_t>(seq), "gloo", "tcp");
     // gloo's deadline starts when the op does (its timeout is relative).
     auto deadline = std::chrono::steady_clock::now() + timeout;
     try {
       return fn();
     } catch (...) {
-      rethrowAsAccl(where, deadline);
+      rethrowAsAccl(context(std::string(toString(op)) + " #" + std::to_string(seq) + " (" + std::to_string(count) +
+                            " elements)"),
+                    deadline);
     }
-  });
+  };
+  // A caller that waits at once runs the op itself when the group is idle (no
+  // thread hand-off), as does a thread that waits on the op next in line.
+  if (blocking) return queue_->runOrEnqueue(std::move(work), std::move(run));
+  return queue_->enqueue(std::move(work), std::move(run));
 }
 
 void GlooProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, std::chrono::milliseconds timeout) {
@@ -179,7 +183,7 @@ void GlooProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, std::chr
 
 std::shared_ptr<Work> GlooProcessGroup::doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Allreduce, in.count, timeout, [=] {
+  return enqueue(OpType::Allreduce, in.count, timeout, o.blocking, [=] {
     if (in.data != out.data && in.count) std::memcpy(out.data, in.data, in.bytes());
     allreduceInPlace(out, o.op, timeout);
     return -1;
@@ -188,7 +192,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAllreduce(Buffer in, Buffer out, const
 
 std::shared_ptr<Work> GlooProcessGroup::doBroadcast(Buffer buf, const BroadcastOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Broadcast, buf.count, timeout, [=] {
+  return enqueue(OpType::Broadcast, buf.count, timeout, o.blocking, [=] {
     if (buf.count == 0 || size() == 1) return -1;
     gloo::BroadcastOptions opts(context_);
     opts.setTimeout(timeout);
@@ -204,7 +208,7 @@ std::shared_ptr<Work> GlooProcessGroup::doBroadcast(Buffer buf, const BroadcastO
 
 std::shared_ptr<Work> GlooProcessGroup::doReduce(Buffer in, Buffer out, const ReduceOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Reduce, in.count, timeout, [=] {
+  return enqueue(OpType::Reduce, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     // gloo reduces in place and uses the buffer as scratch on every rank.
     std::vector<char> scratch(in.bytes());
@@ -236,7 +240,7 @@ std::shared_ptr<Work> GlooProcessGroup::doReduce(Buffer in, Buffer out, const Re
 
 std::shared_ptr<Work> GlooProcessGroup::doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Allgather, in.count, timeout, [=] {
+  return enqueue(OpType::Allgather, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     Buffer mine = out.slice(static_cast<size_t>(rank()) * in.count, in.count);
     if (mine.data != in.data) std::memcpy(mine.data, in.data, in.bytes());
@@ -255,7 +259,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAllgather(Buffer in, Buffer out, const
 std::shared_ptr<Work> GlooProcessGroup::doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                                      const AllgatherOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Allgatherv, out.count, timeout, [=] {
+  return enqueue(OpType::Allgatherv, out.count, timeout, o.blocking, [=] {
     if (out.count == 0) return -1;
     if (size() == 1) {
       if (in.count && in.data != out.data) std::memcpy(out.data, in.data, in.bytes());
@@ -278,7 +282,7 @@ std::shared_ptr<Work> GlooProcessGroup::doReduceScatterv(Buffer in, Buffer out,
                                                          const ReduceScatterOptions& o) {
   // gloo has no reduce-scatter for arbitrary types: allreduce a copy, keep our chunk.
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::ReduceScatterv, in.count, timeout, [=] {
+  return enqueue(OpType::ReduceScatterv, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     std::vector<char> tmp(in.bytes());
     std::memcpy(tmp.data(), in.data, in.bytes());
@@ -292,7 +296,7 @@ std::shared_ptr<Work> GlooProcessGroup::doReduceScatterv(Buffer in, Buffer out,
 
 std::shared_ptr<Work> GlooProcessGroup::doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Alltoall, in.count, timeout, [=] {
+  return enqueue(OpType::Alltoall, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     std::vector<char> copy;
     Buffer src = in;
@@ -320,7 +324,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoallv(Buffer in, const std::vector
                                                     Buffer out, const std::vector<size_t>& recvCounts,
                                                     const AlltoallOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Alltoallv, in.count, timeout, [=] {
+  return enqueue(OpType::Alltoallv, in.count, timeout, o.blocking, [=] {
     if (size() == 1) {
       if (in.count) std::memcpy(out.data, in.data, in.bytes());
       return -1;
@@ -339,7 +343,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoallv(Buffer in, const std::vector
 
 std::shared_ptr<Work> GlooProcessGroup::doGather(Buffer in, Buffer out, const GatherOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Gather, in.count, timeout, [=] {
+  return enqueue(OpType::Gather, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     if (size() == 1) {
       std::memcpy(out.data, in.data, in.bytes());
@@ -360,7 +364,7 @@ std::shared_ptr<Work> GlooProcessGroup::doGather(Buffer in, Buffer out, const Ga
 
 std::shared_ptr<Work> GlooProcessGroup::doScatter(Buffer in, Buffer out, const ScatterOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Scatter, out.count, timeout, [=] {
+  return enqueue(OpType::Scatter, out.count, timeout, o.blocking, [=] {
     if (out.count == 0) return -1;
     if (size() == 1) {
       std::memcpy(out.data, in.data, out.bytes());
@@ -386,7 +390,7 @@ std::shared_ptr<Work> GlooProcessGroup::doScatter(Buffer in, Buffer out, const S
 
 std::shared_ptr<Work> GlooProcessGroup::doBarrier(const BarrierOptions& o) {
   auto timeout = effectiveTimeout(o);
-  return enqueue(OpType::Barrier, 0, timeout, [=] {
+  return enqueue(OpType::Barrier, 0, timeout, o.blocking, [=] {
     if (size() == 1) return -1;
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(timeout);

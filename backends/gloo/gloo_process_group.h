@@ -48,7 +48,8 @@ class GlooProcessGroup : public ProcessGroup {
  private:
   // Runs `fn` on the op queue; converts gloo's exceptions into accl errors
   // naming the op and its sequence number.
-  std::shared_ptr<Work> enqueue(OpType op, size_t count, std::chrono::milliseconds timeout, std::function<int()> fn);
+  std::shared_ptr<Work> enqueue(OpType op, size_t count, std::chrono::milliseconds timeout, bool blocking,
+                                std::function<int()> fn);
   // Allreduce of `buf` in place (with avg/premul handling), on the queue thread.
   void allreduceInPlace(Buffer buf, const ReduceOp& op, std::chrono::milliseconds timeout);
 

@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <time.h>
+
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -9,13 +11,24 @@
 #include <numeric>
 #include <thread>
 
+#include "accl/internal/config_var.h"
 #include "accl/internal/reduce_kernels.h"
 #include "accl/logging.h"
 #include "accl/registry.h"
+#include "accl/trace.h"
 
 namespace accl {
 
 namespace {
+
+const config::Var<int> blockingBytesVar(
+    "ACCL_MPI_BLOCKING_BYTES", "mpi backend", config::intRange(0, 1L << 30), 65536, nullptr,
+    "Collectives of at most this many bytes call MPI's blocking function (MPI_Allreduce, ...: Open MPI's "
+    "coll/tuned, 2-4x faster than the non-blocking MPI_Iallreduce for small messages) on the calling thread; "
+    "larger ones, and alltoallv, call the non-blocking one and poll it against the op's deadline. MPI cannot "
+    "interrupt a blocking call: when one outlives its op's timeout, a guard thread names the op and aborts the "
+    "job (MPI_Abort). 0: every collective is non-blocking, and a timeout is an accl::Timeout the caller can "
+    "catch. Set it alike on every rank (a blocking collective does not match a non-blocking one).");
 
 // MPI may be used from several threads only with MPI_THREAD_MULTIPLE; with a
 // lower level every MPI call is serialized through this mutex.
@@ -142,17 +155,21 @@ int icount(size_t n, const std::string& what) {
   return static_cast<int>(n);
 }
 
-std::vector<int> icounts(const std::vector<size_t>& v, const std::string& what) {
+// `what()` makes the error's text, only when there is an error.
+template <typename What>
+std::vector<int> icounts(const std::vector<size_t>& v, What&& what) {
   std::vector<int> out;
-  for (auto n : v) out.push_back(icount(n, what));
+  out.reserve(v.size());
+  for (auto n : v) out.push_back(n <= static_cast<size_t>(INT_MAX) ? static_cast<int>(n) : icount(n, what()));
   return out;
 }
 
-std::vector<int> displs(const std::vector<int>& counts, const std::string& what) {
+template <typename What>
+std::vector<int> displs(const std::vector<int>& counts, What&& what) {
   std::vector<int> d(counts.size());
   size_t acc = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
-    d[i] = icount(acc, what);
+    d[i] = acc <= static_cast<size_t>(INT_MAX) ? static_cast<int>(acc) : icount(acc, what());
     acc += static_cast<size_t>(counts[i]);
   }
   return d;
@@ -182,13 +199,32 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm comm, const ProcessGroupOptions& opts)
     check(MPI_Comm_dup(comm, &comm_), context("MPI_Comm_dup"));
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
-  queue_.reset(new internal::OpQueue("accl-mpi"));
-  p2pWaits_.reset(new internal::OpQueue("accl-mpi-p2p"));
+  // Where MPI serializes calls (below MPI_THREAD_MULTIPLE), a blocking call
+  // would hold the lock that every other MPI call of the process needs (a
+  // send posted behind it could not go out): such ops still run on the
+  // calling thread, but through the non-blocking call.
+  inlineBytes_ = static_cast<size_t>(blockingBytesVar.get());
+  blockingBytes_ = gNeedLock ? 0 : inlineBytes_;
+  if (gNeedLock && inlineBytes_ > 0)
+    ACCL_INFO("INIT", "mpi: MPI was initialized below MPI_THREAD_MULTIPLE: collectives use MPI's non-blocking "
+                      "calls (MPI_Init_thread with MPI_THREAD_MULTIPLE enables the blocking ones)");
+  // waiterRuns: a thread that waits on the op next in line runs it itself (no hand-off).
+  queue_.reset(new internal::OpQueue("accl-mpi", /*waiterRuns=*/true));
+  p2pWaits_.reset(new internal::OpQueue("accl-mpi-p2p", /*waiterRuns=*/true));
+  if (blockingBytes_ > 0) guard_ = std::thread([this] { guardLoop(); });
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
   queue_.reset();
   p2pWaits_.reset();
+  if (guard_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lk(guardMu_);
+      guardStop_ = true;
+    }
+    guardCv_.notify_all();
+    guard_.join();
+  }
   std::lock_guard<std::mutex> b(brokenMu_);
   if (broken_.empty()) {
     auto lk = mpiLock();
@@ -196,96 +232,184 @@ MpiProcessGroup::~MpiProcessGroup() {
   }
 }
 
-MPI_Status MpiProcessGroup::wait(MPI_Request req, std::chrono::milliseconds timeout,
-                                 const std::string& what) {
+int MpiProcessGroup::countOf(size_t n, const Call& c) const {
+  if (n <= static_cast<size_t>(INT_MAX)) return static_cast<int>(n);
+  return icount(n, describe(c));  // throws, naming the op
+}
+
+std::string MpiProcessGroup::describe(const Call& c) const {
+  return context(std::string(toString(c.op)) + " #" + std::to_string(c.seq) + " (" + std::to_string(c.count) +
+                 " elements)");
+}
+
+template <typename What>
+MPI_Status MpiProcessGroup::wait(MPI_Request req, std::chrono::milliseconds timeout, What&& what) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   MPI_Status st{};
   for (unsigned spins = 0;; ++spins) {
     int done = 0;
     {
       auto lk = mpiLock();
-      check(MPI_Test(&req, &done, &st), what);
+      int rc = MPI_Test(&req, &done, &st);
+      if (rc != MPI_SUCCESS) check(rc, what());
     }
     if (done) return st;
     if ((spins & 255) == 255 && std::chrono::steady_clock::now() > deadline) {
+      std::string w = what();
       {
         std::lock_guard<std::mutex> b(brokenMu_);
-        broken_ = what;
+        broken_ = w;
+        isBroken_.store(true, std::memory_order_release);
       }
       gAnyBroken = true;
-      throw Timeout(what + ": timed out after " + std::to_string(timeout.count()) +
+      throw Timeout(w + ": timed out after " + std::to_string(timeout.count()) +
                     " ms; some rank did not take part (the MPI communicator is now unusable)");
     }
     if (spins > 1000) sched_yield();
   }
 }
 
-std::shared_ptr<Work> MpiProcessGroup::run(OpType op, size_t count, std::chrono::milliseconds,
-                                           std::function<int()> body) {
-  uint64_t seq = seq_++;
-  std::string desc = std::string(toString(op)) + " #" + std::to_string(seq) + " (" +
-                     std::to_string(count) + " elements)";
-  ACCL_TRACE("COLL", "enqueue " << desc);
-  return queue_->enqueue(desc, [this, body = std::move(body), desc]() -> int {
-    {
-      std::lock_guard<std::mutex> b(brokenMu_);
-      if (!broken_.empty())
-        throw RemoteError(context(desc + ": the group is unusable since " + broken_ + " timed out"));
-    }
-    return body();
-  });
+namespace {
+// The guard's clock: CLOCK_MONOTONIC_COARSE (a few ms of resolution, a
+// fraction of the precise clock's cost on the latency path); the guard looks
+// every 100 ms anyway.
+int64_t steadyNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+}  // namespace
+
+template <typename Blocking, typename Start>
+void MpiProcessGroup::collective(const Call& c, const char* mpiName, Blocking&& blocking, Start&& start) {
+  if (c.blocking) {
+    guardSeq_.store(c.seq, std::memory_order_relaxed);
+    guardCount_.store(c.count, std::memory_order_relaxed);
+    guardTraceId_.store(c.traceId, std::memory_order_relaxed);
+    guardTimeoutMs_.store(c.timeout.count(), std::memory_order_relaxed);
+    guardOp_.store(static_cast<int>(c.op), std::memory_order_relaxed);
+    guardMpiName_.store(mpiName, std::memory_order_relaxed);
+    guardDeadlineNs_.store(steadyNs() + c.timeout.count() * 1000000, std::memory_order_release);
+    int rc = blocking();
+    guardDeadlineNs_.store(0, std::memory_order_release);
+    if (rc != MPI_SUCCESS) throw RemoteError(describe(c) + ": " + mpiName + ": MPI error: " + mpiError(rc));
+    return;
+  }
+  MPI_Request req;
+  {
+    auto lk = mpiLock();
+    int rc = start(&req);
+    if (rc != MPI_SUCCESS) throw RemoteError(describe(c) + ": " + mpiName + ": MPI error: " + mpiError(rc));
+  }
+  wait(req, c.timeout, [&] { return describe(c); });
 }
 
-#define ACCL_MPI_CALL(call)                     \
-  do {                                          \
-    auto lk_ = mpiLock();                       \
-    check((call), what);                        \
-  } while (0)
+void MpiProcessGroup::guardLoop() {
+  std::unique_lock<std::mutex> lk(guardMu_);
+  while (!guardStop_) {
+    // Checked 10 times a second: the abort comes at most ~0.1 s after the deadline.
+    guardCv_.wait_for(lk, std::chrono::milliseconds(100));
+    int64_t deadline = guardDeadlineNs_.load(std::memory_order_acquire);
+    if (guardStop_ || deadline == 0 || steadyNs() < deadline) continue;
+    Call c{};
+    c.seq = guardSeq_.load(std::memory_order_relaxed);
+    c.count = guardCount_.load(std::memory_order_relaxed);
+    c.traceId = guardTraceId_.load(std::memory_order_relaxed);
+    c.timeout = std::chrono::milliseconds(guardTimeoutMs_.load(std::memory_order_relaxed));
+    c.op = static_cast<OpType>(guardOp_.load(std::memory_order_relaxed));
+    const char* mpiName = guardMpiName_.load(std::memory_order_relaxed);
+    if (guardDeadlineNs_.load(std::memory_order_acquire) != deadline ||
+        guardSeq_.load(std::memory_order_relaxed) != c.seq)
+      continue;  // that call has ended (a torn copy): look again at the next tick
+    std::string msg = describe(c) + ": timed out after " + std::to_string(c.timeout.count()) + " ms in " +
+                      mpiName +
+                      "; some rank did not take part. MPI cannot interrupt a blocking call, so the job is "
+                      "aborted (MPI_Abort). With ACCL_MPI_BLOCKING_BYTES=0 every collective is non-blocking "
+                      "and a timeout is an accl::Timeout the caller can catch instead";
+    {
+      std::lock_guard<std::mutex> b(brokenMu_);
+      broken_ = msg;
+      isBroken_.store(true, std::memory_order_release);
+    }
+    gAnyBroken = true;
+    std::fprintf(stderr, "%s\n", msg.c_str());
+    std::fflush(stderr);
+    // The flight recorder keeps the failure and writes its dump (ACCL_TRACE_DIR).
+    if (recorder() && c.traceId) recorder()->finished(c.traceId, std::make_exception_ptr(Timeout(msg)));
+    MPI_Abort(comm_, 1);
+    std::_Exit(1);  // MPI_Abort does not return; in case it does
+  }
+}
 
-void MpiProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, std::chrono::milliseconds timeout,
-                                       const std::string& what) {
+template <typename Body>
+std::shared_ptr<Work> MpiProcessGroup::submit(OpType op, size_t count, size_t bytes, const OpOptions& o,
+                                              Body&& body) {
+  Call c{};
+  c.op = op;
+  c.count = count;
+  c.seq = seq_++;
+  c.traceId = issuingTraceId();
+  c.timeout = effectiveTimeout(o);
+  // Every rank decides alike (a blocking collective does not match a
+  // non-blocking one): `bytes` is the same on every rank.
+  c.blocking = blockingBytes_ > 0 && bytes <= blockingBytes_;
+  ACCL_TRACE("COLL", "enqueue " << toString(op) << " #" << c.seq << " (" << count << " elements)");
+  auto work = std::make_shared<Work>(toString(op), c.seq);
+  auto fn = [this, c, body = std::forward<Body>(body)]() -> int {
+    if (isBroken_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> b(brokenMu_);
+      throw RemoteError(describe(c) + ": the group is unusable since " + broken_);
+    }
+    body(c);
+    return -1;
+  };
+  // A blocking collective would hold the worker thread as long as the calling
+  // one; run it here when the group is idle (no thread hand-off).
+  if (bytes <= inlineBytes_ || o.blocking) return queue_->runOrEnqueue(std::move(work), std::move(fn));
+  return queue_->enqueue(std::move(work), std::move(fn));
+}
+
+void MpiProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, const Call& c) {
   if (op.kind == ReduceKind::PremulSum) internal::scale(buf.data, buf.count, buf.dtype, op.scalar);
-  MPI_Request req;
-  ACCL_MPI_CALL(MPI_Iallreduce(MPI_IN_PLACE, buf.data, icount(buf.count, what), mpiType(buf.dtype),
-                               mpiOp(op.kind, buf.dtype), comm_, &req));
-  wait(req, timeout, what);
+  int n = countOf(buf.count, c);
+  MPI_Datatype t = mpiType(buf.dtype);
+  MPI_Op mop = mpiOp(op.kind, buf.dtype);
+  collective(
+      c, "MPI_Allreduce", [&] { return MPI_Allreduce(MPI_IN_PLACE, buf.data, n, t, mop, comm_); },
+      [&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, buf.data, n, t, mop, comm_, r); });
   if (op.kind == ReduceKind::Avg) internal::scale(buf.data, buf.count, buf.dtype, 1.0 / size());
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("allreduce");
-  return run(OpType::Allreduce, in.count, timeout, [=] {
+  return submit(OpType::Allreduce, in.count, in.bytes(), o, [=](const Call& c) {
     if (in.data == out.data || o.op.kind == ReduceKind::PremulSum) {
       if (in.data != out.data && in.count) std::memcpy(out.data, in.data, in.bytes());
-      allreduceInPlace(out, o.op, timeout, what);
-      return -1;
+      allreduceInPlace(out, o.op, c);
+      return;
     }
     // Out of place: MPI reads the input directly, no extra copy.
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Iallreduce(in.data, out.data, icount(in.count, what), mpiType(in.dtype),
-                                 mpiOp(o.op.kind, in.dtype), comm_, &req));
-    wait(req, timeout, what);
+    int n = countOf(in.count, c);
+    MPI_Datatype t = mpiType(in.dtype);
+    MPI_Op mop = mpiOp(o.op.kind, in.dtype);
+    collective(
+        c, "MPI_Allreduce", [&] { return MPI_Allreduce(in.data, out.data, n, t, mop, comm_); },
+        [&](MPI_Request* r) { return MPI_Iallreduce(in.data, out.data, n, t, mop, comm_, r); });
     if (o.op.kind == ReduceKind::Avg) internal::scale(out.data, out.count, out.dtype, 1.0 / size());
-    return -1;
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doBroadcast(Buffer buf, const BroadcastOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("broadcast");
-  return run(OpType::Broadcast, buf.count, timeout, [=] {
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Ibcast(buf.data, icount(buf.count, what), mpiType(buf.dtype), o.root, comm_, &req));
-    wait(req, timeout, what);
-    return -1;
+  return submit(OpType::Broadcast, buf.count, buf.bytes(), o, [=](const Call& c) {
+    int n = countOf(buf.count, c);
+    MPI_Datatype t = mpiType(buf.dtype);
+    collective(
+        c, "MPI_Bcast", [&] { return MPI_Bcast(buf.data, n, t, o.root, comm_); },
+        [&](MPI_Request* r) { return MPI_Ibcast(buf.data, n, t, o.root, comm_, r); });
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doReduce(Buffer in, Buffer out, const ReduceOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("reduce");
-  return run(OpType::Reduce, in.count, timeout, [=] {
+  return submit(OpType::Reduce, in.count, in.bytes(), o, [=](const Call& c) {
     std::vector<char> scaled;
     const void* src = in.data;
     if (o.op.kind == ReduceKind::PremulSum && in.count) {
@@ -295,51 +419,48 @@ std::shared_ptr<Work> MpiProcessGroup::doReduce(Buffer in, Buffer out, const Red
     }
     bool root = rank() == o.root;
     if (root && src == out.data) src = MPI_IN_PLACE;
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Ireduce(src, root ? out.data : nullptr, icount(in.count, what), mpiType(in.dtype),
-                              mpiOp(o.op.kind, in.dtype), o.root, comm_, &req));
-    wait(req, timeout, what);
+    void* dst = root ? out.data : nullptr;
+    int n = countOf(in.count, c);
+    MPI_Datatype t = mpiType(in.dtype);
+    MPI_Op mop = mpiOp(o.op.kind, in.dtype);
+    collective(
+        c, "MPI_Reduce", [&] { return MPI_Reduce(src, dst, n, t, mop, o.root, comm_); },
+        [&](MPI_Request* r) { return MPI_Ireduce(src, dst, n, t, mop, o.root, comm_, r); });
     if (root && o.op.kind == ReduceKind::Avg) internal::scale(out.data, out.count, out.dtype, 1.0 / size());
-    return -1;
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("allgather");
-  return run(OpType::Allgather, in.count, timeout, [=] {
+  return submit(OpType::Allgather, in.count, out.bytes(), o, [=](const Call& c) {
     bool inPlace = in.data == out.slice(static_cast<size_t>(rank()) * in.count, in.count).data;
-    MPI_Request req;
-    int n = icount(in.count, what);
-    icount(out.count, what);
-    ACCL_MPI_CALL(MPI_Iallgather(inPlace ? MPI_IN_PLACE : in.data, n, mpiType(in.dtype), out.data, n,
-                                 mpiType(out.dtype), comm_, &req));
-    wait(req, timeout, what);
-    return -1;
+    int n = countOf(in.count, c);
+    countOf(out.count, c);
+    const void* src = inPlace ? MPI_IN_PLACE : in.data;
+    MPI_Datatype t = mpiType(in.dtype);
+    collective(
+        c, "MPI_Allgather", [&] { return MPI_Allgather(src, n, t, out.data, n, t, comm_); },
+        [&](MPI_Request* r) { return MPI_Iallgather(src, n, t, out.data, n, t, comm_, r); });
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                                     const AllgatherOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("allgatherv");
-  return run(OpType::Allgatherv, out.count, timeout, [=] {
-    auto c = icounts(counts, what);
-    auto d = displs(c, what);
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Iallgatherv(in.data, c[static_cast<size_t>(rank())], mpiType(in.dtype), out.data,
-                                  c.data(), d.data(), mpiType(out.dtype), comm_, &req));
-    wait(req, timeout, what);
-    return -1;
+  return submit(OpType::Allgatherv, out.count, out.bytes(), o, [=](const Call& c) {
+    auto cnt = icounts(counts, [&] { return describe(c); });
+    auto d = displs(cnt, [&] { return describe(c); });
+    int n = cnt[static_cast<size_t>(rank())];
+    MPI_Datatype t = mpiType(in.dtype);
+    collective(
+        c, "MPI_Allgatherv",
+        [&] { return MPI_Allgatherv(in.data, n, t, out.data, cnt.data(), d.data(), t, comm_); },
+        [&](MPI_Request* r) { return MPI_Iallgatherv(in.data, n, t, out.data, cnt.data(), d.data(), t, comm_, r); });
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doReduceScatterv(Buffer in, Buffer out,
                                                         const std::vector<size_t>& counts,
                                                         const ReduceScatterOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("reduce_scatter");
-  return run(OpType::ReduceScatterv, in.count, timeout, [=] {
+  return submit(OpType::ReduceScatterv, in.count, in.bytes(), o, [=](const Call& c) {
     // A scaled copy for premul_sum, and a copy when the output lies inside the input.
     std::vector<char> copy;
     const void* src = in.data;
@@ -351,103 +472,116 @@ std::shared_ptr<Work> MpiProcessGroup::doReduceScatterv(Buffer in, Buffer out,
       if (o.op.kind == ReduceKind::PremulSum) internal::scale(copy.data(), in.count, in.dtype, o.op.scalar);
       src = copy.data();
     }
-    auto c = icounts(counts, what);
-    icount(in.count, what);
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Ireduce_scatter(src, out.data, c.data(), mpiType(in.dtype), mpiOp(o.op.kind, in.dtype),
-                                      comm_, &req));
-    wait(req, timeout, what);
+    auto cnt = icounts(counts, [&] { return describe(c); });
+    countOf(in.count, c);
+    MPI_Datatype t = mpiType(in.dtype);
+    MPI_Op mop = mpiOp(o.op.kind, in.dtype);
+    collective(
+        c, "MPI_Reduce_scatter", [&] { return MPI_Reduce_scatter(src, out.data, cnt.data(), t, mop, comm_); },
+        [&](MPI_Request* r) { return MPI_Ireduce_scatter(src, out.data, cnt.data(), t, mop, comm_, r); });
     if (o.op.kind == ReduceKind::Avg) internal::scale(out.data, out.count, out.dtype, 1.0 / size());
-    return -1;
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("alltoall");
-  return run(OpType::Alltoall, in.count, timeout, [=] {
-    int n = icount(in.count / static_cast<size_t>(size()), what);
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Ialltoall(inPlaceOr(in, out), n, mpiType(in.dtype), out.data, n, mpiType(out.dtype),
-                                comm_, &req));
-    wait(req, timeout, what);
-    return -1;
+  return submit(OpType::Alltoall, in.count, in.bytes(), o, [=](const Call& c) {
+    int n = countOf(in.count / static_cast<size_t>(size()), c);
+    const void* src = inPlaceOr(in, out);
+    MPI_Datatype t = mpiType(in.dtype);
+    collective(
+        c, "MPI_Alltoall", [&] { return MPI_Alltoall(src, n, t, out.data, n, t, comm_); },
+        [&](MPI_Request* r) { return MPI_Ialltoall(src, n, t, out.data, n, t, comm_, r); });
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doAlltoallv(Buffer in, const std::vector<size_t>& sendCounts,
                                                    Buffer out, const std::vector<size_t>& recvCounts,
                                                    const AlltoallOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("alltoallv");
-  return run(OpType::Alltoallv, in.count, timeout, [=] {
-    auto sc = icounts(sendCounts, what), rc = icounts(recvCounts, what);
-    auto sd = displs(sc, what), rd = displs(rc, what);
+  // Buffer sizes differ between ranks, and every rank must choose the same
+  // (blocking or not) call: alltoallv is always non-blocking.
+  return submit(OpType::Alltoallv, in.count, SIZE_MAX, o, [=](const Call& c) {
+    auto sc = icounts(sendCounts, [&] { return describe(c); }), rc = icounts(recvCounts, [&] { return describe(c); });
+    auto sd = displs(sc, [&] { return describe(c); }), rd = displs(rc, [&] { return describe(c); });
     std::vector<char> copy;
     const void* src = in.data;
     if (in.data == out.data && in.count) {
       copy.assign(static_cast<char*>(in.data), static_cast<char*>(in.data) + in.bytes());
       src = copy.data();
     }
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Ialltoallv(src, sc.data(), sd.data(), mpiType(in.dtype), out.data, rc.data(), rd.data(),
-                                 mpiType(out.dtype), comm_, &req));
-    wait(req, timeout, what);
-    return -1;
+    MPI_Datatype t = mpiType(in.dtype);
+    collective(
+        c, "MPI_Alltoallv",
+        [&] { return MPI_Alltoallv(src, sc.data(), sd.data(), t, out.data, rc.data(), rd.data(), t, comm_); },
+        [&](MPI_Request* r) {
+          return MPI_Ialltoallv(src, sc.data(), sd.data(), t, out.data, rc.data(), rd.data(), t, comm_, r);
+        });
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doGather(Buffer in, Buffer out, const GatherOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("gather");
-  return run(OpType::Gather, in.count, timeout, [=] {
+  return submit(OpType::Gather, in.count, in.bytes() * static_cast<size_t>(size()), o, [=](const Call& c) {
     bool root = rank() == o.root;
-    int n = icount(in.count, what);
+    int n = countOf(in.count, c);
     const void* src = in.data;
     if (root && in.data == out.slice(static_cast<size_t>(rank()) * in.count, in.count).data) src = MPI_IN_PLACE;
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Igather(src, n, mpiType(in.dtype), root ? out.data : nullptr, n, mpiType(in.dtype), o.root,
-                              comm_, &req));
-    wait(req, timeout, what);
-    return -1;
+    void* dst = root ? out.data : nullptr;
+    MPI_Datatype t = mpiType(in.dtype);
+    collective(
+        c, "MPI_Gather", [&] { return MPI_Gather(src, n, t, dst, n, t, o.root, comm_); },
+        [&](MPI_Request* r) { return MPI_Igather(src, n, t, dst, n, t, o.root, comm_, r); });
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doScatter(Buffer in, Buffer out, const ScatterOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("scatter");
-  return run(OpType::Scatter, out.count, timeout, [=] {
+  return submit(OpType::Scatter, out.count, out.bytes() * static_cast<size_t>(size()), o, [=](const Call& c) {
     bool root = rank() == o.root;
-    int n = icount(out.count, what);
+    int n = countOf(out.count, c);
     void* dst = out.data;
     if (root && out.data == in.slice(static_cast<size_t>(rank()) * out.count, out.count).data) dst = MPI_IN_PLACE;
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Iscatter(root ? in.data : nullptr, n, mpiType(out.dtype), dst, n, mpiType(out.dtype), o.root,
-                               comm_, &req));
-    wait(req, timeout, what);
-    return -1;
+    const void* src = root ? in.data : nullptr;
+    MPI_Datatype t = mpiType(out.dtype);
+    collective(
+        c, "MPI_Scatter", [&] { return MPI_Scatter(src, n, t, dst, n, t, o.root, comm_); },
+        [&](MPI_Request* r) { return MPI_Iscatter(src, n, t, dst, n, t, o.root, comm_, r); });
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doBarrier(const BarrierOptions& o) {
-  auto timeout = effectiveTimeout(o);
-  std::string what = context("barrier");
-  return run(OpType::Barrier, 0, timeout, [=] {
-    MPI_Request req;
-    ACCL_MPI_CALL(MPI_Ibarrier(comm_, &req));
-    wait(req, timeout, what);
-    return -1;
+  return submit(OpType::Barrier, 0, 0, o, [=](const Call& c) {
+    collective(
+        c, "MPI_Barrier", [&] { return MPI_Barrier(comm_); },
+        [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
   });
 }
 
-// Point-to-point ops are posted at once and awaited on a separate thread, so
-// that a send does not wait behind earlier collectives.
+// Point-to-point ops are posted at once and awaited in order on a separate
+// queue, so that a send does not wait behind earlier collectives (any MPI_Test
+// progresses every request, so in-order waits cannot block each other). One
+// that completes at once (an eager send) returns a completed Work, and a thread
+// that waits on the one next in line polls it itself.
 std::shared_ptr<Work> MpiProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
   auto timeout = effectiveTimeout(o);
-  std::string what = context("send to rank " + std::to_string(dst) + " tag " + std::to_string(o.tag));
+  auto what = [this, dst, o] {
+    return context("send to rank " + std::to_string(dst) + " tag " + std::to_string(o.tag));
+  };
+  if (isBroken_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> b(brokenMu_);
+    throw RemoteError(what() + ": the group is unusable since " + broken_);
+  }
   MPI_Request req;
-  ACCL_MPI_CALL(MPI_Isend(buf.data, icount(buf.count, what), mpiType(buf.dtype), dst, o.tag, comm_, &req));
-  return p2pWaits_->enqueue(what, [=] {
+  int done = 0;
+  {
+    auto lk = mpiLock();
+    int n = icount(buf.count, what());
+    check(MPI_Isend(buf.data, n, mpiType(buf.dtype), dst, o.tag, comm_, &req), what());
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what());
+  }
+  auto work = std::make_shared<Work>("send", seq_++);
+  if (done) {
+    work->markCompleted();
+    return work;
+  }
+  return p2pWaits_->enqueue(std::move(work), [=] {
     wait(req, timeout, what);
     return -1;
   });
@@ -455,20 +589,42 @@ std::shared_ptr<Work> MpiProcessGroup::doSend(Buffer buf, int dst, const SendOpt
 
 std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOptions& o) {
   auto timeout = effectiveTimeout(o);
-  std::string what = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
-                             " tag " + std::to_string(o.tag));
-  MPI_Request req;
-  ACCL_MPI_CALL(MPI_Irecv(buf.data, icount(buf.count, what), mpiType(buf.dtype),
-                          src == kAnySource ? MPI_ANY_SOURCE : src, o.tag, comm_, &req));
-  return p2pWaits_->enqueue(what, [=] {
-    MPI_Status st = wait(req, timeout, what);
+  auto what = [this, src, o] {
+    return context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
+                   " tag " + std::to_string(o.tag));
+  };
+  if (isBroken_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> b(brokenMu_);
+    throw RemoteError(what() + ": the group is unusable since " + broken_);
+  }
+  auto finish = [=](const MPI_Status& st) {
     int got = 0;
     MPI_Get_count(&st, mpiType(buf.dtype), &got);
     if (static_cast<size_t>(got) != buf.count)
-      throw InvalidArgument(what + ": received " + std::to_string(got) + " elements, expected " +
+      throw InvalidArgument(what() + ": received " + std::to_string(got) + " elements, expected " +
                             std::to_string(buf.count));
     return st.MPI_SOURCE;
-  });
+  };
+  MPI_Request req;
+  MPI_Status st{};
+  int done = 0;
+  {
+    auto lk = mpiLock();
+    int n = icount(buf.count, what());
+    check(MPI_Irecv(buf.data, n, mpiType(buf.dtype), src == kAnySource ? MPI_ANY_SOURCE : src, o.tag, comm_, &req),
+          what());
+    check(MPI_Test(&req, &done, &st), what());
+  }
+  auto work = std::make_shared<Work>("recv", seq_++);
+  if (done) {
+    try {
+      work->markCompleted(nullptr, finish(st));
+    } catch (...) {
+      work->markCompleted(std::current_exception());
+    }
+    return work;
+  }
+  return p2pWaits_->enqueue(std::move(work), [=] { return finish(wait(req, timeout, what)); });
 }
 
 std::shared_ptr<ProcessGroup> MpiProcessGroup::doSplit(const std::vector<int>& ranks,
@@ -478,10 +634,12 @@ std::shared_ptr<ProcessGroup> MpiProcessGroup::doSplit(const std::vector<int>& r
   MPI_Comm sub = MPI_COMM_NULL;
   std::string what = context("split");
   // MPI_Comm_split is collective on comm_: run it in order with the other ops.
-  auto w = run(OpType::Split, ranks.size(), effectiveTimeout(OpOptions{}), [&] {
-    ACCL_MPI_CALL(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED,
-                                 member ? static_cast<int>(it - ranks.begin()) : 0, &sub));
-    return -1;
+  OpOptions so;
+  so.blocking = true;
+  auto w = submit(OpType::Split, ranks.size(), SIZE_MAX, so, [&](const Call&) {
+    auto lk = mpiLock();
+    check(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, member ? static_cast<int>(it - ranks.begin()) : 0, &sub),
+          what);
   });
   w->wait();
   if (!member) return nullptr;

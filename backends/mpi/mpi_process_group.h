@@ -4,9 +4,11 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "accl/internal/op_queue.h"
 #include "accl/process_group.h"
@@ -41,20 +43,59 @@ class MpiProcessGroup : public ProcessGroup {
                                         const ProcessGroupOptions& opts) override;
 
  private:
-  // Runs `start` (which posts a non-blocking MPI call and returns its request)
-  // on the op queue and polls the request until done or the deadline passes.
-  std::shared_ptr<Work> run(OpType op, size_t count, std::chrono::milliseconds timeout,
-                            std::function<int()> body);
-  // Polls `req` to completion; throws Timeout (and marks the group broken) at the deadline.
-  MPI_Status wait(MPI_Request req, std::chrono::milliseconds timeout, const std::string& what);
-  void allreduceInPlace(Buffer buf, const ReduceOp& op, std::chrono::milliseconds timeout,
-                        const std::string& what);
+  // What a running op knows of itself: enough to name it in an error, built
+  // into a message only when one is needed.
+  struct Call {
+    OpType op;
+    size_t count;
+    uint64_t seq;
+    uint64_t traceId;
+    std::chrono::milliseconds timeout;
+    bool blocking;  // run MPI's blocking collective (under the guard), not the non-blocking one
+  };
+  // Queues the op (or runs it on the calling thread: small ops, blocking
+  // calls, and a waiter whose op is next in line). `body(const Call&)`
+  // posts its MPI call through collective().
+  template <typename Body>
+  std::shared_ptr<Work> submit(OpType op, size_t count, size_t bytes, const OpOptions& o, Body&& body);
+  // Runs one collective: `blocking()` (returns an MPI error code) when
+  // c.blocking, else `start(MPI_Request*)` and polls the request until done or
+  // the deadline passes.
+  template <typename Blocking, typename Start>
+  void collective(const Call& c, const char* mpiName, Blocking&& blocking, Start&& start);
+  // "allreduce #7 (1024 elements)", with the rank prefix.
+  std::string describe(const Call& c) const;
+  // `n` as MPI's int count; NotSupported above INT_MAX.
+  int countOf(size_t n, const Call& c) const;
+  // Polls `req` to completion; throws Timeout (and marks the group broken) at
+  // the deadline. `what()` names the op, called only for an error.
+  template <typename What>
+  MPI_Status wait(MPI_Request req, std::chrono::milliseconds timeout, What&& what);
+  void allreduceInPlace(Buffer buf, const ReduceOp& op, const Call& c);
+  // The guard of blocking calls: a thread that aborts the job (MPI_Abort) when
+  // one outlives its deadline, which MPI gives no other way to end.
+  void guardLoop();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::unique_ptr<internal::OpQueue> queue_;
   std::unique_ptr<internal::OpQueue> p2pWaits_;
   std::atomic<uint64_t> seq_{0};
+  size_t inlineBytes_ = 0;    // ACCL_MPI_BLOCKING_BYTES: ops up to it run on the calling thread
+  size_t blockingBytes_ = 0;  // the same, 0 when MPI serializes calls: ops up to it call blocking MPI
+  // The blocking call in progress (deadline 0: none), read by the guard.
+  std::atomic<int64_t> guardDeadlineNs_{0};
+  // Its description, each field atomic (relaxed): the guard re-reads the
+  // deadline and sequence number after them and skips a torn copy.
+  std::atomic<uint64_t> guardSeq_{0}, guardCount_{0}, guardTraceId_{0};
+  std::atomic<int64_t> guardTimeoutMs_{0};
+  std::atomic<int> guardOp_{0};
+  std::atomic<const char*> guardMpiName_{nullptr};
+  std::mutex guardMu_;
+  std::condition_variable guardCv_;
+  bool guardStop_ = false;
+  std::thread guard_;
   std::mutex brokenMu_;
+  std::atomic<bool> isBroken_{false};
   std::string broken_;  // set after a timeout: the group can no longer be used
 };
 
