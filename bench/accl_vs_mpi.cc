@@ -1,17 +1,29 @@
-// Same run, same buffers: Open MPI's MPI_Allreduce against an ACCL backend's
-// allreduce (float32 sum), interleaved size by size, best of several
-// repetitions each, so that the ratio is robust on a shared machine.
-//   mpirun -n 2 accl-vs-mpi [--backend accl] [--min 8] [--max 134217728] [--reps 3]
+// Same run, same processes, same buffers: Open MPI's own collectives against
+// an ACCL backend's, op by op and size by size, interleaved, best of several
+// repetitions each, so that the ratios hold on a shared, noisy machine.
+//   mpirun -n 2 accl-vs-mpi [--backend accl] [--op all] [--min 8] [--max 128M] [--factor 2] [--reps 3]
 // Ranks on several hosts: pass MASTER_ADDR/MASTER_PORT (-x) for the ACCL store.
-// Prints one row per size: time and busbw of both, and the ratios.
+//
+// Sizes and bus bandwidth follow nccl-tests: `bytes` is the op's size (allgather:
+// the gathered output, reduce_scatter and alltoall: the whole input, gather and
+// scatter: the root's whole buffer, sendrecv: one message); busbw = algbw x
+// 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter, alltoall, gather,
+// scatter) or 1 (broadcast, reduce, sendrecv). Both sides make blocking calls:
+// MPI_Allreduce, ... against ACCL's op with OpOptions::blocking, waited at once.
+// Float32 sum; inputs are multiples of 1/4 below 16, so every sum is exact and
+// ACCL's results must equal MPI's bit for bit (column `wrong`).
+// Prints one row per op and size; exits 1 if any result differs.
 #include <mpi.h>
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,30 +31,175 @@
 #include "accl/registry.h"
 
 namespace {
+
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+const std::vector<std::string> kOps = {"allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
+                                       "alltoall",  "gather",    "scatter",        "sendrecv"};
+
+// busbw / algbw, as nccl-tests.
+double busFactor(const std::string& op, int n) {
+  if (n == 1) return 1;
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
+  if (op == "broadcast" || op == "reduce" || op == "sendrecv") return 1;
+  return double(n - 1) / n;
+}
+
+// Elements of the op's `bytes` that each rank contributes (the unit of the
+// MPI and ACCL calls): the per-rank chunk for the ops whose size is the whole.
+size_t chunkCount(const std::string& op, size_t bytes, int n) {
+  size_t c = bytes / 4;
+  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall" || op == "gather" || op == "scatter")
+    c /= static_cast<size_t>(n);
+  return c;
+}
+
+struct Buffers {
+  std::vector<float> in, outMpi, outAccl;
+};
+
+// One op at one size, both ways. `mpi()` and `accl()` run it once each;
+// `out` names the result each writes.
+struct Case {
+  std::function<void()> mpi, accl;
+  size_t resultCount = 0;  // elements of the result on this rank to compare (0: none)
+};
+
+Case makeCase(const std::string& op, size_t c, accl::ProcessGroup& pg, Buffers& b, MPI_Comm comm) {
+  using accl::Buffer;
+  using accl::DataType;
+  int n = pg.size(), r = pg.rank(), root = 0;
+  int ic = static_cast<int>(c);
+  float* in = b.in.data();
+  float* om = b.outMpi.data();
+  float* oa = b.outAccl.data();
+  auto F = [](float* p, size_t k) { return Buffer(p, k, DataType::Float32); };
+  Case k;
+  if (op == "allreduce") {
+    accl::AllreduceOptions o;
+    o.blocking = true;
+    k.mpi = [=] { MPI_Allreduce(in, om, ic, MPI_FLOAT, MPI_SUM, comm); };
+    k.accl = [=, &pg] { pg.allreduce(F(in, c), F(oa, c), o)->wait(); };
+    k.resultCount = c;
+  } else if (op == "allgather") {
+    accl::AllgatherOptions o;
+    o.blocking = true;
+    k.mpi = [=] { MPI_Allgather(in, ic, MPI_FLOAT, om, ic, MPI_FLOAT, comm); };
+    k.accl = [=, &pg] { pg.allgather(F(in, c), F(oa, c * n), o)->wait(); };
+    k.resultCount = c * n;
+  } else if (op == "reduce_scatter") {
+    accl::ReduceScatterOptions o;
+    o.blocking = true;
+    auto counts = std::make_shared<std::vector<int>>(n, ic);
+    k.mpi = [=] { MPI_Reduce_scatter(in, om, counts->data(), MPI_FLOAT, MPI_SUM, comm); };
+    k.accl = [=, &pg] { pg.reduceScatter(F(in, c * n), F(oa, c), o)->wait(); };
+    k.resultCount = c;
+  } else if (op == "broadcast") {
+    accl::BroadcastOptions o;
+    o.blocking = true;
+    o.root = root;
+    // The root sends its input (which a broadcast leaves as it is); the others receive.
+    bool isRoot = r == root;
+    k.mpi = [=] { MPI_Bcast(isRoot ? in : om, ic, MPI_FLOAT, root, comm); };
+    k.accl = [=, &pg] { pg.broadcast(F(isRoot ? in : oa, c), o)->wait(); };
+    k.resultCount = isRoot ? 0 : c;
+  } else if (op == "reduce") {
+    accl::ReduceOptions o;
+    o.blocking = true;
+    o.root = root;
+    k.mpi = [=] { MPI_Reduce(in, om, ic, MPI_FLOAT, MPI_SUM, root, comm); };
+    k.accl = [=, &pg] { pg.reduce(F(in, c), F(oa, c), o)->wait(); };
+    k.resultCount = r == root ? c : 0;
+  } else if (op == "alltoall") {
+    accl::AlltoallOptions o;
+    o.blocking = true;
+    k.mpi = [=] { MPI_Alltoall(in, ic, MPI_FLOAT, om, ic, MPI_FLOAT, comm); };
+    k.accl = [=, &pg] { pg.alltoall(F(in, c * n), F(oa, c * n), o)->wait(); };
+    k.resultCount = c * n;
+  } else if (op == "gather") {
+    accl::GatherOptions o;
+    o.blocking = true;
+    o.root = root;
+    k.mpi = [=] { MPI_Gather(in, ic, MPI_FLOAT, om, ic, MPI_FLOAT, root, comm); };
+    k.accl = [=, &pg] { pg.gather(F(in, c), r == root ? F(oa, c * n) : F(nullptr, 0), o)->wait(); };
+    k.resultCount = r == root ? c * n : 0;
+  } else if (op == "scatter") {
+    accl::ScatterOptions o;
+    o.blocking = true;
+    o.root = root;
+    k.mpi = [=] { MPI_Scatter(in, ic, MPI_FLOAT, om, ic, MPI_FLOAT, root, comm); };
+    k.accl = [=, &pg] { pg.scatter(r == root ? F(in, c * n) : F(nullptr, 0), F(oa, c), o)->wait(); };
+    k.resultCount = c;
+  } else if (op == "sendrecv") {
+    // A ring, as nccl-tests' sendrecv: send to rank + 1, receive from rank - 1.
+    int to = (r + 1) % n, from = (r + n - 1) % n;
+    k.mpi = [=] { MPI_Sendrecv(in, ic, MPI_FLOAT, to, 7, om, ic, MPI_FLOAT, from, 7, comm, MPI_STATUS_IGNORE); };
+    k.accl = [=, &pg] {
+      accl::SendOptions so;
+      accl::RecvOptions ro;
+      so.tag = ro.tag = 7;
+      auto rw = pg.recv(F(oa, c), from, ro);
+      auto sw = pg.send(F(in, c), to, so);
+      sw->wait();
+      rw->wait();
+    };
+    k.resultCount = c;
+  }
+  return k;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As the mpi backend itself asks for (its blocking collectives need it).
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::string backend = "accl";
+  std::string backend = "accl", opList = "all";
   size_t minb = 8, maxb = 128u << 20;
+  double factor = 2;
   int reps = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--backend") backend = argv[i + 1];
-    else if (a == "--min") minb = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--max") maxb = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
-    else {
-      if (rank == 0) std::fprintf(stderr, "usage: accl-vs-mpi [--backend NAME] [--min B] [--max B] [--reps N]\n");
-      MPI_Finalize();
-      return 2;
+  CLI::App app{"Open MPI's collectives against an ACCL backend's, same processes and buffers"};
+  app.add_option("--backend", backend, "ACCL backend")->check(CLI::IsMember({"accl", "gloo", "mpi"}));
+  app.add_option("--op", opList, "comma-separated ops, or all: allreduce, allgather, reduce_scatter, broadcast, "
+                                 "reduce, alltoall, gather, scatter, sendrecv");
+  app.add_option("--min", minb, "smallest size in bytes")->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(size_t(4), size_t(1) << 31));
+  app.add_option("--max", maxb, "largest size in bytes")->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(size_t(4), size_t(1) << 31));
+  app.add_option("--factor", factor, "size multiplier")->check(CLI::Range(1.01, 1024.0));
+  app.add_option("--reps", reps, "repetitions (the best counts)")->check(CLI::Range(1, 100));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = rank == 0 ? app.exit(e) : (e.get_exit_code() ? 2 : 0);
+    MPI_Finalize();
+    return rc;
+  }
+  std::vector<std::string> ops;
+  if (opList == "all") {
+    ops = kOps;
+  } else {
+    size_t p = 0;
+    while (p <= opList.size()) {
+      size_t q = opList.find(',', p);
+      std::string o = opList.substr(p, q == std::string::npos ? std::string::npos : q - p);
+      if (std::find(kOps.begin(), kOps.end(), o) == kOps.end()) {
+        if (rank == 0) std::fprintf(stderr, "accl-vs-mpi: unknown op '%s'; accepted: all or a list of allreduce, "
+                                            "allgather, reduce_scatter, broadcast, reduce, alltoall, gather, "
+                                            "scatter, sendrecv\n", o.c_str());
+        MPI_Finalize();
+        return 2;
+      }
+      ops.push_back(o);
+      if (q == std::string::npos) break;
+      p = q + 1;
     }
   }
+  if (size < 2 && std::find(ops.begin(), ops.end(), "sendrecv") != ops.end()) ops.erase(std::find(ops.begin(), ops.end(), "sendrecv"));
+
   std::shared_ptr<accl::ProcessGroup> pg;
   try {
     auto rv = accl::rendezvousFromEnv();
@@ -51,55 +208,62 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "accl-vs-mpi: %s\n(run it under mpirun: mpirun -n 2 accl-vs-mpi ...)\n", e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  size_t n = maxb / 4;
-  std::vector<float> in(n), outM(n), outA(n);
-  for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>((i * 7 + rank * 13) % 64) * 0.25f;
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  // Largest buffer: the op's whole size (allgather output, alltoall, ...).
+  size_t n = maxb / 4 + static_cast<size_t>(size);
+  Buffers b;
+  b.in.resize(n);
+  b.outMpi.assign(n, 0);
+  b.outAccl.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) b.in[i] = static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13) % 64) * 0.25f;
   if (rank == 0) {
-    std::printf("# float32 sum allreduce, %d ranks, %s vs Open MPI MPI_Allreduce, same buffers, best of %d\n",
-                size, backend.c_str(), reps);
-    std::printf("# %12s %11s %11s %8s %10s %10s %8s %6s\n", "bytes", "mpi_us", "accl_us", "t_ratio",
+    std::printf("# float32 sum, %d ranks, ACCL %s backend vs %s, same processes and buffers, blocking calls, "
+                "best of %d; thread level %d\n",
+                size, backend.c_str(), "Open MPI's own MPI_* collectives", reps, provided);
+    std::printf("# %-14s %12s %11s %11s %8s %10s %10s %8s %6s\n", "op", "bytes", "mpi_us", "accl_us", "t_ratio",
                 "mpi_busbw", "accl_busbw", "bw_ratio", "wrong");
   }
-  double factor = 2.0 * (size - 1) / size;
-  if (size == 1) factor = 1;
   int allOk = 1;
-  for (size_t b = minb; b <= maxb; b *= 2) {
-    int count = static_cast<int>(b / 4);
-    int iters = static_cast<int>(std::min<size_t>(2000, std::max<size_t>(5, (size_t(1) << 27) / b)));
-    double bestM = 1e30, bestA = 1e30;
-    for (int r = 0; r < reps; ++r) {
-      for (int w = 0; w < 3; ++w) MPI_Allreduce(in.data(), outM.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = now();
-      for (int i = 0; i < iters; ++i)
-        MPI_Allreduce(in.data(), outM.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      double tm = (now() - t0) / iters;
-      accl::Buffer bi(in.data(), count, accl::DataType::Float32), bo(outA.data(), count, accl::DataType::Float32);
-      for (int w = 0; w < 3; ++w) pg->allreduce(bi, bo)->wait();
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = now();
-      for (int i = 0; i < iters; ++i) pg->allreduce(bi, bo)->wait();
-      double ta = (now() - t0) / iters;
-      double t[2] = {tm, ta}, avg[2];
-      MPI_Allreduce(t, avg, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-      bestM = std::min(bestM, avg[0] / size);
-      bestA = std::min(bestA, avg[1] / size);
-    }
-    // Inputs are multiples of 1/4 below 16: sums are exact, results must be equal.
-    long wrong = 0;
-    for (int i = 0; i < count; ++i) wrong += outM[i] != outA[i];
-    long wrongAll = 0;
-    MPI_Allreduce(&wrong, &wrongAll, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-    if (wrongAll) allOk = 0;
-    if (rank == 0) {
-      double bwM = b / bestM / 1e9 * factor, bwA = b / bestA / 1e9 * factor;
-      std::printf("  %12zu %11.2f %11.2f %8.2f %10.3f %10.3f %8.2f %6ld\n", b, bestM * 1e6, bestA * 1e6,
-                  bestA / bestM, bwM, bwA, bwA / bwM, wrongAll);
-      std::fflush(stdout);
+  for (const auto& op : ops) {
+    for (double fb = static_cast<double>(minb); fb <= static_cast<double>(maxb) * 1.0000001; fb *= factor) {
+      size_t bytes = static_cast<size_t>(fb + 0.5) / 4 * 4;
+      size_t c = chunkCount(op, bytes, size);
+      if (c == 0) continue;
+      Case k = makeCase(op, c, *pg, b, comm);
+      int iters = static_cast<int>(std::min<size_t>(2000, std::max<size_t>(5, (size_t(1) << 27) / bytes)));
+      double best[2] = {1e30, 1e30};
+      for (int rp = 0; rp < reps; ++rp) {
+        // Alternate which side goes first, so that neither always follows the other.
+        for (int side = 0; side < 2; ++side) {
+          int which = (rp + side) % 2;  // 0: MPI, 1: ACCL
+          auto& fn = which == 0 ? k.mpi : k.accl;
+          for (int w = 0; w < 3; ++w) fn();
+          MPI_Barrier(comm);
+          double t0 = now();
+          for (int i = 0; i < iters; ++i) fn();
+          double t = (now() - t0) / iters, sum = 0;
+          MPI_Allreduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
+          best[which] = std::min(best[which], sum / size);
+        }
+      }
+      long wrong = 0;
+      for (size_t i = 0; i < k.resultCount; ++i) wrong += b.outMpi[i] != b.outAccl[i];
+      long wrongAll = 0;
+      MPI_Allreduce(&wrong, &wrongAll, 1, MPI_LONG, MPI_SUM, comm);
+      if (wrongAll) allOk = 0;
+      if (rank == 0) {
+        double f = busFactor(op, size);
+        double bwM = bytes / best[0] / 1e9 * f, bwA = bytes / best[1] / 1e9 * f;
+        std::printf("  %-14s %12zu %11.2f %11.2f %8.2f %10.3f %10.3f %8.2f %6ld\n", op.c_str(), bytes,
+                    best[0] * 1e6, best[1] * 1e6, best[1] / best[0], bwM, bwA, bwA / bwM, wrongAll);
+        std::fflush(stdout);
+      }
     }
   }
   pg->barrier()->wait();
   pg.reset();
+  MPI_Comm_free(&comm);
   MPI_Finalize();
   return allOk ? 0 : 1;
 }

@@ -23,12 +23,13 @@ namespace {
 
 const config::Var<int> blockingBytesVar(
     "ACCL_MPI_BLOCKING_BYTES", "mpi backend", config::intRange(0, 1L << 30), 65536, nullptr,
-    "Collectives of at most this many bytes call MPI's blocking function (MPI_Allreduce, ...: Open MPI's "
-    "coll/tuned, 2-4x faster than the non-blocking MPI_Iallreduce for small messages) on the calling thread; "
-    "larger ones, and alltoallv, call the non-blocking one and poll it against the op's deadline. MPI cannot "
-    "interrupt a blocking call: when one outlives its op's timeout, a guard thread names the op and aborts the "
-    "job (MPI_Abort). 0: every collective is non-blocking, and a timeout is an accl::Timeout the caller can "
-    "catch. Set it alike on every rank (a blocking collective does not match a non-blocking one).");
+    "Collectives of at most this many bytes run on the calling thread when the group is idle and, with MPI at "
+    "MPI_THREAD_MULTIPLE, call MPI's blocking function (MPI_Allreduce, ...: Open MPI's coll/tuned, 2-4x faster "
+    "than the non-blocking MPI_Iallreduce for small messages); larger ones, alltoallv, and every op below "
+    "MPI_THREAD_MULTIPLE call the non-blocking one and poll it against the op's deadline. MPI cannot interrupt a "
+    "blocking call: when one outlives its op's timeout, a guard thread names the op and aborts the job "
+    "(MPI_Abort). 0: every collective is non-blocking, and a timeout is an accl::Timeout the caller can catch. "
+    "Set it alike on every rank (a blocking collective does not match a non-blocking one).");
 
 // MPI may be used from several threads only with MPI_THREAD_MULTIPLE; with a
 // lower level every MPI call is serialized through this mutex.
@@ -332,8 +333,7 @@ void MpiProcessGroup::guardLoop() {
       isBroken_.store(true, std::memory_order_release);
     }
     gAnyBroken = true;
-    std::fprintf(stderr, "%s\n", msg.c_str());
-    std::fflush(stderr);
+    ACCL_WARN("COLL", msg);
     // The flight recorder keeps the failure and writes its dump (ACCL_TRACE_DIR).
     if (recorder() && c.traceId) recorder()->finished(c.traceId, std::make_exception_ptr(Timeout(msg)));
     MPI_Abort(comm_, 1);

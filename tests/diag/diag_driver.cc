@@ -6,11 +6,15 @@
 //   diag_driver exit N           allreduces; rank 1 calls exit(0) after N of them, without destroying its group
 //   diag_driver bulk MIB N       N allreduces of MIB MiB (then the flight recorder dump
 //                                with ACCL_DIAG_DUMP=1)
+//   diag_driver late S           an 8-byte allreduce that rank 1 joins S seconds late (prints
+//                                "late: done" on every rank that completed it)
 // The backend is ACCL_DIAG_BACKEND (default accl). Every failure is printed
 // as "error (<code>): <message>".
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "accl/registry.h"
@@ -58,6 +62,11 @@ int main(int argc, char** argv) {
         pg->allgather(Buffer(a.data(), a.size(), DataType::Float32), Buffer(all.data(), all.size(), DataType::Float32))
             ->wait();
       }
+    } else if (mode == "late" && argc > 2) {
+      float x[2] = {1, 2};
+      if (pg->rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(std::atoi(argv[2])));
+      pg->allreduce(Buffer(x, 2, DataType::Float32))->wait();
+      std::printf("late: done\n");
     } else if (mode == "bulk" && argc > 3) {
       size_t n = static_cast<size_t>(std::atoi(argv[2])) << 20 >> 2;
       std::vector<float> a(n, 1.0f);
@@ -66,7 +75,7 @@ int main(int argc, char** argv) {
       const char* d = std::getenv("ACCL_DIAG_DUMP");
       if (d && std::string(d) == "1") dumpTraces("on request");
     } else {
-      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | exit N | bulk MIB N\n");
+      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | exit N | bulk MIB N | late S\n");
       return 2;
     }
     return 0;

@@ -425,9 +425,16 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     if (me == root) {
       reduceFromAll(static_cast<char*>(out) + lo * es, lo, hi - lo, t, k, 0, false, 0);
     } else {
-      std::vector<char> acc((hi - lo) * es);
-      reduceFromAll(acc.data(), lo, hi - lo, t, k, 0, false, 0);
-      cmaWrite(root, acc.data(), ctl(root).ptrOut + lo * es, acc.size());
+      // This rank's slice, reduced in cache-sized chunks that go to the root
+      // while still in cache (no slice-sized buffer, allocated and faulted in
+      // on every op).
+      size_t chunkElems = std::max<size_t>(1, kChunk / es);
+      if (acc_.size() < std::min(chunkElems, hi - lo) * es) acc_.resize(std::min(chunkElems, hi - lo) * es);
+      for (size_t c = lo; c < hi; c += chunkElems) {
+        size_t m = std::min(chunkElems, hi - c);
+        reduceFromAll(acc_.data(), c, m, t, k, 0, false, 0);
+        cmaWrite(root, acc_.data(), ctl(root).ptrOut + c * es, m * es);
+      }
     }
     round(d);
     return;
@@ -550,9 +557,17 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   c.ptrIn = reinterpret_cast<uint64_t>(in);
   for (int p = 0; p < n; ++p) c.offs[p] = sd[p];
   c.aux = *std::max_element(sendBytes.begin(), sendBytes.end());
-  std::vector<char> own(i + sd[me], i + sd[me] + sendBytes[me]);  // in may alias out
+  // This rank's own chunk: copied straight across, unless the buffers overlap
+  // (in place), where it is set aside first.
+  bool overlap = sd[n] && rd[n] && i < o + rd[n] && o < i + sd[n];
+  std::vector<char> own;
+  if (overlap) own.assign(i + sd[me], i + sd[me] + sendBytes[me]);
+  const char* ownSrc = overlap ? own.data() : i + sd[me];
+  auto copyOwn = [&] {
+    if (sendBytes[me] && o + rd[me] != ownSrc) std::memcpy(o + rd[me], ownSrc, sendBytes[me]);
+  };
   if (n == 1) {
-    if (!own.empty()) std::memcpy(o + rd[me], own.data(), own.size());
+    copyOwn();
     return;
   }
   round(d);
@@ -562,16 +577,16 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     maxb = std::max<size_t>(maxb, ctl(p).aux);
     big = big && ctl(p).aux * n >= kCmaMinBytes;
   }
-  if (cma_ && big && in != out) {
+  if (cma_ && big && !overlap) {
     for (int p = 0; p < n; ++p)
       if (p != me && recvBytes[p]) cmaRead(p, ctl(p).ptrIn + ctl(p).offs[me], o + rd[p], recvBytes[p]);
-    if (!own.empty()) std::memcpy(o + rd[me], own.data(), own.size());
+    copyOwn();
     round(d);
     return;
   }
   // In place needs the whole input before any output lands: stage a copy.
   std::vector<char> staged;
-  if (in == out) {
+  if (overlap) {
     staged.assign(i, i + sd[n]);
     i = staged.data();
   }
@@ -586,7 +601,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
       if (p != me && off < recvBytes[p])
         std::memcpy(o + rd[p] + off, slot(round_, p) + me * q, std::min(q, recvBytes[p] - off));
   }
-  if (!own.empty()) std::memcpy(o + rd[me], own.data(), own.size());
+  copyOwn();
 }
 
 void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& bytes, int root,

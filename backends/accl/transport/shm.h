@@ -93,6 +93,7 @@ class ShmDomain : public HostGroup {
   uint64_t round_ = 0;
   Clock::time_point deadline_{};
   std::vector<char> tmp_;
+  std::vector<char> acc_;  // reduce: a non-root rank's reduced chunk on its way to the root
   std::vector<int> pids_;
 };
 

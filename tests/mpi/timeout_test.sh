@@ -1,0 +1,40 @@
+#!/bin/sh
+# The mpi backend's deadline on both kinds of collective. Rank 1 of 2 joins an
+# 8-byte allreduce 30 s late, with ACCL_TIMEOUT=2s:
+#   blocking     (ACCL_MPI_BLOCKING_BYTES default): MPI_Allreduce cannot be
+#                interrupted; the guard names the op and aborts the job (MPI_Abort)
+#                within a few seconds, long before rank 1 arrives;
+#   nonblocking  (ACCL_MPI_BLOCKING_BYTES=0): the op fails with accl::Timeout,
+#                which the program catches and prints.
+# usage: timeout_test.sh MPIEXEC DIAG_DRIVER blocking|nonblocking
+set -u
+mpiexec=$1 driver=$2 mode=$3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+bytes=65536
+[ "$mode" = nonblocking ] && bytes=0
+start=$(date +%s)
+ACCL_TIMEOUT=2s ACCL_MPI_BLOCKING_BYTES=$bytes ACCL_DIAG_BACKEND=mpi ACCL_TRACE_DIR=$tmp \
+  timeout 60 "$mpiexec" -n 2 -x ACCL_TIMEOUT -x ACCL_MPI_BLOCKING_BYTES -x ACCL_DIAG_BACKEND -x ACCL_TRACE_DIR \
+  "$driver" late 30 >"$tmp/out" 2>&1
+rc=$?
+elapsed=$(( $(date +%s) - start ))
+cat "$tmp/out"
+echo "exit $rc after $elapsed s"
+fail() { echo "FAILED: $*"; exit 1; }
+[ "$rc" -ne 0 ] || fail "the job exited 0"
+[ "$rc" -ne 124 ] || fail "the job hung until timeout(1) killed it"
+[ "$elapsed" -le 20 ] || fail "the job took $elapsed s; the deadline is 2 s and rank 1 arrives after 30 s"
+grep -q "late: done" "$tmp/out" && fail "a rank completed the allreduce"
+if [ "$mode" = blocking ]; then
+  grep -q "accl rank 0/2 mpi: allreduce #0 (2 elements): timed out after 2000 ms in MPI_Allreduce; some rank did not take part.*aborted (MPI_Abort)" "$tmp/out" ||
+    fail "rank 0 does not name the op, its deadline and MPI_Allreduce before the abort"
+  grep -q "MPI_ABORT was invoked on rank 0" "$tmp/out" || fail "no MPI_Abort"
+  ls "$tmp"/accl-trace-*.json >/dev/null 2>&1 || fail "no flight recorder dump in ACCL_TRACE_DIR"
+  grep -q 'timed out after 2000 ms in MPI_Allreduce' "$tmp"/accl-trace-*.json || fail "the dump lacks the failure"
+else
+  grep -q "error (Timeout): accl rank 0/2 mpi: allreduce #0 (2 elements): timed out after 2000 ms; some rank did not take part" "$tmp/out" ||
+    fail "rank 0 does not catch an accl::Timeout naming the op"
+fi
+echo "PASSED ($mode)"
