@@ -90,6 +90,7 @@ class ShmDomain : public HostGroup {
   size_t mapBytes_ = 0;
   size_t slot_ = 0;
   bool cma_ = false;
+  bool oversubscribed_ = false;  // more local ranks than CPUs this process may run on
   uint64_t round_ = 0;
   Clock::time_point deadline_{};
   std::vector<char> tmp_;
