@@ -75,6 +75,7 @@ struct alignas(128) ShmDomain::Ctl {
   int32_t cmaOk;
   uint64_t ptrIn, ptrOut, aux;
   uint64_t offs[kMaxLocal];
+  uint64_t cpus[16];  // the CPUs this rank may run on (a cpu_set_t's first 1024)
 };
 
 ShmDomain::Ctl& ShmDomain::ctl(int r) const {
@@ -87,9 +88,6 @@ char* ShmDomain::slot(uint64_t round, int r) const {
 }
 
 ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) oversubscribed_ = o_.localSize > CPU_COUNT(&cpus);
   int n = o_.localSize;
   if (n > kMaxLocal)
     throw InvalidArgument(o_.where + ": " + std::to_string(n) + " ranks on one host; the shm transport supports up to " +
@@ -162,6 +160,7 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
     shm_unlink(name.c_str());
   }
   probeCma();
+  checkOversubscribed();
 }
 
 ShmDomain::~ShmDomain() {
@@ -202,6 +201,33 @@ void ShmDomain::probeCma() {
     throw NotSupported(o_.where + ": ACCL_SHM_CMA=on but process_vm_readv between local ranks is not permitted "
                        "(ptrace restrictions or seccomp); use ACCL_SHM_CMA=auto");
   cma_ = ok && o_.localSize > 1;
+}
+
+void ShmDomain::checkOversubscribed() {
+  if (o_.localSize < 2) return;
+  OpDesc d{};
+  d.op = 0xffe;
+  // Fewer CPUs among all local ranks' affinity masks than local ranks: some
+  // share a CPU (one rank's own mask says nothing: a launcher that binds each
+  // rank to its own core leaves each a mask of one).
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0) std::memset(&mine, 0xff, sizeof(mine));
+  std::memcpy(ctl(o_.localRank).cpus, &mine, std::min(sizeof(mine), sizeof(Ctl::cpus)));
+  round(d);
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  std::memcpy(&all, ctl(0).cpus, std::min(sizeof(all), sizeof(Ctl::cpus)));
+  for (int p = 1; p < o_.localSize; ++p) {
+    cpu_set_t theirs;
+    CPU_ZERO(&theirs);
+    std::memcpy(&theirs, ctl(p).cpus, std::min(sizeof(theirs), sizeof(Ctl::cpus)));
+    CPU_OR(&all, &all, &theirs);
+  }
+  oversubscribed_ = CPU_COUNT(&all) < o_.localSize;
+  if (oversubscribed_)
+    ACCL_INFO("INIT", o_.where << ": " << o_.localSize << " local ranks share " << CPU_COUNT(&all)
+                               << " CPUs: waiting ranks yield their CPU instead of spinning");
 }
 
 template <typename F>

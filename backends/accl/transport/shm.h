@@ -82,6 +82,8 @@ class ShmDomain : public HostGroup {
   // another local rank exited, another rank's failure (RemoteError), or errno.
   [[noreturn]] void cmaFailed(int peer, const char* what, int e);
   void probeCma();
+  // Sets oversubscribed_ from every local rank's affinity mask (one round).
+  void checkOversubscribed();
   void reduceFromAll(char* dst, size_t offBytes, size_t n, DataType t, ReduceKind k,
                      uint64_t round, bool fromSlots, size_t slotOff);
 
@@ -90,7 +92,7 @@ class ShmDomain : public HostGroup {
   size_t mapBytes_ = 0;
   size_t slot_ = 0;
   bool cma_ = false;
-  bool oversubscribed_ = false;  // more local ranks than CPUs this process may run on
+  bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   uint64_t round_ = 0;
   Clock::time_point deadline_{};
   std::vector<char> tmp_;
