@@ -214,10 +214,10 @@ def main():
           "(`accl-memcpy-bench`, 64 MiB, same run).", "",
           "Reading the figures: `ACCL accl` is ACCL's own backend (shared memory within a host,",
           "TCP between hosts); each table is followed by its ratios to every other column. The",
-          "ACCL `mpi` backend runs MPI's non-blocking collectives (`MPI_Iallreduce`, Open MPI's",
-          "libnbc) on a worker thread and polls them against the op's deadline, so that no op can",
-          "hang; Open MPI's blocking `MPI_Allreduce` (coll/tuned) is faster, and the difference is",
-          "the price of the timeout. The ACCL `gloo` backend and torch's gloo run the same",
+          "ACCL `mpi` backend calls MPI's blocking collectives up to `ACCL_MPI_BLOCKING_BYTES`",
+          "(64 KiB) on the calling thread, under a guard that aborts the job at the op's deadline,",
+          "and above it MPI's non-blocking ones (`MPI_Iallreduce`, Open MPI's libnbc), polled",
+          "against the deadline. The ACCL `gloo` backend and torch's gloo run the same",
           "library; their differences are mostly noise of this shared machine.", ""]
     for key, (s, res) in report.items():
         names = list(res)

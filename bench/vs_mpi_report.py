@@ -4,7 +4,10 @@ per op, one row per size with each run's ratio and the worst of them.
 Up to --time-max bytes the ratio is ACCL's time over MPI's (<= 1: ACCL as fast
 or faster); above, ACCL's busbw over MPI's (>= 1: ACCL as fast or faster).
 
-    python3 bench/vs_mpi_report.py run1.txt run2.txt run3.txt [--time-max 2048]
+    python3 bench/vs_mpi_report.py run1.txt run2.txt run3.txt [--time-max 2048] [--summary]
+
+--summary prints one row per op instead: the worst ratio of all runs in each size
+band (time up to --time-max; busbw in 4-64 KiB, 128 KiB-4 MiB and 8-128 MiB).
 """
 import argparse
 import sys
@@ -37,9 +40,28 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--time-max", type=int, default=2048, help="largest size judged by time (bytes)")
+    ap.add_argument("--summary", action="store_true", help="worst ratio per op and size band")
     a = ap.parse_args()
     runs = [parse(p) for p in a.runs]
     ops = [op for op in runs[0] if all(op in r for r in runs)]
+    if a.summary:
+        bands = [(0, a.time_max), (a.time_max + 1, 64 << 10), ((64 << 10) + 1, 4 << 20), ((4 << 20) + 1, 1 << 62)]
+        print(f"| op | time ACCL/MPI, 8 B - {human(a.time_max)} (worst) | busbw ACCL/MPI, 4-64 KiB (worst) | "
+              "128 KiB - 4 MiB | 8-128 MiB |")
+        print("|---|---:|---:|---:|---:|")
+        for op in ops:
+            sizes = set.intersection(*(set(r[op]) for r in runs))
+            cells = []
+            for i, (lo, hi) in enumerate(bands):
+                vals = [r[op][b][0] if i == 0 else r[op][b][1] for r in runs for b in sizes if lo <= b <= hi]
+                if not vals:
+                    cells.append("-")
+                    continue
+                w = max(vals) if i == 0 else min(vals)
+                best = min(vals) if i == 0 else max(vals)
+                cells.append(f"{w:.2f} (best {best:.2f})")
+            print(f"| {op} | " + " | ".join(cells) + " |")
+        return 0
     misses = 0
     for op in ops:
         sizes = sorted(set.intersection(*(set(r[op]) for r in runs)))
