@@ -148,12 +148,18 @@ MPI_Op mpiOp(ReduceKind kind, DataType t) {
   throw Internal("unmapped reduce op");
 }
 
-// MPI counts are C ints.
-int icount(size_t n, const std::string& what) {
+// MPI counts are C ints. `what()` names the op, called only for the error.
+template <typename What>
+int icount(size_t n, What&& what) {
   if (n > static_cast<size_t>(INT_MAX))
-    throw NotSupported(what + ": " + std::to_string(n) +
-                       " elements exceed MPI's int count limit (2^31-1)");
+    throw NotSupported(what() + ": " + std::to_string(n) + " elements exceed MPI's int count limit (2^31-1)");
   return static_cast<int>(n);
+}
+
+// An MPI error code as RemoteError; `what()` is called only for an error.
+template <typename What>
+void checkLazy(int rc, What&& what) {
+  if (rc != MPI_SUCCESS) check(rc, what());
 }
 
 // `what()` makes the error's text, only when there is an error.
@@ -161,7 +167,7 @@ template <typename What>
 std::vector<int> icounts(const std::vector<size_t>& v, What&& what) {
   std::vector<int> out;
   out.reserve(v.size());
-  for (auto n : v) out.push_back(n <= static_cast<size_t>(INT_MAX) ? static_cast<int>(n) : icount(n, what()));
+  for (auto n : v) out.push_back(icount(n, what));
   return out;
 }
 
@@ -170,7 +176,7 @@ std::vector<int> displs(const std::vector<int>& counts, What&& what) {
   std::vector<int> d(counts.size());
   size_t acc = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
-    d[i] = acc <= static_cast<size_t>(INT_MAX) ? static_cast<int>(acc) : icount(acc, what());
+    d[i] = icount(acc, what);
     acc += static_cast<size_t>(counts[i]);
   }
   return d;
@@ -234,8 +240,7 @@ MpiProcessGroup::~MpiProcessGroup() {
 }
 
 int MpiProcessGroup::countOf(size_t n, const Call& c) const {
-  if (n <= static_cast<size_t>(INT_MAX)) return static_cast<int>(n);
-  return icount(n, describe(c));  // throws, naming the op
+  return icount(n, [&] { return describe(c); });
 }
 
 std::string MpiProcessGroup::describe(const Call& c) const {
@@ -251,8 +256,7 @@ MPI_Status MpiProcessGroup::wait(MPI_Request req, std::chrono::milliseconds time
     int done = 0;
     {
       auto lk = mpiLock();
-      int rc = MPI_Test(&req, &done, &st);
-      if (rc != MPI_SUCCESS) check(rc, what());
+      checkLazy(MPI_Test(&req, &done, &st), what);
     }
     if (done) return st;
     if ((spins & 255) == 255 && std::chrono::steady_clock::now() > deadline) {
@@ -325,7 +329,7 @@ void MpiProcessGroup::guardLoop() {
     std::string msg = describe(c) + ": timed out after " + std::to_string(c.timeout.count()) + " ms in " +
                       mpiName +
                       "; some rank did not take part. MPI cannot interrupt a blocking call, so the job is "
-                      "aborted (MPI_Abort). With ACCL_MPI_BLOCKING_BYTES=0 every collective is non-blocking "
+                      "aborted (MPI_Abort, exit status 3). With ACCL_MPI_BLOCKING_BYTES=0 every collective is non-blocking "
                       "and a timeout is an accl::Timeout the caller can catch instead";
     {
       std::lock_guard<std::mutex> b(brokenMu_);
@@ -336,8 +340,10 @@ void MpiProcessGroup::guardLoop() {
     ACCL_WARN("COLL", msg);
     // The flight recorder keeps the failure and writes its dump (ACCL_TRACE_DIR).
     if (recorder() && c.traceId) recorder()->finished(c.traceId, std::make_exception_ptr(Timeout(msg)));
-    MPI_Abort(comm_, 1);
-    std::_Exit(1);  // MPI_Abort does not return; in case it does
+    // Exit status 3 (mpirun passes it on): the guard's abort, told apart from
+    // a rank that failed by itself.
+    MPI_Abort(comm_, 3);
+    std::_Exit(3);  // MPI_Abort does not return; in case it does
   }
 }
 
@@ -446,8 +452,9 @@ std::shared_ptr<Work> MpiProcessGroup::doAllgather(Buffer in, Buffer out, const 
 std::shared_ptr<Work> MpiProcessGroup::doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                                     const AllgatherOptions& o) {
   return submit(OpType::Allgatherv, out.count, out.bytes(), o, [=](const Call& c) {
-    auto cnt = icounts(counts, [&] { return describe(c); });
-    auto d = displs(cnt, [&] { return describe(c); });
+    auto what = [&] { return describe(c); };
+    auto cnt = icounts(counts, what);
+    auto d = displs(cnt, what);
     int n = cnt[static_cast<size_t>(rank())];
     MPI_Datatype t = mpiType(in.dtype);
     collective(
@@ -500,8 +507,9 @@ std::shared_ptr<Work> MpiProcessGroup::doAlltoallv(Buffer in, const std::vector<
   // Buffer sizes differ between ranks, and every rank must choose the same
   // (blocking or not) call: alltoallv is always non-blocking.
   return submit(OpType::Alltoallv, in.count, SIZE_MAX, o, [=](const Call& c) {
-    auto sc = icounts(sendCounts, [&] { return describe(c); }), rc = icounts(recvCounts, [&] { return describe(c); });
-    auto sd = displs(sc, [&] { return describe(c); }), rd = displs(rc, [&] { return describe(c); });
+    auto what = [&] { return describe(c); };
+    auto sc = icounts(sendCounts, what), rc = icounts(recvCounts, what);
+    auto sd = displs(sc, what), rd = displs(rc, what);
     std::vector<char> copy;
     const void* src = in.data;
     if (in.data == out.data && in.count) {
@@ -572,9 +580,9 @@ std::shared_ptr<Work> MpiProcessGroup::doSend(Buffer buf, int dst, const SendOpt
   int done = 0;
   {
     auto lk = mpiLock();
-    int n = icount(buf.count, what());
-    check(MPI_Isend(buf.data, n, mpiType(buf.dtype), dst, o.tag, comm_, &req), what());
-    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what());
+    int n = icount(buf.count, what);
+    checkLazy(MPI_Isend(buf.data, n, mpiType(buf.dtype), dst, o.tag, comm_, &req), what);
+    checkLazy(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
   }
   auto work = std::make_shared<Work>("send", seq_++);
   if (done) {
@@ -610,10 +618,10 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
   int done = 0;
   {
     auto lk = mpiLock();
-    int n = icount(buf.count, what());
-    check(MPI_Irecv(buf.data, n, mpiType(buf.dtype), src == kAnySource ? MPI_ANY_SOURCE : src, o.tag, comm_, &req),
-          what());
-    check(MPI_Test(&req, &done, &st), what());
+    int n = icount(buf.count, what);
+    checkLazy(MPI_Irecv(buf.data, n, mpiType(buf.dtype), src == kAnySource ? MPI_ANY_SOURCE : src, o.tag, comm_, &req),
+              what);
+    checkLazy(MPI_Test(&req, &done, &st), what);
   }
   auto work = std::make_shared<Work>("recv", seq_++);
   if (done) {

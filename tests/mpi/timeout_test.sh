@@ -28,9 +28,11 @@ fail() { echo "FAILED: $*"; exit 1; }
 [ "$elapsed" -le 20 ] || fail "the job took $elapsed s; the deadline is 2 s and rank 1 arrives after 30 s"
 grep -q "late: done" "$tmp/out" && fail "a rank completed the allreduce"
 if [ "$mode" = blocking ]; then
-  grep -q "accl rank 0/2 mpi: allreduce #0 (2 elements): timed out after 2000 ms in MPI_Allreduce; some rank did not take part.*aborted (MPI_Abort)" "$tmp/out" ||
+  grep -q "accl rank 0/2 mpi: allreduce #0 (2 elements): timed out after 2000 ms in MPI_Allreduce; some rank did not take part.*aborted (MPI_Abort, exit status 3)" "$tmp/out" ||
     fail "rank 0 does not name the op, its deadline and MPI_Allreduce before the abort"
-  grep -q "MPI_ABORT was invoked on rank 0" "$tmp/out" || fail "no MPI_Abort"
+  # mpirun passes on the guard's MPI_Abort status (its own banner about the
+  # abort can be lost when the machine is loaded, so the status is what counts).
+  [ "$rc" -eq 3 ] || fail "exit status $rc, not the guard's MPI_Abort status 3"
   ls "$tmp"/accl-trace-*.json >/dev/null 2>&1 || fail "no flight recorder dump in ACCL_TRACE_DIR"
   grep -q 'timed out after 2000 ms in MPI_Allreduce' "$tmp"/accl-trace-*.json || fail "the dump lacks the failure"
 else
