@@ -58,8 +58,8 @@ struct Buffers {
   std::vector<float> in, outMpi, outAccl;
 };
 
-// One op at one size, both ways. `mpi()` and `accl()` run it once each;
-// `out` names the result each writes.
+// One op at one size, both ways: `mpi()` and `accl()` run it once each,
+// into outMpi and outAccl.
 struct Case {
   std::function<void()> mpi, accl;
   size_t resultCount = 0;  // elements of the result on this rank to compare (0: none)
