@@ -343,6 +343,12 @@ const std::vector<CoreRow>& coreRows() {
                       std::string("/tmp/accl-trace"), nullptr,
                       "Where flight recorder dumps go: one file per process, accl-trace-<host>-<pid>.json.",
                       &Config::traceDir));
+    v.push_back(field("ACCL_DIAG_POLL", config::duration("off"), std::chrono::milliseconds(2000), nullptr,
+                      "How often each process asks its group's rendezvous store whether accl-diag --store wants the "
+                      "flight recorders; when it does, the process puts its dump (each group's last ops) into the "
+                      "store, so that one command on any host gets every rank's. One store request per period per "
+                      "process; 0 turns it off.",
+                      &Config::diagPoll));
     v.push_back(field("ACCL_STALL_WARN", config::duration("off"), std::chrono::milliseconds(60000), nullptr,
                       "An op that has waited this long logs one WARN on every waiting rank, again at 2x, 4x, ... "
                       "the time; ACCL_TIMEOUT stays the hard limit. The accl backend asks every peer where it is "

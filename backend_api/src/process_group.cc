@@ -41,7 +41,7 @@ ProcessGroup::ProcessGroup(int rank, int size, std::string backend, ProcessGroup
                                            "; accepted: size >= 1 and 0 <= rank < size"));
   timeout_ = options_.timeout.count() > 0 ? options_.timeout : Config::get().timeout;
   setLogRank(rank, size);
-  if (FlightRecorder::wanted()) {
+  if (options_.record && FlightRecorder::wanted()) {
     recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::wantedCapacity(), options_.name, backend_, rank, size);
     if (Config::get().traceBuffer > 0) internal::registerRecorder(recorder_);
   }

@@ -9,6 +9,7 @@
 
 #include "accl/config.h"
 #include "accl/errors.h"
+#include "accl/internal/diag_responder.h"
 #include "accl/internal/strings.h"
 #include "accl/logging.h"
 
@@ -146,7 +147,8 @@ std::shared_ptr<ProcessGroup> createProcessGroup(const std::string& backend,
                           std::to_string(size) + "; accepted: size >= 1 and 0 <= rank < size");
   if (!store && backend != "mpi")
     throw InvalidArgument("accl: backend '" + backend + "' needs a rendezvous store (got null)");
-  auto pg = info.factory(std::move(store), rank, size, opts);
+  auto pg = info.factory(store, rank, size, opts);
+  internal::watchForDiagRequests(store, pg);
   ACCL_INFO("INIT", "created " << backend << " process group rank " << rank << "/" << size
                                << (opts.name.empty() ? "" : " '" + opts.name + "'"));
   return pg;

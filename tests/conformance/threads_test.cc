@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <set>
 #include <thread>
 
 #include "accl/registry.h"
+#include "accl/trace.h"
 #include "checker.h"
 
 using namespace accl;
@@ -181,6 +183,47 @@ TEST(ThreadSafety, PointToPointFromManyThreadsOfOneGroup) {
       });
     for (auto& th : ts) th.join();
     EXPECT_EQ(bad.load(), 0);
+    // The flight recorder kept every one of those ops, each under its own id,
+    // though they were issued from four threads at once.
+    if (FlightRecorder* rec = pg.recorder()) {
+      if (rec->capacity() >= 2 * kThreads * kMsgs) {
+        std::set<uint64_t> ids;
+        size_t p2p = 0;
+        for (const auto& e : rec->entries()) {
+          if (e.op != OpType::Send && e.op != OpType::Recv) continue;
+          ++p2p;
+          ids.insert(e.id);
+          EXPECT_EQ(e.state, OpState::Done) << "op " << e.id;
+        }
+        EXPECT_EQ(p2p, size_t(2 * kThreads * kMsgs));
+        EXPECT_EQ(ids.size(), p2p) << "two ops recorded under one id";
+      }
+    }
+  });
+}
+
+TEST(Recorder, AGroupMadeWithRecordFalseKeepsNoRecorder) {
+  if (!FlightRecorder::wanted()) GTEST_SKIP() << "the flight recorder is off in this environment (ACCL_TRACE_BUFFER=0)";
+  runRanks(2, [](ProcessGroup& pg) {
+    ASSERT_NE(pg.recorder(), nullptr);
+    ProcessGroupOptions off;
+    off.record = false;
+    auto quiet = pg.split({0, 1}, off);
+    auto recorded = pg.split({0, 1});
+    ASSERT_NE(quiet, nullptr);
+    ASSERT_NE(recorded, nullptr);
+    EXPECT_EQ(quiet->recorder(), nullptr);
+    ASSERT_NE(recorded->recorder(), nullptr);
+    float x = 1;
+    AllreduceOptions o;
+    quiet->allreduce(Buffer(&x, 1, DataType::Float32), o)->wait();
+    recorded->allreduce(Buffer(&x, 1, DataType::Float32), o)->wait();
+    recorded->allreduce(Buffer(&x, 1, DataType::Float32), o)->wait();
+    EXPECT_EQ(x, 8.0f);  // three sums over two ranks of 1
+    auto e = recorded->recorder()->entries();
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(e[0].op, OpType::Allreduce);
+    EXPECT_EQ(e[1].state, OpState::Done);
   });
 }
 

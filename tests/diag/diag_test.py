@@ -45,6 +45,11 @@ def env_for(tmp, **extra):
     return env
 
 
+def environ_of(pid):
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        return dict(kv.decode(errors="replace").split("=", 1) for kv in fh.read().split(b"\0") if b"=" in kv)
+
+
 def rank_pids(launcher_pid, n, timeout=30):
     """{rank: pid} of the driver processes under accl-run."""
     end = time.time() + timeout
@@ -210,6 +215,15 @@ def stall(tmp):
         check(r.returncode == 0 and f"holds up {op}" in r.stdout and
               f"no answer to SIGUSR1 from pid {pids[2]}" in r.stdout and job.poll() is None,
               "accl-diag --live: rank 2 holds up the op and did not answer SIGUSR1; the job still runs")
+        # accl-diag --store: the same question through the job's rendezvous store, which reaches every host; the
+        # three running ranks answer within ACCL_DIAG_POLL (2 s), rank 2 cannot.
+        port = environ_of(pids[0]).get("MASTER_PORT")
+        r = subprocess.run([sys.executable, DIAG, "--store", f"127.0.0.1:{port}", "--wait", "6", "--brief"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        print("---- accl-diag --store --brief\n" + r.stdout.rstrip() + "\n----")
+        check(r.returncode == 0 and f"holds up {op}" in r.stdout and "3 dump(s)" in r.stdout and
+              "no answer through the store from rank 2 " in r.stdout and job.poll() is None,
+              "accl-diag --store: three ranks answer through the store, rank 2 holds up the op and does not")
         waiting = "ranks 0-1,3" if PARAM != "tcp" else "rank"
         check(any(l.startswith(waiting) and re.search(f" waits? in {op}", l) for l in v),
               f"accl-diag: {waiting} wait in {op}")

@@ -1,12 +1,16 @@
 // The flight recorder's ring and its dump, against hand-made entries.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +22,18 @@
 #include "accl/trace.h"
 
 using namespace accl;
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kThreadSanitizer = true;
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
 
 TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
   FlightRecorder rec(3, "g", "accl", 1, 4);
@@ -59,8 +75,10 @@ TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
 
 TEST(FlightRecorder, ReadersGetConsistentEntriesWhileOpsAreRecorded) {
   // One thread records ops (seq = id, so that a torn copy shows) while this
-  // one reads the ring: every entry read is whole.
-  FlightRecorder rec(64, "g", "accl", 0, 2);
+  // one reads the ring: every entry read is whole. The writer yields now and
+  // then: at full speed (~20 ns an op) it would overwrite every slot before
+  // the reader got to it, and the reader would see nothing.
+  FlightRecorder rec(256, "g", "accl", 0, 2);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> recorded{0};
   std::thread writer([&] {
@@ -68,7 +86,7 @@ TEST(FlightRecorder, ReadersGetConsistentEntriesWhileOpsAreRecorded) {
       uint64_t id = rec.begin(OpType::Send, DataType::Uint8, 0, -1, 1, 0);
       rec.started(id, static_cast<int64_t>(id), "p2p", "tcp");
       rec.finished(id, nullptr);
-      recorded++;
+      if (++recorded % 8 == 0) std::this_thread::yield();
     }
   });
   size_t seen = 0, torn = 0;
@@ -126,4 +144,101 @@ TEST(FlightRecorder, DumpHoldsEveryLiveGroupAsJson) {
   nlohmann::json j2 = nlohmann::json::parse(f2);
   for (auto& g : j2["groups"]) EXPECT_NE(g["name"], "second");
   std::remove(path.c_str());
+}
+
+// The always-on recorder dates ops by a ticker's copy of the coarse clock.
+// Its times must follow real time while it ticks, after it parked in an idle
+// process, and in a forked child (which has no ticker until its first op).
+TEST(FlightRecorder, OpTimesFollowTheClockThroughTickerParkingAndFork) {
+  using std::chrono::milliseconds;
+  internal::setTraceTickerParkAfter(10);  // parks after 10-40 ms without ops
+  FlightRecorder rec(16, "g", "accl", 0, 1);
+  auto queuedUs = [&](uint64_t id) {
+    for (const auto& e : rec.entries())
+      if (e.id == id) return e.queuedUs;
+    return int64_t(-1);
+  };
+  auto wallNowUs = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  // The clock's resolution (1-4 ms) and one tick of lag.
+  const int64_t slackUs = 12000;
+  uint64_t a = rec.begin(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0);
+  int64_t ta = queuedUs(a);
+  EXPECT_LE(std::llabs(ta - wallNowUs()), slackUs);
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_TRUE(internal::traceTickerParked()) << "no op for 300 ms: the ticker should have parked";
+  uint64_t b = rec.begin(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0);
+  EXPECT_FALSE(internal::traceTickerParked()) << "an op wakes the ticker";
+  int64_t tb = queuedUs(b);
+  EXPECT_GE(tb - ta, 300000 - slackUs);
+  EXPECT_LE(std::llabs(tb - wallNowUs()), slackUs);
+  // Ticking: ops a few ms apart, none long enough to park it.
+  int64_t prev = tb;
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(milliseconds(5));
+    uint64_t c = rec.begin(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0);
+    int64_t tc = queuedUs(c);
+    EXPECT_GE(tc, prev - 2);  // each entries() converts to wall time anew: +-1 us
+    EXPECT_LE(std::llabs(tc - wallNowUs()), slackUs) << "op " << i << " while ticking";
+    prev = tc;
+  }
+  std::this_thread::sleep_for(milliseconds(20));
+  if (kThreadSanitizer) {
+    // TSan stops a forked child of a multi-threaded process that starts a thread.
+    internal::setTraceTickerParkAfter(1000);
+    GTEST_SKIP() << "the fork part: ThreadSanitizer does not support threads started after fork";
+  }
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // the child: no ticker runs here
+    std::this_thread::sleep_for(milliseconds(200));
+    uint64_t d = rec.begin(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0);
+    int64_t td = queuedUs(d);
+    std::this_thread::sleep_for(milliseconds(100));
+    uint64_t e = rec.begin(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0);
+    int64_t te = queuedUs(e);
+    bool ok = td - prev >= 200000 - slackUs && std::llabs(td - wallNowUs()) <= 100000 + slackUs &&
+              te - td >= 100000 - slackUs && std::llabs(te - wallNowUs()) <= slackUs;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the forked child's op times did not follow the clock";
+  internal::setTraceTickerParkAfter(1000);
+}
+
+// Ops of one group may be issued from several threads at once: each gets its
+// own id and slot, and the ring holds all of them.
+TEST(FlightRecorder, OpsIssuedFromSeveralThreadsAtOnceGetDistinctIds) {
+  constexpr int kThreads = 4, kOps = 5000;
+  FlightRecorder rec(kThreads * kOps, "g", "accl", 0, 2);
+  std::vector<std::vector<uint64_t>> got(kThreads);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([&, t] {
+      ready++;
+      while (ready.load() < kThreads) {
+      }
+      for (int i = 0; i < kOps; ++i) {
+        uint64_t id = rec.begin(OpType::Send, DataType::Uint8, static_cast<uint64_t>(t), -1, 1, 0);
+        rec.finished(id, nullptr);
+        got[static_cast<size_t>(t)].push_back(id);
+      }
+    });
+  for (auto& th : ts) th.join();
+  std::set<uint64_t> ids;
+  for (auto& v : got) ids.insert(v.begin(), v.end());
+  EXPECT_EQ(ids.size(), size_t(kThreads * kOps)) << "two ops got one id";
+  auto e = rec.entries();
+  ASSERT_EQ(e.size(), size_t(kThreads * kOps));
+  std::vector<int> perThread(kThreads);
+  for (const auto& x : e) {
+    EXPECT_EQ(x.state, OpState::Done);
+    ASSERT_LT(x.count, uint64_t(kThreads));
+    perThread[x.count]++;
+  }
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(perThread[static_cast<size_t>(t)], kOps) << "thread " << t;
 }

@@ -10,6 +10,7 @@ failure came first, which link is slowest), then a table per rank.
 
     accl-diag /tmp/accl-trace            # the dumps of a job
     accl-diag --live                     # SIGUSR1 to every ACCL process of this host, then the same
+    accl-diag --store HOST:PORT          # ask a live job, every host of it, through its rendezvous store
     python -m torch_accl.diag DIR        # the same, from torch_accl
 
 This file needs nothing but Python 3.8's standard library; it is installed as
@@ -18,11 +19,15 @@ bin/accl-diag with the SDK and as torch_accl.diag with the wheel.
 import argparse
 import datetime
 import glob
+import hashlib
+import hmac
 import json
 import os
 import re
 import signal
+import socket
 import statistics
+import struct
 import sys
 import time
 
@@ -61,6 +66,147 @@ def load(files):
         d["path"] = f
         dumps.append(d)
     return dumps, problems
+
+
+# ------------------------------------------------- asking a live job (--store)
+
+class StoreError(Exception):
+    pass
+
+
+class TcpStoreClient:
+    """A client of ACCL's rendezvous store server (backend_api/src/tcp_store.cc): frames of
+    u32 magic | u16 version | u8 code | u8 0 | u32 body length | body, little-endian, strings as u32 length + bytes;
+    with ACCL_STORE_SECRET (or _FILE) the connection first proves the secret both ways (HMAC-SHA256)."""
+    MAGIC, VERSION = 0x41435354, 1
+    SET, GET, ADD, CAS, CHECK, WAIT, DELETE, NUMKEYS, HELLO, AUTH = range(1, 11)
+
+    def __init__(self, host, port, secret=None, timeout=10.0):
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise StoreError(f"cannot connect to the store at {host}:{port}: {e}") from None
+        self.sock.settimeout(timeout)
+        if secret:
+            nc = os.urandom(32)
+            body = self._call(self.HELLO, self._str(nc))
+            ns, body = self._take_str(body)
+            mac, _ = self._take_str(body)
+            want = hmac.new(secret, b"accl-store server\0" + nc + ns, hashlib.sha256).digest()
+            if not hmac.compare_digest(mac, want):
+                raise StoreError("the store server proves a different secret than ACCL_STORE_SECRET here")
+            self._call(self.AUTH, self._str(hmac.new(secret, b"accl-store client\0" + ns + nc, hashlib.sha256).digest()))
+
+    @staticmethod
+    def _str(b):
+        return struct.pack("<I", len(b)) + b
+
+    @staticmethod
+    def _take_str(body):
+        if len(body) < 4:
+            raise StoreError("malformed reply from the store")
+        (n,) = struct.unpack_from("<I", body)
+        if len(body) < 4 + n:
+            raise StoreError("malformed reply from the store")
+        return body[4:4 + n], body[4 + n:]
+
+    def _recv(self, n):
+        out = b""
+        while len(out) < n:
+            try:
+                chunk = self.sock.recv(n - len(out))
+            except socket.timeout:
+                raise StoreError("the store did not answer in time") from None
+            if not chunk:
+                raise StoreError("the store closed the connection")
+            out += chunk
+        return out
+
+    def _call(self, cmd, body):
+        self.sock.sendall(struct.pack("<IHBBI", self.MAGIC, self.VERSION, cmd, 0, len(body)) + body)
+        magic, version, status, _, n = struct.unpack("<IHBBI", self._recv(12))
+        if magic != self.MAGIC:
+            raise StoreError(f"{magic:#x} is not an ACCL store server's reply (is this a torch TCPStore? then use "
+                             f"--live on each host, or the dumps)")
+        reply = self._recv(n)
+        if status != 0:
+            raise StoreError(reply.decode(errors="replace") or f"status {status}")
+        return reply
+
+    def add(self, key, delta):
+        return struct.unpack("<q", self._call(self.ADD, self._str(key.encode()) + struct.pack("<q", delta)))[0]
+
+    def set(self, key, value):
+        self._call(self.SET, self._str(key.encode()) + self._str(value))
+
+    def check(self, keys):
+        body = struct.pack("<I", len(keys)) + b"".join(self._str(k.encode()) for k in keys)
+        return self._call(self.CHECK, body)[:1] == b"\x01"
+
+    def get(self, key):
+        value, _ = self._take_str(self._call(self.GET, self._str(key.encode())))
+        return value
+
+    def delete(self, key):
+        self._call(self.DELETE, self._str(key.encode()))
+
+    def close(self):
+        self.sock.close()
+
+
+def store_secret():
+    s = os.environ.get("ACCL_STORE_SECRET")
+    if s:
+        return s.encode()
+    f = os.environ.get("ACCL_STORE_SECRET_FILE")
+    if f:
+        with open(f, "rb") as fh:
+            return fh.readline().rstrip(b"\n")  # the first line is the secret, as the library reads it
+    return None
+
+
+def ask_store(address, prefix, entries, wait_s):
+    """Query a live job through its rendezvous store: every rank whose process watches it (ACCL_DIAG_POLL, default
+    every 2 s) puts its flight recorder there. Returns (dumps, ranks that did not answer, the group's size)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SystemExit(f"accl-diag --store {address}: expected HOST:PORT (the job's MASTER_ADDR:MASTER_PORT)")
+    key = (lambda k: f"{prefix}/{k}") if prefix else (lambda k: k)
+    try:
+        c = TcpStoreClient(host.strip("[]") or "127.0.0.1", int(port), store_secret())
+        if not c.check([key("accl-diag/size")]):
+            raise SystemExit(f"accl-diag --store {address}: no ACCL group watches this store"
+                             f"{' under prefix ' + repr(prefix) if prefix else ''} (ACCL_DIAG_POLL=0, a torch job, "
+                             f"or the prefix its program gave the store: --prefix)")
+        size = int(c.get(key("accl-diag/size")))
+        n = c.add(key("accl-diag/request"), 0) + 1
+        c.set(key(f"accl-diag/entries/{n}"), str(entries).encode())
+        c.add(key("accl-diag/request"), 1)
+        dumps, missing = [], list(range(size))
+        deadline = time.time() + wait_s
+        while missing and time.time() < deadline:
+            time.sleep(0.2)
+            for r in list(missing):
+                k = key(f"accl-diag/reply/{n}/{r}")
+                if c.check([k]):
+                    try:
+                        d = json.loads(c.get(k))
+                    except ValueError as e:
+                        print(f"accl-diag: rank {r}'s answer is not JSON ({e})", file=sys.stderr)
+                        missing.remove(r)
+                        continue
+                    c.delete(k)  # the store keeps no dumps after the query
+                    d["path"] = f"store {address}, rank {r}"
+                    if d.get("format") == FORMAT and d.get("groups"):
+                        dumps.append(d)
+                    elif d.get("reason"):
+                        print(f"accl-diag: rank {r}: {d['reason']}", file=sys.stderr)
+                    missing.remove(r)
+        c.delete(key(f"accl-diag/entries/{n}"))
+        c.close()
+    except StoreError as e:
+        raise SystemExit(f"accl-diag --store {address}: {e}")
+    return dumps, missing, size
 
 
 class Group:
@@ -467,19 +613,34 @@ def main(argv=None):
     ap.add_argument("--live", action="store_true",
                     help="first send SIGUSR1 to every process of this host that has libaccl loaded, and read the "
                          "dumps they write (run it on each host of a job, or copy the dumps together)")
-    ap.add_argument("--wait", type=float, default=5.0, help="with --live: seconds to wait for the dumps (default 5)")
+    ap.add_argument("--store", metavar="HOST:PORT",
+                    help="ask a live job through its rendezvous store (MASTER_ADDR:MASTER_PORT of an accl-run job, or "
+                         "of a program that uses ACCL's store): every rank puts its flight recorder there within "
+                         "ACCL_DIAG_POLL (2 s), from every host; ranks that do not answer are named")
+    ap.add_argument("--prefix", default="", help="with --store: the key prefix the job's program gave its store "
+                                                  "(PrefixStore), if any")
+    ap.add_argument("--entries", type=int, default=200, help="with --store: the last ops per group to ask for (default 200)")
+    ap.add_argument("--wait", type=float, default=5.0,
+                    help="with --live or --store: seconds to wait for the answers (default 5)")
     ap.add_argument("--json", action="store_true", help="print the verdict and tables as JSON")
     ap.add_argument("--brief", action="store_true", help="the verdict only, no tables")
     a = ap.parse_args(argv)
 
     silent = []
     since = 0
-    if a.live:
-        dirs, silent, since = live(default_dir, a.wait)
-        paths = a.paths or dirs
+    unanswered = []
+    if a.live and a.store:
+        ap.error("--live and --store ask the job in two ways: choose one")
+    if a.store:
+        dumps, unanswered, _ = ask_store(a.store, a.prefix, a.entries, a.wait)
+        paths, problems = [f"the store at {a.store}"], []
     else:
-        paths = a.paths or [default_dir]
-    dumps, problems = load(find_files(paths))
+        if a.live:
+            dirs, silent, since = live(default_dir, a.wait)
+            paths = a.paths or dirs
+        else:
+            paths = a.paths or [default_dir]
+        dumps, problems = load(find_files(paths))
     if since:
         dumps = [d for d in dumps if d.get("written_us", 0) >= since]
     groups = groups_of(dumps, problems)
@@ -493,6 +654,10 @@ def main(argv=None):
         print("accl-diag: no usable group in the dumps (see above)", file=sys.stderr)
         return 2
     lines = verdict(groups)
+    if unanswered:
+        lines.append(f"no answer through the store from rank{'s' if len(unanswered) > 1 else ''} "
+                     f"{ranks_text(unanswered)} within {a.wait:g} s (stopped, hung with its threads, gone, or "
+                     f"ACCL_DIAG_POLL=0 there)")
     if silent:
         lines.append(f"no answer to SIGUSR1 from pid{'s' if len(silent) > 1 else ''} "
                      f"{', '.join(map(str, silent))} (stopped, or SIGUSR1 handled by someone else)")

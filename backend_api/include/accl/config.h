@@ -56,6 +56,7 @@ struct Config {
   std::string traceDir;                  // ACCL_TRACE_DIR
   std::string timeline;                  // ACCL_TIMELINE ("": off)
   std::chrono::milliseconds stallWarn{};  // ACCL_STALL_WARN (0: off)
+  std::chrono::milliseconds diagPoll{};   // ACCL_DIAG_POLL (0: off)
   int stats = 0;                         // ACCL_STATS (1: on)
   std::string torchBackend;              // ACCL_TORCH_BACKEND
   std::string torchCuda;                 // ACCL_TORCH_CUDA: auto, nccl, stage

@@ -62,6 +62,10 @@ struct RecvOptions : OpOptions {
 struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{0};  // 0: ACCL_TIMEOUT
   std::string name;                      // shown in logs and errors
+  // false: this group keeps no flight recorder, statistics or timeline,
+  // whatever ACCL_TRACE_BUFFER, ACCL_STATS and ACCL_TIMELINE say (a group
+  // whose ops are not worth recording; bench/recorder_cost.cc compares the two).
+  bool record = true;
 };
 
 enum class OpType {

@@ -154,6 +154,7 @@ class PrefixStore : public Store {
   bool deleteKey(const std::string& key) override;
   int64_t numKeys() override;
   std::shared_ptr<Store> base() const { return base_; }
+  const std::string& prefix() const { return prefix_; }
 
  private:
   std::string key(const std::string& k) const { return prefix_ + "/" + k; }

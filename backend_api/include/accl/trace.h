@@ -10,8 +10,6 @@
 // printed when the group is destroyed).
 #pragma once
 
-#include <pthread.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -128,7 +126,7 @@ class FlightRecorder {
   // Only when more ops are in flight than the ring holds can an old op's
   // phase and a new op's begin write one slot at once: that entry may then
   // mix the two ops (every field stays valid; no memory is at risk).
-  struct Slot {
+  struct alignas(64) Slot {  // two cache lines
     std::atomic<uint64_t> ver{0};
     std::atomic<uint64_t> id{0};
     std::atomic<int64_t> seq{-1}, coll{-1};
@@ -139,7 +137,6 @@ class FlightRecorder {
     std::atomic<const char*> algorithm{nullptr};
     std::atomic<const char*> transport{nullptr};
     std::atomic<int64_t> queuedNs{0}, startedNs{0}, finishedNs{0};  // CLOCK_MONOTONIC
-    std::atomic<pthread_t> issuer{};  // the thread that called begin()
   };
   // A consistent copy of a slot (times still monotonic ns).
   struct Copy {
@@ -157,7 +154,6 @@ class FlightRecorder {
   };
   Slot& slotOf(uint64_t id) { return ring_[id & (capacity_ - 1)]; }  // capacity_: a power of two
   Copy read(const Slot& s) const;  // with the texts
-  int64_t clockNs() const;         // precise with statistics or timeline on, else the coarse clock
   void account(const Copy& c);     // timeline and statistics of a finished op
 
   size_t capacity_;
