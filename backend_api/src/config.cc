@@ -363,8 +363,10 @@ const std::vector<CoreRow>& coreRows() {
                                    "path"),
                       std::string(), "(off)",
                       "Writes a timeline of every op (Chrome trace-event JSON, one file per process: a span per "
-                      "op with its size, algorithm, transport and peers, and a span for the time it was queued "
-                      "behind earlier ops) that chrome://tracing and Perfetto open. Timestamps are wall-clock "
+                      "op with its size, algorithm, transport and peers, a span for the time it was queued "
+                      "behind earlier ops, and on the accl backend a span from its first wait for its peers to "
+                      "its last, with the sum of the waits) that chrome://tracing and Perfetto open. Timestamps "
+                      "are wall-clock "
                       "microseconds, so the files of all ranks line up.",
                       &Config::timeline));
     v.push_back(field("ACCL_STATS", config::intRange(0, 1, "1: on"), 0, nullptr,

@@ -86,6 +86,7 @@ nlohmann::ordered_json entryJson(const TraceEntry& e) {
                               {"finished_us", e.finishedUs}};
   if (!e.error.empty()) j["error"] = e.error;
   if (!e.note.empty()) j["note"] = e.note;
+  if (e.waitedUs > 0) j["waited_us"] = e.waitedUs;
   return j;
 }
 
@@ -140,9 +141,10 @@ class Timeline {
   int addGroup(const std::string& label) {
     std::lock_guard<std::mutex> lk(mu_);
     int tid = nextTid_;
-    nextTid_ += 2;
+    nextTid_ += 3;
     meta(tid, label);
     meta(tid + 1, label + " queue");
+    meta(tid + 2, label + " waiting for peers");
     return tid;
   }
   void event(const nlohmann::ordered_json& e) {
@@ -484,7 +486,7 @@ void FlightRecorder::account(const Copy& s) {
     int64_t offsetUs = wallUs() - steadyNs() / 1000;
     int64_t queued = s.queuedNs / 1000 + offsetUs, started = (s.startedNs ? s.startedNs : s.finishedNs) / 1000 + offsetUs,
             finished = s.finishedNs / 1000 + offsetUs;
-    nlohmann::ordered_json args = {{"coll", s.coll}, {"seq", s.seq},           {"bytes", s.bytes},
+    nlohmann::ordered_json args = {{"id", s.id}, {"coll", s.coll}, {"seq", s.seq}, {"bytes", s.bytes},
                                    {"count", s.count}, {"dtype", toString(s.dtype)},
                                    {"algorithm", s.algorithm ? s.algorithm : ""}, {"transport", s.transport ? s.transport : ""},
                                    {"state", toString(s.state)}};
@@ -612,6 +614,7 @@ uint64_t FlightRecorder::begin(OpType op, DataType dtype, uint64_t count, int ro
   s.queuedNs.store(now, R);
   s.startedNs.store(0, R);
   s.finishedNs.store(0, R);
+  s.waitTotalNs.store(0, R);
   // The next op's slot, into this core's cache while the op runs: a ring of
   // thousands of slots is out of L1 by the time it comes round, and the miss
   // was a quarter of begin()'s time.
@@ -631,6 +634,26 @@ void FlightRecorder::started(uint64_t id, int64_t seq, const char* algorithm, co
   if (seq >= 0) s.seq.store(seq, R);
   if (algorithm) s.algorithm.store(algorithm, R);
   if (transport) s.transport.store(transport, R);
+}
+
+void FlightRecorder::waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_t totalNs) {
+  Slot& s = slotOf(id);
+  if (s.id.load(R) != id || totalNs <= 0) return;
+  {
+    WriteScope<Slot> w(s);
+    s.waitTotalNs.store(totalNs, R);
+  }
+  if (timelineTid_ < 0) return;
+  // A span from the op's first wait for its peers to the end of its last
+  // (the time between is the op's own work); the sum of the waits is in args.
+  Timeline* t = Timeline::get(rank_);
+  int64_t offsetUs = wallUs() - steadyNs() / 1000;
+  int64_t w0 = firstNs / 1000 + offsetUs, w1 = lastNs / 1000 + offsetUs;
+  std::string name = toString(static_cast<OpType>(s.op.load(R)));
+  std::lock_guard<std::mutex> lk(statsMu_);
+  t->event({{"name", "waiting for peers: " + name}, {"cat", "wait"}, {"ph", "X"}, {"pid", t->rank()},
+            {"tid", timelineTid_ + 2}, {"ts", w0}, {"dur", w1 - w0},
+            {"args", {{"id", id}, {"waited_us", static_cast<double>(totalNs) / 1000.0}}}});
 }
 
 void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
@@ -700,6 +723,7 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
     c.queuedNs = s.queuedNs.load(R);
     c.startedNs = s.startedNs.load(R);
     c.finishedNs = s.finishedNs.load(R);
+    c.waitTotalNs = s.waitTotalNs.load(R);
     std::atomic_thread_fence(std::memory_order_acquire);
     whole = s.ver.load(R) == v1;
   }
@@ -739,6 +763,7 @@ TraceEntry toEntry(const C& s, int64_t offsetUs) {
   e.queuedUs = wall(s.queuedNs);
   e.startedUs = wall(s.startedNs);
   e.finishedUs = wall(s.finishedNs);
+  e.waitedUs = s.waitTotalNs / 1000;
   e.error = s.error;
   e.note = s.note;
   return e;

@@ -273,6 +273,28 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
     }
     auto deadline = Clock::now() + timeout;
     net_->beginOp(d, deadline, timeout);
+    // With the timeline or statistics on, the transports time this op's
+    // waits for its peers (the timeline's "waiting for peers" span).
+    struct TimedWaits {
+      AcclProcessGroup* g;
+      uint64_t id;
+      FlightRecorder* rec;
+      core::WaitTimes w;
+      TimedWaits(AcclProcessGroup* pg, uint64_t traceId) : g(pg), id(traceId), rec(traceId ? pg->recorder() : nullptr) {
+        if (!rec || !rec->timesOps()) {
+          rec = nullptr;
+          return;
+        }
+        g->host_->timeWaits(&w);
+        g->net_->timeWaits(&w);
+      }
+      ~TimedWaits() {
+        if (!rec) return;
+        g->host_->timeWaits(nullptr);
+        g->net_->timeWaits(nullptr);
+        rec->waited(id, w.firstNs, w.lastNs, w.totalNs);
+      }
+    } timedWaits(this, traceId);
     try {
       body(d, deadline);
     } catch (const std::exception& e) {

@@ -292,6 +292,7 @@ def timeline(tmp):
     check(r.returncode == 0, f"the job ran (exit {r.returncode})")
     want = {"allreduce": n, "broadcast": n, "barrier": 1}
     want_bytes = {"allreduce": 256 * 4, "broadcast": 64 * 4, "barrier": 0}
+    total_waits = {}
     for rank in (0, 1):
         f = os.path.join(tmp, f"tl.{rank}.json")
         try:
@@ -320,6 +321,22 @@ def timeline(tmp):
         check(all(e["args"]["state"] == "done" for e in ops), f"rank {rank}: every op done")
         if PARAM == "accl":
             check(all(e["args"]["algorithm"] for e in ops), f"rank {rank}: every span names its algorithm")
+            # "waiting for peers": from the op's first wait to its last, inside the op's span, with the sum of the
+            # waits no longer than the span.
+            waits = [e for e in events if e.get("cat") == "wait"]
+            by_id = {e["args"]["id"]: e for e in ops}
+            inside = all(w["args"]["id"] in by_id and
+                         by_id[w["args"]["id"]]["ts"] - 1 <= w["ts"] and
+                         w["ts"] + w["dur"] <= by_id[w["args"]["id"]]["ts"] + by_id[w["args"]["id"]]["dur"] + 1 and
+                         0 < w["args"]["waited_us"] <= w["dur"] + 1 and w["name"].endswith(by_id[w["args"]["id"]]["name"])
+                         for w in waits)
+            check(inside, f"rank {rank}: each of its {len(waits)} waiting spans lies inside its op's span")
+            total_waits[rank] = len(waits)
+    if PARAM == "accl":
+        # In each lock-step op the rank that comes first waits for the other: most ops show a wait on some rank.
+        print(f"waiting spans per rank: {total_waits}")
+        check(sum(total_waits.values()) >= sum(want.values()) // 2,
+              f"waiting spans on the two ranks ({total_waits}) for at least half of the {sum(want.values())} ops")
     tables = [l for l in r.stdout.splitlines() if re.match(r"^\[\d\] +(allreduce|broadcast|barrier)  ", l)]
     print("\n".join(l for l in r.stdout.splitlines() if "stats" in l or l in tables))
     for rank in (0, 1):

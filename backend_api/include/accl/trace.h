@@ -46,6 +46,7 @@ struct TraceEntry {
   int64_t queuedUs = 0;    // wall-clock microseconds since the epoch; 0: not yet
   int64_t startedUs = 0;
   int64_t finishedUs = 0;
+  int64_t waitedUs = 0;    // time spent waiting for peers (timed with ACCL_TIMELINE or ACCL_STATS; 0 otherwise)
   std::string error;       // the failure's message
   std::string note;        // the last stall warning (state Waiting)
 };
@@ -79,6 +80,13 @@ class FlightRecorder {
   // Op `id` completed; the group's first failed op also writes the dump
   // (when ACCL_TRACE_BUFFER > 0).
   void finished(uint64_t id, const std::exception_ptr& error);
+  // Where op `id` waited for its peers (steady_clock ns: the first wait's
+  // start, the last wait's end, their sum); backends report it when
+  // timesOps() (the timeline shows it as a span).
+  void waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_t totalNs);
+  // Whether ops are timed precisely (ACCL_STATS or ACCL_TIMELINE): then a
+  // backend's waits are worth timing.
+  bool timesOps() const { return precise_; }
   // Op `id` has waited long for other ranks; `why` is the stall warning.
   // The first warning of an op also writes the dump (ACCL_TRACE_BUFFER > 0).
   void waiting(uint64_t id, const std::string& why);
@@ -137,6 +145,7 @@ class FlightRecorder {
     std::atomic<const char*> algorithm{nullptr};
     std::atomic<const char*> transport{nullptr};
     std::atomic<int64_t> queuedNs{0}, startedNs{0}, finishedNs{0};  // CLOCK_MONOTONIC
+    std::atomic<int64_t> waitTotalNs{0};  // waited(); 0: none
   };
   // A consistent copy of a slot (times still monotonic ns).
   struct Copy {
@@ -150,6 +159,7 @@ class FlightRecorder {
     const char* algorithm = nullptr;
     const char* transport = nullptr;
     int64_t queuedNs = 0, startedNs = 0, finishedNs = 0;
+    int64_t waitTotalNs = 0;
     std::string error, note;
   };
   Slot& slotOf(uint64_t id) { return ring_[id & (capacity_ - 1)]; }  // capacity_: a power of two

@@ -57,6 +57,12 @@ class HostGroup {
   virtual void scatterv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
                         const OpDesc& d, Clock::time_point deadline) = 0;
   virtual void barrier(const OpDesc& d, Clock::time_point deadline) = 0;
+  // Where waits for the other local ranks add their time (nullptr: they do
+  // not look at the clock).
+  void timeWaits(WaitTimes* w) { waitTimes_ = w; }
+
+ protected:
+  WaitTimes* waitTimes_ = nullptr;
 };
 
 // The host group of a rank alone on its host (or with shared memory off).

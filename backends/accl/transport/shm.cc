@@ -237,6 +237,8 @@ void ShmDomain::waitFor(const F& arrived) {
       if (p != o_.localRank && !arrived(p)) return false;
     return true;
   };
+  if (allIn()) return;  // everyone is here: no wait, nothing to time
+  WaitScope timed(waitTimes_);
   // With a core per rank, a short busy spin catches a peer that is a moment
   // behind. With more local ranks than cores, spinning holds the core the
   // late peer needs: give it up at once instead (as Open MPI does when

@@ -49,6 +49,38 @@ inline std::vector<size_t> equalParts(size_t n, int p) {
   return c;
 }
 
+// Where an op waited for its peers, when the flight recorder times it
+// (ACCL_TIMELINE, ACCL_STATS): the first wait's start, the last wait's end and
+// the sum of the waits, steady-clock ns. Transports add to it while a caller
+// has set it (timeWaits()); otherwise they read no clock for it.
+struct WaitTimes {
+  int64_t firstNs = 0, lastNs = 0, totalNs = 0;
+  void add(Clock::time_point a, Clock::time_point b) {
+    int64_t x = std::chrono::duration_cast<std::chrono::nanoseconds>(a.time_since_epoch()).count();
+    int64_t y = std::chrono::duration_cast<std::chrono::nanoseconds>(b.time_since_epoch()).count();
+    if (!firstNs) firstNs = x;
+    lastNs = y;
+    totalNs += y - x;
+  }
+};
+
+// Adds the time from its construction to its end to `w` (nothing when null).
+class WaitScope {
+ public:
+  explicit WaitScope(WaitTimes* w) : w_(w) {
+    if (__builtin_expect(w_ != nullptr, 0)) t0_ = Clock::now();
+  }
+  ~WaitScope() {
+    if (__builtin_expect(w_ != nullptr, 0)) w_->add(t0_, Clock::now());
+  }
+  WaitScope(const WaitScope&) = delete;
+  WaitScope& operator=(const WaitScope&) = delete;
+
+ private:
+  WaitTimes* w_;
+  Clock::time_point t0_{};
+};
+
 // Point-to-point messages between ranks of one communicator. A message is
 // identified by (peer, step) within the current op; a receive names exactly
 // how many bytes it expects (a different size is a mismatch error). Any number
@@ -66,6 +98,11 @@ class Transport {
   // it throws, every send and receive of the op was withdrawn first: nothing
   // reads or writes their buffers afterwards, so they may be freed at once.
   virtual void wait() = 0;
+  // Where wait() adds its time (nullptr: it does not look at the clock).
+  void timeWaits(WaitTimes* w) { waitTimes_ = w; }
+
+ protected:
+  WaitTimes* waitTimes_ = nullptr;
 };
 
 // A sub-group of a transport's ranks, as the algorithms see it: index i is

@@ -104,6 +104,7 @@ void NetTransport::throwIfFailed(const std::vector<int>& peers) {
 }
 
 void NetTransport::wait() {
+  WaitScope timed(waitTimes_);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     // A zero-length receive completes when its frame's header was handled.
