@@ -87,6 +87,11 @@ nlohmann::ordered_json entryJson(const TraceEntry& e) {
   if (!e.error.empty()) j["error"] = e.error;
   if (!e.note.empty()) j["note"] = e.note;
   if (e.waitedUs > 0) j["waited_us"] = e.waitedUs;
+  if (!e.peers.empty()) {
+    j["peers"] = nlohmann::json::array();
+    for (const auto& p : e.peers)
+      j["peers"].push_back(nlohmann::ordered_json{{"rank", p.rank}, {"sent", p.sent}, {"received", p.received}});
+  }
   return j;
 }
 
@@ -403,7 +408,7 @@ void FlightRecorder::waiting(uint64_t id, const std::string& why) {
   if (s.id.load(std::memory_order_relaxed) != id) return;
   {
     std::lock_guard<std::mutex> lk(textMu_);
-    texts_[id].second = why;
+    texts_[id].note = why;
     s.hasText.store(true, std::memory_order_relaxed);
   }
   uint8_t st = s.state.load(std::memory_order_relaxed);
@@ -656,6 +661,14 @@ void FlightRecorder::waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_
             {"args", {{"id", id}, {"waited_us", static_cast<double>(totalNs) / 1000.0}}}});
 }
 
+void FlightRecorder::peerBytes(uint64_t id, std::vector<PeerBytes> peers) {
+  Slot& s = slotOf(id);
+  if (s.id.load(R) != id || peers.empty()) return;
+  std::lock_guard<std::mutex> lk(textMu_);
+  texts_[id].peers = std::move(peers);
+  s.hasText.store(true, R);
+}
+
 void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
   int64_t now = opClockNs(precise_);
   Slot& s = slotOf(id);
@@ -682,7 +695,7 @@ void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
   bool first = false;
   {
     std::lock_guard<std::mutex> lk(textMu_);
-    texts_[id].first = why;
+    texts_[id].error = why;
     s.hasText.store(true, R);
   }
   Copy c = read(s);
@@ -735,8 +748,9 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
     std::lock_guard<std::mutex> lk(textMu_);
     auto it = texts_.find(c.id);
     if (it != texts_.end()) {
-      c.error = it->second.first;
-      c.note = it->second.second;
+      c.error = it->second.error;
+      c.note = it->second.note;
+      c.peers = it->second.peers;
     }
   }
   return c;
@@ -766,6 +780,7 @@ TraceEntry toEntry(const C& s, int64_t offsetUs) {
   e.waitedUs = s.waitTotalNs / 1000;
   e.error = s.error;
   e.note = s.note;
+  e.peers = s.peers;
   return e;
 }
 }  // namespace

@@ -295,9 +295,19 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
         rec->waited(id, w.firstNs, w.lastNs, w.totalNs);
       }
     } timedWaits(this, traceId);
+    // What the op moved per peer over the network, for its flight recorder
+    // entry (a lock and a copy per op that crossed hosts; none within one).
+    auto notePeers = [&] {
+      FlightRecorder* rec = traceId && !layout_.singleHost() ? recorder() : nullptr;
+      if (!rec) return;
+      std::vector<PeerBytes> v;
+      for (const auto& b : net_->opTraffic()) v.push_back({b.rank, b.sent, b.received});
+      rec->peerBytes(traceId, std::move(v));
+    };
     try {
       body(d, deadline);
     } catch (const std::exception& e) {
+      notePeers();
       std::string msg = e.what();
       net_->endOp(msg);
       {
@@ -307,6 +317,7 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
       }
       rethrowWithPrefix(prefix);
     }
+    notePeers();
     // On one host nothing of the op went through the transport: nothing to
     // clean up (saves a lock per op on the latency path).
     if (!layout_.singleHost()) net_->endOp();

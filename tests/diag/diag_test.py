@@ -348,6 +348,38 @@ def timeline(tmp):
         check(got == want, f"rank {rank}: ACCL_STATS counts every op {got}")
 
 
+def peerbytes(tmp):
+    # Three ranks, each its own host over TCP: every allreduce entry of the flight recorder says what it moved to
+    # and from each peer, and what one rank sent to another in an op is what the other received in it.
+    env = env_for(tmp, ACCL_TRANSPORTS="tcp", ACCL_DIAG_DUMP="1")
+    r = subprocess.run([RUN, "-n", "3", DRIVER, "bulk", "1", "3"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    check(r.returncode == 0, f"the job ran (exit {r.returncode})")
+    d = dumps(tmp)
+    groups = {g["rank"]: g for dump in d.values() for g in dump["groups"]}
+    check(sorted(groups) == [0, 1, 2], f"a dump from every rank ({sorted(groups)})")
+    if sorted(groups) != [0, 1, 2]:
+        return
+    moved = {}  # (coll, from, to) -> (sent by from, received by to)
+    allreduces = 0
+    for rank, g in groups.items():
+        for e in g["entries"]:
+            if e["op"] != "allreduce":
+                continue
+            allreduces += 1
+            peers = e.get("peers", [])
+            check(peers and all(p["rank"] != rank and 0 <= p["rank"] < 3 for p in peers) and
+                  sum(p["sent"] for p in peers) >= e["bytes"] and sum(p["received"] for p in peers) >= e["bytes"],
+                  f"rank {rank}, allreduce #{e['coll']}: per-peer bytes {peers} cover its {e['bytes']} bytes")
+            for p in peers:
+                moved.setdefault((e["coll"], rank, p["rank"]), [None, None])[0] = p["sent"]
+                moved.setdefault((e["coll"], p["rank"], rank), [None, None])[1] = p["received"]
+    check(allreduces == 9, f"three allreduces on each rank ({allreduces})")
+    bad = {k: v for k, v in moved.items() if v[0] != v[1] and not (v[0] in (None, 0) and v[1] in (None, 0))}
+    check(not bad, f"what each rank sent to a peer in an op is what that peer received in it ({len(moved)} pairs; "
+                   f"mismatched: {bad})")
+
+
 def slowlink(tmp):
     if os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ip"):
         print("SKIP: needs root, ip and tc (network namespaces, netem)")
@@ -444,7 +476,7 @@ def files(tmp):
 
 def main():
     return run({"stall": stall, "stall_generic": stall_generic, "mismatch": mismatch, "timeline": timeline,
-                "slowlink": slowlink, "files": files}, SCENARIO, "accl-diag-test-")
+                "slowlink": slowlink, "files": files, "peerbytes": peerbytes}, SCENARIO, "accl-diag-test-")
 
 
 if __name__ == "__main__":

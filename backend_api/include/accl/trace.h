@@ -29,6 +29,13 @@ namespace accl {
 enum class OpState : uint8_t { Queued, Started, Waiting, Done, Failed };
 const char* toString(OpState s);
 
+// The payload one op moved to and from one peer (backends with their own
+// network transport, for ops that went through it).
+struct PeerBytes {
+  int rank = -1;
+  uint64_t sent = 0, received = 0;
+};
+
 struct TraceEntry {
   uint64_t id = 0;         // the group's op counter (every op, point-to-point included), from 1
   int64_t seq = -1;        // the backend's collective sequence number where it has one
@@ -49,6 +56,7 @@ struct TraceEntry {
   int64_t waitedUs = 0;    // time spent waiting for peers (timed with ACCL_TIMELINE or ACCL_STATS; 0 otherwise)
   std::string error;       // the failure's message
   std::string note;        // the last stall warning (state Waiting)
+  std::vector<PeerBytes> peers;  // what the op moved per peer over the network (accl backend; empty: none)
 };
 
 // What this rank exchanged with one peer (backends with their own transport).
@@ -87,6 +95,8 @@ class FlightRecorder {
   // Whether ops are timed precisely (ACCL_STATS or ACCL_TIMELINE): then a
   // backend's waits are worth timing.
   bool timesOps() const { return precise_; }
+  // What op `id` moved to and from each peer over the network.
+  void peerBytes(uint64_t id, std::vector<PeerBytes> peers);
   // Op `id` has waited long for other ranks; `why` is the stall warning.
   // The first warning of an op also writes the dump (ACCL_TRACE_BUFFER > 0).
   void waiting(uint64_t id, const std::string& why);
@@ -130,7 +140,7 @@ class FlightRecorder {
   // happen one after the other, so a slot has one writer at a time; a version
   // counter, odd while the slot is written, lets readers copy it without a
   // lock (a seqlock). The fields are relaxed atomics: plain moves, no locked
-  // instructions on the op's path. Texts (error, stall note) live in texts_.
+  // instructions on the op's path. Texts (error, stall note) and per-peer bytes live in texts_.
   // Only when more ops are in flight than the ring holds can an old op's
   // phase and a new op's begin write one slot at once: that entry may then
   // mix the two ops (every field stays valid; no memory is at risk).
@@ -161,6 +171,7 @@ class FlightRecorder {
     int64_t queuedNs = 0, startedNs = 0, finishedNs = 0;
     int64_t waitTotalNs = 0;
     std::string error, note;
+    std::vector<PeerBytes> peers;
   };
   Slot& slotOf(uint64_t id) { return ring_[id & (capacity_ - 1)]; }  // capacity_: a power of two
   Copy read(const Slot& s) const;  // with the texts
@@ -171,7 +182,11 @@ class FlightRecorder {
   std::atomic<uint64_t> next_{1};
   std::atomic<int64_t> nextColl_{0};
   mutable std::mutex textMu_;  // texts_, firstFailure_
-  std::map<uint64_t, std::pair<std::string, std::string>> texts_;  // id -> (error, note)
+  struct Texts {
+    std::string error, note;
+    std::vector<PeerBytes> peers;
+  };
+  std::map<uint64_t, Texts> texts_;  // by op id
   Copy firstFailure_;  // id 0: none yet
   mutable std::mutex metaMu_;  // hosts_, trafficSource_, closed_
   std::string group_, backend_;

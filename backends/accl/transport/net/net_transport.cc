@@ -34,6 +34,7 @@ NetTransport::NetTransport(Options o)
       arrivals_(o_.size),
       peerFailed_(o_.size),
       traffic_(o_.size),
+      opTrafficAt_(o_.size, -1),
       receiving_(o_.size, 0),
       busySince_(o_.size),
       lastHeard_(o_.size) {

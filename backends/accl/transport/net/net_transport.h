@@ -107,6 +107,14 @@ class NetTransport : public Transport, private FrameSink {
   // the rate the link delivered at while it carried data; a frame that lands
   // at once, as over verbs, adds no time).
   std::vector<PeerTraffic> traffic() const;
+  // The payload bytes the current op (since beginOp) posted to and from each
+  // peer it exchanged data with, in the order the peers were first used
+  // (the flight recorder's per-op traffic).
+  struct OpBytes {
+    int rank = -1;
+    uint64_t sent = 0, received = 0;
+  };
+  std::vector<OpBytes> opTraffic() const;
 
   const std::string& interfaceName() const;
   const std::string& address() const;
@@ -181,6 +189,9 @@ class NetTransport : public Transport, private FrameSink {
     int64_t busyNs = 0;
   };
   std::vector<Counters> traffic_;
+  std::vector<OpBytes> opTraffic_;  // this op's peers (mu_)
+  std::vector<int> opTrafficAt_;    // peer -> index in opTraffic_, -1: none yet
+  void countOp(int peer, size_t len, bool sent);
   std::vector<int> receiving_;
   std::vector<Clock::time_point> busySince_, lastHeard_;
   // Steady-clock ns at which the current op is due for a stall warning.

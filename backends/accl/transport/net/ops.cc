@@ -26,6 +26,8 @@ struct OwnedText : OutMessage {
 void NetTransport::beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lk(mu_);
   session_.begin(d, deadline, timeout);
+  for (const auto& b : opTraffic_) opTrafficAt_[b.rank] = -1;
+  opTraffic_.clear();
   if (o_.stallWarn.count() > 0) {
     opBegan_ = deadline - timeout;  // the caller read the clock for the deadline: no second read per op
     nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
@@ -73,6 +75,7 @@ void NetTransport::send(int peer, uint32_t step, const void* buf, size_t len) {
     return;
   }
   traffic_[peer].sent += len;
+  countOp(peer, len, true);
   dataLink(peer).send(peer, FrameType::Data, r->key, session_.current(), static_cast<const char*>(buf), len, r,
                       FrameLink::Route::Spread);
 }
@@ -85,11 +88,27 @@ void NetTransport::recv(int peer, uint32_t step, void* buf, size_t len) {
   r->len = len;
   r->key = (session_.current().seq << 32) | step;
   session_.requests().push_back(r);
+  countOp(peer, len, false);
   matcher_.post(r);
   if (!r->done && !peerFailed_[peer].empty()) {
     matcher_.withdraw(r);
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
   }
+}
+
+void NetTransport::countOp(int peer, size_t len, bool sent) {
+  if (peer < 0 || peer >= o_.size) return;
+  int& at = opTrafficAt_[peer];
+  if (at < 0) {
+    at = static_cast<int>(opTraffic_.size());
+    opTraffic_.push_back({peer, 0, 0});
+  }
+  (sent ? opTraffic_[at].sent : opTraffic_[at].received) += len;
+}
+
+std::vector<NetTransport::OpBytes> NetTransport::opTraffic() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return opTraffic_;
 }
 
 void NetTransport::throwIfFailed(const std::vector<int>& peers) {
