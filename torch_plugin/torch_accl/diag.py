@@ -116,7 +116,8 @@ class TcpStoreClient:
             try:
                 chunk = self.sock.recv(n - len(out))
             except socket.timeout:
-                raise StoreError("the store did not answer in time") from None
+                raise StoreError(f"the store did not answer within {self.sock.gettimeout():g} s (is the process "
+                                 f"that serves it, rank 0 or the launcher, stopped or hung?)") from None
             if not chunk:
                 raise StoreError("the store closed the connection")
             out += chunk
@@ -646,6 +647,10 @@ def main(argv=None):
     groups = groups_of(dumps, problems)
     for p in problems:
         print(f"accl-diag: {p}", file=sys.stderr)
+    if not dumps and a.store:
+        print(f"accl-diag --store {a.store}: no rank answered within {a.wait:g} s (ranks {ranks_text(unanswered)}: "
+              f"stopped, gone, or ACCL_DIAG_POLL=0 there; --wait waits longer)", file=sys.stderr)
+        return 2
     if not dumps:
         print(f"accl-diag: no flight recorder dumps in {', '.join(paths)} (ranks write them when an op times out or "
               f"fails, on SIGUSR1, or with --live)", file=sys.stderr)
