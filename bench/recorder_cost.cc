@@ -6,7 +6,7 @@
 // round (a block of each) is printed as the median over rounds with its
 // spread, so that the machine's drift, which an A/B of two runs sees as
 // noise, cancels out.
-//   accl-run -n 2 accl-recorder-cost [--backend accl] [--sizes 8,4096] [--rounds 61]
+//   accl-run -n 2 accl-recorder-cost [--backend accl] [--sizes 8,4096] [--rounds 61] [--control]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -40,12 +40,15 @@ int main(int argc, char** argv) {
   std::vector<size_t> sizes = {8};
   int rounds = 61;
   double blockMs = 3.0;
+  bool control = false;
   app.add_option("--backend", backend, "backend of both groups")->capture_default_str();
   app.add_option("--sizes", sizes, "allreduce sizes in bytes (float32; multiples of 4)")->delimiter(',');
   app.add_option("--rounds", rounds, "rounds per size (a block of each group per round)")
       ->check(CLI::Range(3, 100000))
       ->capture_default_str();
   app.add_option("--block-ms", blockMs, "length of one block")->check(CLI::Range(0.1, 1000.0))->capture_default_str();
+  app.add_flag("--control", control,
+               "neither group records (an A/A run: the on/off ratio it prints is the bench's own bias)");
   CLI11_PARSE(app, argc, argv);
   for (size_t s : sizes)
     if (s == 0 || s % 4) {
@@ -61,10 +64,11 @@ int main(int argc, char** argv) {
     off.name = "recorder-off";
     off.record = false;
     on.name = "recorder-on";
+    on.record = !control;
     auto gOff = world->split(all, off);
     auto gOn = world->split(all, on);
     const int n = world->size(), me = world->rank();
-    if (!gOn->recorder()) {
+    if (!control && !gOn->recorder()) {
       if (me == 0)
         std::fprintf(stderr, "accl-recorder-cost: the recorder is off in this environment (ACCL_TRACE_BUFFER=0 and "
                              "no ACCL_STATS or ACCL_TIMELINE): nothing to compare\n");
@@ -72,10 +76,11 @@ int main(int argc, char** argv) {
     }
     if (me == 0) {
       const accl::Config& c = accl::Config::get();
-      std::printf("# allreduce float32 sum, %d ranks, %s backend; recorder: ACCL_TRACE_BUFFER=%d%s%s; %d rounds of "
+      std::printf("# allreduce float32 sum, %d ranks, %s backend; recorder: %s%d%s%s; %d rounds of "
                   "%.1f ms blocks per size\n",
-                  n, backend.c_str(), c.traceBuffer, c.stats ? ", ACCL_STATS=1" : "",
-                  c.timeline.empty() ? "" : ", ACCL_TIMELINE", rounds, blockMs);
+                  n, backend.c_str(), control ? "off in both groups (--control), ACCL_TRACE_BUFFER=" : "ACCL_TRACE_BUFFER=",
+                  c.traceBuffer, c.stats ? ", ACCL_STATS=1" : "", c.timeline.empty() ? "" : ", ACCL_TIMELINE", rounds,
+                  blockMs);
       std::printf("# %10s %10s %10s %8s %8s %8s %6s\n", "bytes", "off_us", "on_us", "on/off", "p10", "p90", "wrong");
     }
     double slowest = 0;  // for the max over ranks

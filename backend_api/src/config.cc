@@ -1,6 +1,7 @@
 #include "accl/config.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -549,6 +550,10 @@ std::string nearestVariable(const std::string& name) {
 
 const Config& Config::get() {
   // Parsed once; a parse error is remembered and rethrown on every call.
+  // Once parsed, a call is one load (ops and log checks call this on every
+  // op; std::call_once costs a TLS lookup and a locked instruction each time).
+  static std::atomic<const Config*> ready{nullptr};
+  if (const Config* c = ready.load(std::memory_order_acquire)) return *c;
   static std::once_flag once;
   static Config cfg;
   static std::exception_ptr error;
@@ -560,6 +565,7 @@ const Config& Config::get() {
     }
   });
   if (error) std::rethrow_exception(error);
+  ready.store(&cfg, std::memory_order_release);
   return cfg;
 }
 

@@ -73,7 +73,12 @@ std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count
     recorder_->finished(id, std::current_exception());
     throw;
   }
-  w->setTrace(recorder_, id);
+  // An op run while it was issued (small ops on the accl backend) ends here,
+  // inline; others when they complete.
+  if (w->succeededAtOnce())
+    recorder_->finished(id, nullptr);
+  else
+    w->setTrace(recorder_, id);
   return w;
 }
 

@@ -234,6 +234,9 @@ inline int64_t coarseNs() {
 class TickClock {
  public:
   static TickClock& get() { return *instance; }
+  // The words an op reads and sets (FlightRecorder::opNow() inline).
+  const std::atomic<int64_t>* word() const { return &tick_; }
+  std::atomic<bool>* usedWord() { return &used_; }
   bool parked() const { return tick_.load(std::memory_order_relaxed) == 0; }
   void setParkAfter(int ticks) { parkAfter_.store(ticks); }
   int64_t now() {
@@ -312,25 +315,6 @@ class TickClock {
 // the ticker may outlive static destructors.
 TickClock* const TickClock::instance = new TickClock;
 
-// An op's times: the tick clock, or steady_clock where statistics or the
-// timeline need each op's duration.
-inline int64_t opClockNs(bool precise) {
-  if (__builtin_expect(precise, 0)) return steadyNs();
-  return TickClock::get().now();
-}
-
-// A slot's writer: the version is odd while the fields change.
-template <typename S>
-struct WriteScope {
-  S& s;
-  uint64_t v;
-  explicit WriteScope(S& slot) : s(slot), v(slot.ver.load(std::memory_order_relaxed)) {
-    s.ver.store(v + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-  }
-  ~WriteScope() { s.ver.store(v + 2, std::memory_order_release); }
-};
-
 constexpr auto R = std::memory_order_relaxed;
 
 }  // namespace
@@ -366,7 +350,9 @@ FlightRecorder::FlightRecorder(size_t capacity, std::string group, std::string b
       group_(std::move(group)),
       backend_(std::move(backend)),
       rank_(rank),
-      size_(size) {
+      size_(size),
+      tick_(TickClock::get().word()),
+      tickUsed_(TickClock::get().usedWord()) {
   const Config& c = Config::get();
   dumps_ = c.traceBuffer > 0;
   if (c.stats) stats_ = std::make_unique<Stats>();
@@ -411,10 +397,12 @@ void FlightRecorder::waiting(uint64_t id, const std::string& why) {
     texts_[id].note = why;
     s.hasText.store(true, std::memory_order_relaxed);
   }
-  uint8_t st = s.state.load(std::memory_order_relaxed);
-  if (st == uint8_t(OpState::Queued) || st == uint8_t(OpState::Started)) {
-    WriteScope<Slot> w(s);
-    s.state.store(uint8_t(OpState::Waiting), std::memory_order_relaxed);
+  // The watchdog's thread may call this while the op's own thread moves it
+  // on: a compare-and-swap, which loses to a later state (done, failed).
+  uint64_t m = s.meta.load(std::memory_order_relaxed);
+  while ((stateOf(m) == OpState::Queued || stateOf(m) == OpState::Started) &&
+         !s.meta.compare_exchange_weak(m, withState(m, OpState::Waiting), std::memory_order_release,
+                                       std::memory_order_relaxed)) {
   }
   // Every waiting rank writes its dump at the op's first warning: accl-diag
   // then compares the ranks while the job still hangs (a stopped rank writes
@@ -433,9 +421,10 @@ void FlightRecorder::checkStall(std::chrono::milliseconds warnAfter) {
   Copy oldest;
   for (uint64_t id = first; id < next; ++id) {
     const Slot& s = ring_[id & (capacity_ - 1)];
-    uint8_t st = s.state.load(R);
-    if (s.id.load(R) != id || st == uint8_t(OpState::Done) || st == uint8_t(OpState::Failed)) continue;
-    uint8_t op = s.op.load(R);
+    uint64_t m = s.meta.load(R);
+    OpState st = stateOf(m);
+    if (s.id.load(R) != id || st == OpState::Done || st == OpState::Failed) continue;
+    uint8_t op = static_cast<uint8_t>(m & 0xff);
     if (!collectives && op != uint8_t(OpType::Send) && op != uint8_t(OpType::Recv)) continue;
     oldest = read(s);
     if (oldest.id == id) break;
@@ -587,74 +576,26 @@ void FlightRecorder::close() {
 }
 
 
-uint64_t FlightRecorder::begin(OpType op, DataType dtype, uint64_t count, int root, int peer, uint64_t bytes) {
-  uint64_t id = next_.fetch_add(1, R);
-  // Collectives of a group are issued in one order (the API's rule), so no
-  // two threads issue them at once: a plain increment, no locked instruction.
-  int64_t coll = -1;
-  if (op != OpType::Send && op != OpType::Recv) {
-    coll = nextColl_.load(R);
-    nextColl_.store(coll + 1, R);
-  }
-  int64_t now = opClockNs(precise_);
-  Slot& s = slotOf(id);
-  if (s.hasText.load(R)) {  // the texts of the op this slot held before
-    std::lock_guard<std::mutex> lk(textMu_);
-    texts_.erase(s.id.load(R));
-    s.hasText.store(false, R);
-  }
-  WriteScope<Slot> w(s);
-  s.id.store(id, R);
-  s.seq.store(-1, R);
-  s.coll.store(coll, R);
-  s.op.store(static_cast<uint8_t>(op), R);
-  s.dtype.store(static_cast<uint8_t>(dtype), R);
-  s.state.store(static_cast<uint8_t>(OpState::Queued), R);
-  s.count.store(count, R);
-  s.bytes.store(bytes, R);
-  s.root.store(root, R);
-  s.peer.store(peer, R);
-  s.algorithm.store(nullptr, R);
-  s.transport.store(nullptr, R);
-  s.queuedNs.store(now, R);
-  s.startedNs.store(0, R);
-  s.finishedNs.store(0, R);
-  s.waitTotalNs.store(0, R);
-  // The next op's slot, into this core's cache while the op runs: a ring of
-  // thousands of slots is out of L1 by the time it comes round, and the miss
-  // was a quarter of begin()'s time.
-  const Slot* n = &slotOf(id + 1);
-  __builtin_prefetch(n, 1);
-  __builtin_prefetch(reinterpret_cast<const char*>(n) + 64, 1);
-  return id;
-}
+int64_t FlightRecorder::nowSlow() { return precise_ ? steadyNs() : TickClock::get().now(); }
 
-void FlightRecorder::started(uint64_t id, int64_t seq, const char* algorithm, const char* transport) {
-  Slot& s = slotOf(id);
-  if (s.id.load(R) != id) return;  // overwritten: more ops in flight than the ring holds
-  int64_t now = opClockNs(precise_);
-  WriteScope<Slot> w(s);
-  if (s.state.load(R) == uint8_t(OpState::Queued)) s.state.store(uint8_t(OpState::Started), R);
-  if (!s.startedNs.load(R)) s.startedNs.store(now, R);
-  if (seq >= 0) s.seq.store(seq, R);
-  if (algorithm) s.algorithm.store(algorithm, R);
-  if (transport) s.transport.store(transport, R);
+void FlightRecorder::dropTexts(Slot& s) {
+  std::lock_guard<std::mutex> lk(textMu_);
+  texts_.erase(s.id.load(R));
+  s.hasText.store(false, R);
 }
 
 void FlightRecorder::waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_t totalNs) {
   Slot& s = slotOf(id);
   if (s.id.load(R) != id || totalNs <= 0) return;
-  {
-    WriteScope<Slot> w(s);
-    s.waitTotalNs.store(totalNs, R);
-  }
+  s.waitTotalNs.store(totalNs, R);
+  s.meta.store(s.meta.load(R) | kWaitedBit, std::memory_order_release);
   if (timelineTid_ < 0) return;
   // A span from the op's first wait for its peers to the end of its last
   // (the time between is the op's own work); the sum of the waits is in args.
   Timeline* t = Timeline::get(rank_);
   int64_t offsetUs = wallUs() - steadyNs() / 1000;
   int64_t w0 = firstNs / 1000 + offsetUs, w1 = lastNs / 1000 + offsetUs;
-  std::string name = toString(static_cast<OpType>(s.op.load(R)));
+  std::string name = toString(static_cast<OpType>(s.meta.load(R) & 0xff));
   std::lock_guard<std::mutex> lk(statsMu_);
   t->event({{"name", "waiting for peers: " + name}, {"cat", "wait"}, {"ph", "X"}, {"pid", t->rank()},
             {"tid", timelineTid_ + 2}, {"ts", w0}, {"dur", w1 - w0},
@@ -669,15 +610,15 @@ void FlightRecorder::peerBytes(uint64_t id, std::vector<PeerBytes> peers) {
   s.hasText.store(true, R);
 }
 
-void FlightRecorder::finished(uint64_t id, const std::exception_ptr& error) {
-  int64_t now = opClockNs(precise_);
+// finished() of a failed op, or of any op while statistics or the timeline
+// are on.
+void FlightRecorder::finishedSlow(uint64_t id, const std::exception_ptr& error) {
   Slot& s = slotOf(id);
   bool mine = s.id.load(R) == id;
   if (mine) {
-    WriteScope<Slot> w(s);
-    if (!s.startedNs.load(R)) s.startedNs.store(now, R);
-    s.finishedNs.store(now, R);
-    s.state.store(uint8_t(error ? OpState::Failed : OpState::Done), R);
+    uint64_t m = s.meta.load(R);
+    s.finishedNs.store(nowSlow(), R);
+    s.meta.store(withState(m, error ? OpState::Failed : OpState::Done) | kFinishedBit, std::memory_order_release);
   }
   if (!error) {
     if (mine && (stats_ || timelineTid_ >= 0)) account(read(s));
@@ -722,21 +663,32 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
       continue;
     }
     c.id = s.id.load(R);
-    c.seq = s.seq.load(R);
+    // Acquire: the fields its phase bits vouch for were written before it.
+    uint64_t m = s.meta.load(std::memory_order_acquire);
+    c.op = static_cast<OpType>(m & 0xff);
+    c.dtype = static_cast<DataType>((m >> 8) & 0xff);
+    c.state = stateOf(m);
     c.coll = s.coll.load(R);
-    c.op = static_cast<OpType>(s.op.load(R));
-    c.dtype = static_cast<DataType>(s.dtype.load(R));
-    c.state = static_cast<OpState>(s.state.load(R));
     c.count = s.count.load(R);
     c.bytes = s.bytes.load(R);
-    c.root = s.root.load(R);
-    c.peer = s.peer.load(R);
-    c.algorithm = s.algorithm.load(R);
-    c.transport = s.transport.load(R);
+    uint64_t ranks = s.ranks.load(R);
+    c.root = static_cast<int32_t>(static_cast<uint32_t>(ranks));
+    c.peer = static_cast<int32_t>(static_cast<uint32_t>(ranks >> 32));
     c.queuedNs = s.queuedNs.load(R);
-    c.startedNs = s.startedNs.load(R);
-    c.finishedNs = s.finishedNs.load(R);
-    c.waitTotalNs = s.waitTotalNs.load(R);
+    c.seq = -1;
+    c.algorithm = c.transport = nullptr;
+    c.startedNs = c.finishedNs = c.waitTotalNs = 0;
+    if (m & kStartedBit) {
+      c.startedNs = s.startedNs.load(R);
+      c.seq = s.seq.load(R);
+      c.algorithm = s.algorithm.load(R);
+      c.transport = s.transport.load(R);
+    }
+    if (m & kFinishedBit) {
+      c.finishedNs = s.finishedNs.load(R);
+      if (!(m & kStartedBit)) c.startedNs = c.finishedNs;  // finished without a start of its own
+    }
+    if (m & kWaitedBit) c.waitTotalNs = s.waitTotalNs.load(R);
     std::atomic_thread_fence(std::memory_order_acquire);
     whole = s.ver.load(R) == v1;
   }

@@ -20,24 +20,7 @@ std::string joinNames(const char* const (&names)[N]) {
 }
 }  // namespace
 
-size_t dataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::Int8:
-    case DataType::Uint8:
-    case DataType::Bool:
-      return 1;
-    case DataType::Float16:
-    case DataType::BFloat16:
-      return 2;
-    case DataType::Int32:
-    case DataType::Uint32:
-    case DataType::Float32:
-      return 4;
-    case DataType::Int64:
-    case DataType::Uint64:
-    case DataType::Float64:
-      return 8;
-  }
+void throwInvalidDataType(DataType t) {
   throw InvalidArgument("invalid data type code " + std::to_string(static_cast<int>(t)));
 }
 

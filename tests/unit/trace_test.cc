@@ -73,6 +73,58 @@ TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
   EXPECT_EQ(rec.firstFailure().error, "bad count");
 }
 
+TEST(FlightRecorder, AReusedSlotShowsNothingOfItsFormerOp) {
+  // begin() writes only an op's own fields; its later phases (start, end,
+  // waits) are published by bits beside its state. A newer op in the same
+  // slot must show none of the former op's.
+  FlightRecorder rec(2, "g", "accl", 0, 2);
+  uint64_t a = rec.begin(OpType::Allreduce, DataType::Float32, 4, -1, -1, 16);
+  rec.started(a, 9, "ring", "tcp");
+  rec.finished(a, nullptr);
+  uint64_t b = rec.begin(OpType::Send, DataType::Int8, 1, -1, 70000, 1);
+  uint64_t c = rec.begin(OpType::Broadcast, DataType::Int64, 3, 1, -1, 24);  // a's slot
+  auto e = rec.entries();
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].id, b);
+  EXPECT_EQ(e[0].op, OpType::Send);
+  EXPECT_EQ(e[0].dtype, DataType::Int8);
+  EXPECT_EQ(e[0].peer, 70000);
+  EXPECT_EQ(e[0].root, -1);
+  EXPECT_EQ(e[0].coll, -1);
+  EXPECT_EQ(e[1].id, c);
+  EXPECT_EQ(e[1].op, OpType::Broadcast);
+  EXPECT_EQ(e[1].dtype, DataType::Int64);
+  EXPECT_EQ(e[1].count, 3u);
+  EXPECT_EQ(e[1].bytes, 24u);
+  EXPECT_EQ(e[1].root, 1);
+  EXPECT_EQ(e[1].peer, -1);
+  EXPECT_EQ(e[1].coll, 1);
+  EXPECT_EQ(e[1].state, OpState::Queued);
+  EXPECT_EQ(e[1].seq, -1);
+  EXPECT_EQ(e[1].algorithm, "");
+  EXPECT_EQ(e[1].transport, "");
+  EXPECT_EQ(e[1].startedUs, 0);
+  EXPECT_EQ(e[1].finishedUs, 0);
+  // A second started() replaces what it is given and keeps the first start.
+  rec.started(c, -1, "shm", "shm");
+  int64_t firstStart = rec.entries()[1].startedUs;
+  EXPECT_GT(firstStart, 0);
+  rec.started(c, 4, nullptr, nullptr);
+  e = rec.entries();
+  EXPECT_EQ(e[1].state, OpState::Started);
+  EXPECT_EQ(e[1].seq, 4);
+  EXPECT_EQ(e[1].algorithm, "shm");
+  EXPECT_EQ(e[1].startedUs, firstStart);
+  // An op that ends without a start of its own started when it ended; a
+  // stall warning that comes after the end keeps its text, not its state.
+  rec.finished(b, nullptr);
+  rec.waiting(b, "late warning");
+  e = rec.entries();
+  EXPECT_EQ(e[0].state, OpState::Done);
+  EXPECT_EQ(e[0].startedUs, e[0].finishedUs);
+  EXPECT_EQ(e[0].note, "late warning");
+}
+
 TEST(FlightRecorder, ReadersGetConsistentEntriesWhileOpsAreRecorded) {
   // One thread records ops (seq = id, so that a torn copy shows) while this
   // one reads the ring: every entry read is whole. The writer yields now and

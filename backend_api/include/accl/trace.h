@@ -78,16 +78,74 @@ class FlightRecorder {
   static bool wanted();
   static size_t wantedCapacity();
 
-  // A new op; returns its id.
-  uint64_t begin(OpType op, DataType dtype, uint64_t count, int root, int peer, uint64_t bytes);
+  // A new op; returns its id. The three calls of an op's life (begin,
+  // started, finished) are inline: on the common path they are a few plain
+  // stores into the op's slot, no call and no lock (the flight recorder is on
+  // by default, so an 8-byte op pays for it).
+  __attribute__((always_inline)) uint64_t begin(OpType op, DataType dtype, uint64_t count, int root, int peer,
+                                                uint64_t bytes) {
+    uint64_t id = next_.fetch_add(1, kRelaxed);
+    // Collectives of a group are issued in one order (the API's rule), so no
+    // two threads issue them at once: a plain increment, no locked instruction.
+    int64_t coll = -1;
+    if (op != OpType::Send && op != OpType::Recv) {
+      coll = nextColl_.load(kRelaxed);
+      nextColl_.store(coll + 1, kRelaxed);
+    }
+    int64_t now = opNow();
+    Slot& s = slotOf(id);
+    if (__builtin_expect(s.hasText.load(kRelaxed), 0)) dropTexts(s);
+    uint64_t v = s.ver.load(kRelaxed);
+    s.ver.store(v + 1, kRelaxed);  // odd: being written
+    std::atomic_thread_fence(std::memory_order_release);
+    s.id.store(id, kRelaxed);
+    s.meta.store(packMeta(op, dtype, OpState::Queued, 0), kRelaxed);
+    s.coll.store(coll, kRelaxed);
+    s.count.store(count, kRelaxed);
+    s.bytes.store(bytes, kRelaxed);
+    s.ranks.store(static_cast<uint32_t>(root) | (static_cast<uint64_t>(static_cast<uint32_t>(peer)) << 32), kRelaxed);
+    s.queuedNs.store(now, kRelaxed);
+    s.ver.store(v + 2, std::memory_order_release);
+    // The next op's slot, into this core's cache while the op runs: a ring of
+    // thousands of slots is out of L1 by the time it comes round.
+    const Slot* n = &slotOf(id + 1);
+    __builtin_prefetch(n, 1);
+    __builtin_prefetch(reinterpret_cast<const char*>(n) + 64, 1);
+    return id;
+  }
   // The backend started running op `id`, as `algorithm` over `transport`
   // (both string literals or other strings that live as long as the
   // program, or nullptr: only the pointers are kept); `seq` is its
-  // collective sequence number (-1: none).
-  void started(uint64_t id, int64_t seq, const char* algorithm, const char* transport);
+  // collective sequence number (-1: none). Called again, it replaces what
+  // it is given and keeps the first start time.
+  void started(uint64_t id, int64_t seq, const char* algorithm, const char* transport) {
+    Slot& s = slotOf(id);
+    if (s.id.load(kRelaxed) != id) return;  // overwritten: more ops in flight than the ring holds
+    uint64_t m = s.meta.load(kRelaxed);
+    if (!(m & kStartedBit)) {
+      s.startedNs.store(opNow(), kRelaxed);
+      s.seq.store(seq, kRelaxed);
+      s.algorithm.store(algorithm, kRelaxed);
+      s.transport.store(transport, kRelaxed);
+      if (stateOf(m) == OpState::Queued) m = withState(m, OpState::Started);
+      // Release: a reader that sees the bit sees the fields.
+      s.meta.store(m | kStartedBit, std::memory_order_release);
+      return;
+    }
+    if (seq >= 0) s.seq.store(seq, kRelaxed);
+    if (algorithm) s.algorithm.store(algorithm, kRelaxed);
+    if (transport) s.transport.store(transport, kRelaxed);
+  }
   // Op `id` completed; the group's first failed op also writes the dump
   // (when ACCL_TRACE_BUFFER > 0).
-  void finished(uint64_t id, const std::exception_ptr& error);
+  void finished(uint64_t id, const std::exception_ptr& error) {
+    if (__builtin_expect(error || precise_, 0)) return finishedSlow(id, error);
+    Slot& s = slotOf(id);
+    if (s.id.load(kRelaxed) != id) return;
+    uint64_t m = s.meta.load(kRelaxed);
+    s.finishedNs.store(opNow(), kRelaxed);
+    s.meta.store(withState(m, OpState::Done) | kFinishedBit, std::memory_order_release);
+  }
   // Where op `id` waited for its peers (steady_clock ns: the first wait's
   // start, the last wait's end, their sum); backends report it when
   // timesOps() (the timeline shows it as a span).
@@ -136,26 +194,45 @@ class FlightRecorder {
   size_t capacity() const { return capacity_; }
 
  private:
-  // One op as the ring keeps it. An op's phases (begin, started, finished)
-  // happen one after the other, so a slot has one writer at a time; a version
-  // counter, odd while the slot is written, lets readers copy it without a
-  // lock (a seqlock). The fields are relaxed atomics: plain moves, no locked
-  // instructions on the op's path. Texts (error, stall note) and per-peer bytes live in texts_.
-  // Only when more ops are in flight than the ring holds can an old op's
-  // phase and a new op's begin write one slot at once: that entry may then
-  // mix the two ops (every field stays valid; no memory is at risk).
+  static constexpr auto kRelaxed = std::memory_order_relaxed;
+  // One op as the ring keeps it. begin() fills the first cache line inside a
+  // version counter that is odd while it writes (a seqlock: readers copy the
+  // slot without a lock and retry when the version moved). The later phases
+  // write their own fields, then publish them with a release store of `meta`,
+  // whose phase bits say which fields belong to this op (a field without its
+  // bit is a former op's and is not read). Every field is a relaxed atomic:
+  // plain moves, no locked instruction on the op's path. Texts (error, stall
+  // note) and per-peer bytes live in texts_. Only when more ops are in flight
+  // than the ring holds can an old op's phase and a new op's begin write one
+  // slot at once: that entry may then mix the two ops (every field stays
+  // valid; no memory is at risk).
+  static constexpr uint64_t kStartedBit = uint64_t(1) << 24;   // startedNs, seq, algorithm, transport
+  static constexpr uint64_t kFinishedBit = uint64_t(2) << 24;  // finishedNs
+  static constexpr uint64_t kWaitedBit = uint64_t(4) << 24;    // waitTotalNs
+  static uint64_t packMeta(OpType op, DataType dtype, OpState st, uint64_t bits) {
+    return uint64_t(static_cast<uint8_t>(op)) | uint64_t(static_cast<uint8_t>(dtype)) << 8 |
+           uint64_t(static_cast<uint8_t>(st)) << 16 | bits;
+  }
+  static OpState stateOf(uint64_t m) { return static_cast<OpState>((m >> 16) & 0xff); }
+  static uint64_t withState(uint64_t m, OpState st) {
+    return (m & ~(uint64_t(0xff) << 16)) | uint64_t(static_cast<uint8_t>(st)) << 16;
+  }
   struct alignas(64) Slot {  // two cache lines
+    // begin()'s line
     std::atomic<uint64_t> ver{0};
     std::atomic<uint64_t> id{0};
-    std::atomic<int64_t> seq{-1}, coll{-1};
-    std::atomic<uint8_t> op{0}, dtype{0}, state{0};
-    std::atomic<bool> hasText{false};
+    std::atomic<uint64_t> meta{0};  // op, dtype, state, phase bits (packMeta)
+    std::atomic<int64_t> coll{-1};
     std::atomic<uint64_t> count{0}, bytes{0};
-    std::atomic<int32_t> root{-1}, peer{-1};
+    std::atomic<uint64_t> ranks{0};  // root (low 32 bits), peer (high), as int32
+    std::atomic<int64_t> queuedNs{0};  // CLOCK_MONOTONIC, like the other times
+    // the later phases'
+    std::atomic<int64_t> startedNs{0}, seq{-1};
     std::atomic<const char*> algorithm{nullptr};
     std::atomic<const char*> transport{nullptr};
-    std::atomic<int64_t> queuedNs{0}, startedNs{0}, finishedNs{0};  // CLOCK_MONOTONIC
-    std::atomic<int64_t> waitTotalNs{0};  // waited(); 0: none
+    std::atomic<int64_t> finishedNs{0};
+    std::atomic<int64_t> waitTotalNs{0};
+    std::atomic<bool> hasText{false};
   };
   // A consistent copy of a slot (times still monotonic ns).
   struct Copy {
@@ -175,6 +252,17 @@ class FlightRecorder {
   };
   Slot& slotOf(uint64_t id) { return ring_[id & (capacity_ - 1)]; }  // capacity_: a power of two
   Copy read(const Slot& s) const;  // with the texts
+  // The op clock: the ticker's copy of the coarse clock (a load), or the
+  // precise clock where statistics or the timeline time each op.
+  int64_t opNow() {
+    int64_t t = tick_->load(kRelaxed);
+    if (__builtin_expect(t == 0 || precise_, 0)) return nowSlow();
+    if (!tickUsed_->load(kRelaxed)) tickUsed_->store(true, kRelaxed);
+    return t;
+  }
+  int64_t nowSlow();
+  void dropTexts(Slot& s);  // the texts of the op that held this slot before
+  void finishedSlow(uint64_t id, const std::exception_ptr& error);
   void account(const Copy& c);     // timeline and statistics of a finished op
 
   size_t capacity_;
@@ -200,6 +288,8 @@ class FlightRecorder {
   int timelineTid_ = -1;          // this group's row in the timeline; -1: ACCL_TIMELINE off
   bool dumps_ = false;            // ACCL_TRACE_BUFFER > 0: failures write the dump
   bool precise_ = false;          // statistics or timeline: every op timed with the precise clock
+  const std::atomic<int64_t>* tick_;  // the ticker's clock word (0: parked)
+  std::atomic<bool>* tickUsed_;       // set by an op that read it since the last tick
   std::atomic<bool> ownStallWarnings_{false};
   std::atomic<uint64_t> stallDumped_{0};  // the last op whose stall wrote the dump
   uint64_t stallOp_ = 0;                  // the watchdog's: the op it warned for, and when next

@@ -22,8 +22,28 @@ enum class DataType : uint8_t {
 };
 constexpr int kNumDataTypes = 11;
 
-// Size of one element in bytes.
-size_t dataTypeSize(DataType t);
+// Size of one element in bytes (InvalidArgument for a code that names no type).
+[[noreturn]] void throwInvalidDataType(DataType t);
+inline size_t dataTypeSize(DataType t) {
+  switch (t) {
+    case DataType::Int8:
+    case DataType::Uint8:
+    case DataType::Bool:
+      return 1;
+    case DataType::Float16:
+    case DataType::BFloat16:
+      return 2;
+    case DataType::Int32:
+    case DataType::Uint32:
+    case DataType::Float32:
+      return 4;
+    case DataType::Int64:
+    case DataType::Uint64:
+    case DataType::Float64:
+      return 8;
+  }
+  throwInvalidDataType(t);
+}
 // "float32", "bfloat16", ...; parseDataType accepts these names and throws
 // InvalidArgument listing them otherwise.
 const char* toString(DataType t);

@@ -60,6 +60,9 @@ class Work {
   // Used by ProcessGroup: completion also ends op `id` in `recorder` (cheaper
   // than a callback: nothing is allocated per op).
   void setTrace(const std::shared_ptr<FlightRecorder>& recorder, uint64_t id);
+  // Used by ProcessGroup: the op completed while it was issued (callbacks
+  // run) and succeeded. Lock-free: once done, error_ no longer changes.
+  bool succeededAtOnce() const { return done_.load(std::memory_order_acquire) && !error_; }
 
  private:
   std::string description_;
