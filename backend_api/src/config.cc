@@ -345,10 +345,10 @@ const std::vector<CoreRow>& coreRows() {
                       "Where flight recorder dumps go: one file per process, accl-trace-<host>-<pid>.json.",
                       &Config::traceDir));
     v.push_back(field("ACCL_DIAG_POLL", config::duration("off"), std::chrono::milliseconds(2000), nullptr,
-                      "How often each process asks its group's rendezvous store whether accl-diag --store wants the "
-                      "flight recorders; when it does, the process puts its dump (each group's last ops) into the "
-                      "store, so that one command on any host gets every rank's. One store request per period per "
-                      "process; 0 turns it off.",
+                      "How often each process asks its group's rendezvous store (ACCL's TCP store, or torch's "
+                      "TCPStore in a torch job) whether accl-diag --store wants the flight recorders; when it does, "
+                      "the process puts its dump (each group's last ops) into the store, so that one command on any "
+                      "host gets every rank's. One store request per period per process; 0 turns it off.",
                       &Config::diagPoll));
     v.push_back(field("ACCL_STALL_WARN", config::duration("off"), std::chrono::milliseconds(60000), nullptr,
                       "An op that has waited this long logs one WARN on every waiting rank, again at 2x, 4x, ... "

@@ -10,9 +10,19 @@
 //   accl-diag/size             the group's size (set by rank 0)
 //   accl-diag/entries/<n>      how many ops per group query n wants (optional)
 //   accl-diag/reply/<n>/<r>    rank r's dump for query n (accl-trace/1 JSON)
-// Only stores of ACCL's own TCP server take part (accl-run, rendezvousFromEnv):
-// those accl-diag can speak to. The watch holds the group and the store only
+// On a foreign store (torch's), shared by all groups of the job, processes
+// answer instead of ranks:
+//   accl-diag/processes        counter; each watching process takes an index i
+//   accl-diag/process/<i>      "<host> pid <pid> rank <rank>"
+//   accl-diag/reply/<n>/<i>    process i's dump
+//   accl-diag/done/<n>/<i>     counter, 1 once that dump is there
+// Stores of ACCL's own TCP server take part (accl-run, rendezvousFromEnv),
+// and torch's TCPStore through torch_accl (the keys at its root, one watch per
+// process, answering as the process's rank in the default group): those
+// accl-diag can speak to. The watch holds the group and the store only
 // weakly, so it never keeps either alive.
+#include <unistd.h>
+
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -25,6 +35,7 @@
 #include "accl/process_group.h"
 #include "accl/store.h"
 #include "accl/internal/diag_responder.h"
+#include "accl/internal/process_info.h"
 #include "accl/internal/trace_registry.h"
 
 namespace accl {
@@ -37,7 +48,8 @@ constexpr char kRequest[] = "accl-diag/request";
 struct Watch {
   std::weak_ptr<Store> store;
   std::weak_ptr<ProcessGroup> group;
-  int rank = 0;
+  int rank = 0;  // the <r> of its replies: the group rank, or (foreign stores) the process's index
+  bool foreign = false;  // also raises accl-diag/done/<n>/<r> after its reply
   int64_t seen = 0;  // the last request answered (or made before the group existed)
 };
 
@@ -86,6 +98,9 @@ bool poll(Watch& w) {
     if (text.empty())  // no recorder (ACCL_TRACE_BUFFER=0): say so rather than stay silent
       text = "{\"format\":\"accl-trace/1\",\"reason\":\"flight recorder off (ACCL_TRACE_BUFFER=0)\",\"groups\":[]}";
     store->set("accl-diag/reply/" + std::to_string(n) + "/" + std::to_string(w.rank), toBytes(text));
+    // A counter says the reply is there: a client of torch 1.x's store has
+    // no check(), and its add(key, 0) is the one call that asks safely.
+    if (w.foreign) store->add("accl-diag/done/" + std::to_string(n) + "/" + std::to_string(w.rank), 1);
     ACCL_INFO("INIT", "accl-diag query " << n << ": flight recorder put into the rendezvous store ("
                                          << text.size() << " bytes)");
     return true;
@@ -114,8 +129,14 @@ void run(std::chrono::milliseconds period) {
 
 }  // namespace
 
-void watchForDiagRequests(const std::shared_ptr<Store>& store, const std::shared_ptr<ProcessGroup>& group) {
-  if (!store || !group) return;
+namespace {
+
+// size > 0: this group's ranks answer as 0..size-1 ("accl-diag/size").
+// size 0 (a foreign store, shared by every group of the job): each watching
+// process takes the next index ("accl-diag/processes") and says who it is
+// under "accl-diag/process/<index>" (host, pid, rank).
+void watch(const std::shared_ptr<Store>& store, const std::shared_ptr<ProcessGroup>& group, int rank, int size,
+           const std::string& what) {
   std::chrono::milliseconds period{0};
   try {
     period = Config::get().diagPoll;
@@ -123,21 +144,25 @@ void watchForDiagRequests(const std::shared_ptr<Store>& store, const std::shared
     return;
   }
   if (period.count() <= 0) return;
-  std::string prefix;
-  if (!speaksTcp(store, &prefix)) return;
   Watch w;
   w.store = store;
   w.group = group;
-  w.rank = group->rank();
+  w.rank = rank;
   try {
     w.seen = store->add(kRequest, 0);  // queries made before this group existed are not for it
-    if (group->rank() == 0) store->set("accl-diag/size", toBytes(std::to_string(group->size())));
+    if (size > 0) {
+      if (rank == 0) store->set("accl-diag/size", toBytes(std::to_string(size)));
+    } else {
+      w.foreign = true;
+      w.rank = static_cast<int>(store->add("accl-diag/processes", 1) - 1);
+      store->set("accl-diag/process/" + std::to_string(w.rank),
+                 toBytes(hostName() + " pid " + std::to_string(getpid()) + " rank " + std::to_string(rank)));
+    }
   } catch (const std::exception& e) {
-    ACCL_INFO("INIT", "accl-diag: the rendezvous store cannot be watched: " << e.what());
+    ACCL_INFO("INIT", "accl-diag: " << what << " cannot be watched: " << e.what());
     return;
   }
-  ACCL_INFO("INIT", "accl-diag --store watches this group's rendezvous store every "
-                        << period.count() << " ms" << (prefix.empty() ? "" : " (key prefix '" + prefix + "')"));
+  ACCL_INFO("INIT", "accl-diag --store watches " << what << " every " << period.count() << " ms");
   Responder& r = responder();
   std::lock_guard<std::mutex> lk(r.mu);
   r.watches.push_back(std::move(w));
@@ -148,6 +173,22 @@ void watchForDiagRequests(const std::shared_ptr<Store>& store, const std::shared
   } catch (const std::exception& e) {
     ACCL_INFO("INIT", "accl-diag: no thread to watch the rendezvous store: " << e.what());
   }
+}
+
+}  // namespace
+
+void watchForDiagRequests(const std::shared_ptr<Store>& store, const std::shared_ptr<ProcessGroup>& group) {
+  if (!store || !group) return;
+  std::string prefix;
+  if (!speaksTcp(store, &prefix)) return;
+  watch(store, group, group->rank(), group->size(),
+        "this group's rendezvous store" + (prefix.empty() ? std::string() : " (key prefix '" + prefix + "')"));
+}
+
+void watchForeignStoreForDiagRequests(const std::shared_ptr<Store>& store, const std::shared_ptr<ProcessGroup>& group,
+                                      int rank, const std::string& kind) {
+  if (!store || !group) return;
+  watch(store, group, rank, 0, kind + " (accl-diag --store HOST:PORT --store-kind torch)");
 }
 
 }  // namespace internal

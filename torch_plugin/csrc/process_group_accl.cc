@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
@@ -21,6 +22,7 @@
 
 #include "accl/config.h"
 #include "accl/errors.h"
+#include "accl/internal/diag_responder.h"
 #include "accl/internal/strings.h"
 #include "accl/logging.h"
 #include "accl/registry.h"
@@ -508,8 +510,36 @@ ProcessGroupACCL::ProcessGroupACCL(const c10::intrusive_ptr<c10d::Store>& store,
     st->setTimeout(timeout);
     store_ = st;
     pg_ = accl::createProcessGroup(accl::Config::get().torchBackend, st, rank, size, o);
+    watchForDiag(store);
     return 0;
   });
+}
+
+namespace {
+// torch's TCPStore under a group's store (its prefixes peeled), or null: the
+// store of the job's MASTER_ADDR:MASTER_PORT, which accl-diag can reach.
+c10::intrusive_ptr<c10d::Store> tcpStoreUnder(c10::intrusive_ptr<c10d::Store> s) {
+  while (auto* p = dynamic_cast<c10d::PrefixStore*>(s.get())) s = p->getUnderlyingStore();
+  if (dynamic_cast<c10d::TCPStore*>(s.get())) return s;
+  return {};
+}
+}  // namespace
+
+void ProcessGroupACCL::watchForDiag(const c10::intrusive_ptr<c10d::Store>& store) {
+  // One watch per process, by its first group: every group of a torch job
+  // shares the store's root, and a process's answer holds all its groups. A
+  // C++ TCPStore only (safe from another thread, no GIL): not stores written
+  // in Python.
+  static std::atomic<bool> watching{false};
+  if (watching.load()) return;
+  auto base = tcpStoreUnder(store);
+  if (!base || watching.exchange(true)) return;
+  auto st = std::make_shared<TorchStore>(base);
+  st->setTimeout(std::chrono::seconds(30));
+  diagStore_ = st;
+  accl::internal::watchForeignStoreForDiagRequests(
+      st, pg_, globalRanks_.empty() ? getRank() : static_cast<int>(globalRanks_[static_cast<size_t>(getRank())]),
+      "torch's TCPStore");
 }
 
 ProcessGroupACCL::~ProcessGroupACCL() {

@@ -167,6 +167,9 @@ class ProcessGroupACCL : public C10dBase {
 
   // The creator torch calls (register_backend); the extended form carries the
   // group's global ranks and name.
+  // accl-diag --store: the first group of the process watches torch's
+  // TCPStore (when the job's store is one) for accl-diag's queries.
+  void watchForDiag(const c10::intrusive_ptr<c10d::Store>& store);
   static c10::intrusive_ptr<C10dBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                             std::chrono::milliseconds timeout);
 
@@ -192,6 +195,7 @@ class ProcessGroupACCL : public C10dBase {
   bool cudaDecided_ = false;
   std::string cudaPath_, cudaWhy_;
   std::shared_ptr<accl::ProcessGroup> cudaPg_;  // the nccl group, created at the first device op
+  std::shared_ptr<accl::Store> diagStore_;      // torch's TCPStore at its root, watched for accl-diag --store
   std::vector<int64_t> globalRanks_;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> collectives_{0};

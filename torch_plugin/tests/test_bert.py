@@ -11,7 +11,7 @@ SCRIPT = os.path.join(HERE, "..", "..", "examples", "bert", "pretrain.py")
 
 def run(args, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [os.environ["ACCL_RUN"], "-n", "2", sys.executable, SCRIPT, "--config", "tiny", "--backend", "accl",
+    cmd = [os.environ["TEST_ACCL_RUN"], "-n", "2", sys.executable, SCRIPT, "--config", "tiny", "--backend", "accl",
            "--seq-len", "64", "--batch-size", "4", "--warmup", "5", "--log-every", "10",
            "--data-dir", str(tmp_path)] + args
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)

@@ -11,6 +11,7 @@ failure came first, which link is slowest), then a table per rank.
     accl-diag /tmp/accl-trace            # the dumps of a job
     accl-diag --live                     # SIGUSR1 to every ACCL process of this host, then the same
     accl-diag --store HOST:PORT          # ask a live job, every host of it, through its rendezvous store
+    accl-diag --store HOST:PORT --store-kind torch   # the same for a torch job (torch's TCPStore)
     python -m torch_accl.diag DIR        # the same, from torch_accl
 
 This file needs nothing but Python 3.8's standard library; it is installed as
@@ -119,7 +120,7 @@ class TcpStoreClient:
                 raise StoreError(f"the store did not answer within {self.sock.gettimeout():g} s (is the process "
                                  f"that serves it, rank 0 or the launcher, stopped or hung?)") from None
             if not chunk:
-                raise StoreError("the store closed the connection")
+                raise StoreError("the store closed the connection (a torch TCPStore? then --store-kind torch)")
             out += chunk
         return out
 
@@ -127,8 +128,8 @@ class TcpStoreClient:
         self.sock.sendall(struct.pack("<IHBBI", self.MAGIC, self.VERSION, cmd, 0, len(body)) + body)
         magic, version, status, _, n = struct.unpack("<IHBBI", self._recv(12))
         if magic != self.MAGIC:
-            raise StoreError(f"{magic:#x} is not an ACCL store server's reply (is this a torch TCPStore? then use "
-                             f"--live on each host, or the dumps)")
+            raise StoreError(f"{magic:#x} is not an ACCL store server's reply (a torch TCPStore? then "
+                             f"--store-kind torch)")
         reply = self._recv(n)
         if status != 0:
             raise StoreError(reply.decode(errors="replace") or f"status {status}")
@@ -155,6 +156,50 @@ class TcpStoreClient:
         self.sock.close()
 
 
+class TorchStoreClient:
+    """The same calls against torch's TCPStore (a torch job's MASTER_ADDR:MASTER_PORT), through torch itself."""
+
+    def __init__(self, host, port, timeout=10.0):
+        try:
+            from datetime import timedelta
+            import torch.distributed as dist
+        except ImportError as e:
+            raise StoreError(f"--store-kind torch needs torch here ({e})") from None
+        try:
+            self.s = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout),
+                                   wait_for_workers=False)
+        except (RuntimeError, ValueError) as e:
+            raise StoreError(f"cannot reach torch's TCPStore at {host}:{port}: {e}") from None
+
+    def _do(self, fn, *args):
+        try:
+            return fn(*args)
+        except (RuntimeError, ValueError) as e:
+            raise StoreError(f"torch's TCPStore: {e}") from None
+
+    def add(self, key, delta):
+        return int(self._do(self.s.add, key, delta))
+
+    def set(self, key, value):
+        self._do(self.s.set, key, value)
+
+    def check(self, keys):
+        # torch 1.x binds no check(), and a wait() that gives up leaves its reply in the connection: callers
+        # that may meet torch 1.x ask counters with add(key, 0) instead.
+        if not hasattr(self.s, "check"):
+            return None
+        return bool(self._do(self.s.check, list(keys)))
+
+    def get(self, key):
+        return bytes(self._do(self.s.get, key))
+
+    def delete(self, key):
+        self._do(self.s.delete_key, key)
+
+    def close(self):
+        self.s = None
+
+
 def store_secret():
     s = os.environ.get("ACCL_STORE_SECRET")
     if s:
@@ -166,47 +211,80 @@ def store_secret():
     return None
 
 
-def ask_store(address, prefix, entries, wait_s):
+def ask_store(address, prefix, entries, wait_s, kind="accl"):
     """Query a live job through its rendezvous store: every rank whose process watches it (ACCL_DIAG_POLL, default
-    every 2 s) puts its flight recorder there. Returns (dumps, ranks that did not answer, the group's size)."""
+    every 2 s) puts its flight recorder there. Returns (dumps, who did not answer, the group's size).
+
+    ACCL's store: the ranks of a group answer (accl-diag/size). torch's TCPStore (kind "torch"): every process
+    of the job that uses torch_accl answers once, by the index it took (accl-diag/processes), for all its groups."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise SystemExit(f"accl-diag --store {address}: expected HOST:PORT (the job's MASTER_ADDR:MASTER_PORT)")
     key = (lambda k: f"{prefix}/{k}") if prefix else (lambda k: k)
+    host = host.strip("[]") or "127.0.0.1"
     try:
-        c = TcpStoreClient(host.strip("[]") or "127.0.0.1", int(port), store_secret())
-        if not c.check([key("accl-diag/size")]):
+        if kind == "torch":
+            c = TorchStoreClient(host, int(port))
+        else:
+            c = TcpStoreClient(host, int(port), store_secret())
+        names = {}
+        processes = kind == "torch"  # torch's store: processes answer, and say so by a counter each
+        if not processes and c.check([key("accl-diag/size")]):
+            size = int(c.get(key("accl-diag/size")))
+            who = list(range(size))
+        elif processes and c.add(key("accl-diag/processes"), 0) > 0:
+            size = c.add(key("accl-diag/processes"), 0)
+            who = list(range(size))
+            for i in who:
+                # Set by each process right after it took its index; torch 1.x cannot check first (a get
+                # waits for it, and would time out only for a process killed between the two calls).
+                k = key(f"accl-diag/process/{i}")
+                names[i] = c.get(k).decode(errors="replace") if c.check([k]) in (True, None) else f"index {i}"
+        else:
+            if processes:
+                c.delete(key("accl-diag/processes"))  # the add(key, 0) above made it
+            hint = ("a torch job (then --store-kind torch)" if kind != "torch" else
+                    "a job whose torch_accl predates this, or whose store is not torch's TCPStore")
             raise SystemExit(f"accl-diag --store {address}: no ACCL group watches this store"
-                             f"{' under prefix ' + repr(prefix) if prefix else ''} (ACCL_DIAG_POLL=0, a torch job, "
+                             f"{' under prefix ' + repr(prefix) if prefix else ''} (ACCL_DIAG_POLL=0, {hint}, "
                              f"or the prefix its program gave the store: --prefix)")
-        size = int(c.get(key("accl-diag/size")))
         n = c.add(key("accl-diag/request"), 0) + 1
         c.set(key(f"accl-diag/entries/{n}"), str(entries).encode())
         c.add(key("accl-diag/request"), 1)
-        dumps, missing = [], list(range(size))
+        dumps, missing = [], list(who)
         deadline = time.time() + wait_s
         while missing and time.time() < deadline:
             time.sleep(0.2)
             for r in list(missing):
                 k = key(f"accl-diag/reply/{n}/{r}")
-                if c.check([k]):
+                if processes:
+                    done = key(f"accl-diag/done/{n}/{r}")
+                    there = c.add(done, 0) > 0
+                else:
+                    there = c.check([k])
+                if there:
                     try:
                         d = json.loads(c.get(k))
                     except ValueError as e:
-                        print(f"accl-diag: rank {r}'s answer is not JSON ({e})", file=sys.stderr)
+                        print(f"accl-diag: {names.get(r, f'rank {r}')}'s answer is not JSON ({e})", file=sys.stderr)
                         missing.remove(r)
                         continue
                     c.delete(k)  # the store keeps no dumps after the query
-                    d["path"] = f"store {address}, rank {r}"
+                    d["path"] = f"store {address}, {names.get(r, f'rank {r}')}"
                     if d.get("format") == FORMAT and d.get("groups"):
                         dumps.append(d)
                     elif d.get("reason"):
-                        print(f"accl-diag: rank {r}: {d['reason']}", file=sys.stderr)
+                        print(f"accl-diag: {names.get(r, f'rank {r}')}: {d['reason']}", file=sys.stderr)
                     missing.remove(r)
         c.delete(key(f"accl-diag/entries/{n}"))
+        if processes:
+            for r in who:  # answered or not, the counters go (a late answer leaves its reply: nothing reads it)
+                c.delete(key(f"accl-diag/done/{n}/{r}"))
         c.close()
     except StoreError as e:
         raise SystemExit(f"accl-diag --store {address}: {e}")
+    if names:
+        missing = [names[i] for i in missing]
     return dumps, missing, size
 
 
@@ -615,9 +693,13 @@ def main(argv=None):
                     help="first send SIGUSR1 to every process of this host that has libaccl loaded, and read the "
                          "dumps they write (run it on each host of a job, or copy the dumps together)")
     ap.add_argument("--store", metavar="HOST:PORT",
-                    help="ask a live job through its rendezvous store (MASTER_ADDR:MASTER_PORT of an accl-run job, or "
-                         "of a program that uses ACCL's store): every rank puts its flight recorder there within "
-                         "ACCL_DIAG_POLL (2 s), from every host; ranks that do not answer are named")
+                    help="ask a live job through its rendezvous store (MASTER_ADDR:MASTER_PORT of an accl-run job, "
+                         "of a program that uses ACCL's store, or with --store-kind torch of a torch job): every rank "
+                         "puts its flight recorder there within ACCL_DIAG_POLL (2 s), from every host; ranks that do "
+                         "not answer are named")
+    ap.add_argument("--store-kind", choices=["accl", "torch"], default="accl",
+                    help="with --store: whose store server it is: ACCL's (accl-run, the C++ API; default) or torch's "
+                         "TCPStore (a torch job's init_process_group; needs torch here)")
     ap.add_argument("--prefix", default="", help="with --store: the key prefix the job's program gave its store "
                                                   "(PrefixStore), if any")
     ap.add_argument("--entries", type=int, default=200, help="with --store: the last ops per group to ask for (default 200)")
@@ -633,7 +715,7 @@ def main(argv=None):
     if a.live and a.store:
         ap.error("--live and --store ask the job in two ways: choose one")
     if a.store:
-        dumps, unanswered, _ = ask_store(a.store, a.prefix, a.entries, a.wait)
+        dumps, unanswered, _ = ask_store(a.store, a.prefix, a.entries, a.wait, a.store_kind)
         paths, problems = [f"the store at {a.store}"], []
     else:
         if a.live:
@@ -647,8 +729,12 @@ def main(argv=None):
     groups = groups_of(dumps, problems)
     for p in problems:
         print(f"accl-diag: {p}", file=sys.stderr)
+    def who_text(xs):  # ranks of a group, or processes of a torch job as they named themselves
+        if xs and isinstance(xs[0], str):
+            return "process" + ("es " if len(xs) > 1 else " ") + "; ".join(xs)
+        return f"rank{'s' if len(xs) > 1 else ''} {ranks_text(xs)}"
     if not dumps and a.store:
-        print(f"accl-diag --store {a.store}: no rank answered within {a.wait:g} s (ranks {ranks_text(unanswered)}: "
+        print(f"accl-diag --store {a.store}: no rank answered within {a.wait:g} s ({who_text(unanswered)}: "
               f"stopped, gone, or ACCL_DIAG_POLL=0 there; --wait waits longer)", file=sys.stderr)
         return 2
     if not dumps:
@@ -660,9 +746,8 @@ def main(argv=None):
         return 2
     lines = verdict(groups)
     if unanswered:
-        lines.append(f"no answer through the store from rank{'s' if len(unanswered) > 1 else ''} "
-                     f"{ranks_text(unanswered)} within {a.wait:g} s (stopped, hung with its threads, gone, or "
-                     f"ACCL_DIAG_POLL=0 there)")
+        lines.append(f"no answer through the store from {who_text(unanswered)} within {a.wait:g} s (stopped, "
+                     f"hung with its threads, gone, or ACCL_DIAG_POLL=0 there)")
     if silent:
         lines.append(f"no answer to SIGUSR1 from pid{'s' if len(silent) > 1 else ''} "
                      f"{', '.join(map(str, silent))} (stopped, or SIGUSR1 handled by someone else)")
