@@ -20,6 +20,7 @@
 // flat; 1 otherwise (each wrong result is printed with its case).
 #include <dirent.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <mutex>
@@ -54,12 +56,13 @@ struct Args {
   uint64_t seed = 1;
   double report = 0;  // seconds between progress lines; 0: none
   uint64_t leakFdEvery = 0;  // self-test: leak a descriptor every N steps
+  uint64_t leakMibEvery = 0;  // self-test: leak 1 MiB (touched) every N steps
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "accl_soak: %s\nusage: accl_soak [--backend NAME] [--seconds S | --ops N] [--max-bytes B] "
-               "[--seed K] [--report S] [--leak-fd-every N (self-test)]\n",
+               "[--seed K] [--report S] [--leak-fd-every N | --leak-mib-every N (self-tests)]\n",
                why);
   std::exit(2);
 }
@@ -84,6 +87,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--seed") a.seed = static_cast<uint64_t>(number("--seed", v));
     else if (f == "--report") a.report = number("--report", v);
     else if (f == "--leak-fd-every") a.leakFdEvery = static_cast<uint64_t>(number("--leak-fd-every", v));
+    else if (f == "--leak-mib-every") a.leakMibEvery = static_cast<uint64_t>(number("--leak-mib-every", v));
     else usage(("unknown argument '" + f + "'").c_str());
   }
   return a;
@@ -164,6 +168,10 @@ struct Shared {
   Args args;
   Clock::time_point start;
   std::atomic<uint64_t> wrong{0}, issued{0};
+  // Bytes of the ops' own buffers allocated and not yet freed (both threads):
+  // the sampler takes them off the resident size, so that what it compares
+  // is the memory of everything else (the library's above all).
+  std::atomic<int64_t> live{0};
   std::mutex printMu;
   int worldRank = 0;
 };
@@ -192,8 +200,10 @@ void drive(Shared& sh, std::vector<Driven>& groups, ProcessGroup& ctl, uint64_t 
       sh.wrong++;
       report(sh, it->c, it->group, errs);
     }
-    inFlightBytes -= it->bytes;
-    inFlight.erase(it);
+    size_t bytes = it->bytes;
+    inFlightBytes -= bytes;
+    inFlight.erase(it);  // frees the case's buffers
+    sh.live -= static_cast<int64_t>(bytes);
   };
   for (uint64_t step = 0;; ++step) {
     if (step % 32 == 0) {
@@ -211,11 +221,16 @@ void drive(Shared& sh, std::vector<Driven>& groups, ProcessGroup& ctl, uint64_t 
       int leaked = open("/dev/null", O_RDONLY);
       (void)leaked;
     }
+    if (sh.args.leakMibEvery && step % sh.args.leakMibEvery == 0) {
+      char* leaked = static_cast<char*>(std::malloc(1u << 20));
+      if (leaked) std::memset(leaked, 1, 1u << 20);  // resident, and never freed
+    }
     Driven& d = groups[step % groups.size()];
     Case c = nextCase(d, sh.args.maxBytes);
     size_t bytes = c.count * dataTypeSize(c.dtype) * (chunked(c.op) ? static_cast<size_t>(d.pg->size()) + 1 : 2);
     // Bounded memory: at most 8 in flight and 4x the largest op's bytes.
     while (!inFlight.empty() && (inFlight.size() >= 8 || inFlightBytes + bytes > 4 * sh.args.maxBytes + 4096)) finishAt(0);
+    sh.live += static_cast<int64_t>(bytes);  // counted before they exist: never less than what is allocated
     inFlight.push_back({startCase(*d.pg, c), c, d.name, bytes});
     inFlightBytes += bytes;
     d.ops++;
@@ -234,6 +249,12 @@ void drive(Shared& sh, std::vector<Driven>& groups, ProcessGroup& ctl, uint64_t 
 
 int main(int argc, char** argv) {
   Args args = parse(argc, argv);
+#ifdef __GLIBC__
+  // Buffers from 256 KiB are mapped and unmapped at free: the resident size
+  // follows the live buffers instead of keeping the largest heap ever needed
+  // (glibc raises its threshold after each large free otherwise).
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);
+#endif
   Shared sh;
   sh.args = args;
   std::shared_ptr<ProcessGroup> world, half, pair, ctl0, ctl1;
@@ -271,7 +292,8 @@ int main(int argc, char** argv) {
   // Sampler: resident memory and descriptors once a second (and at the end).
   struct Sample {
     double t;
-    size_t rss;
+    size_t rss;   // resident size
+    size_t rest;  // resident size less the ops' own live buffers
     int fds;
   };
   std::vector<Sample> samples;
@@ -280,7 +302,10 @@ int main(int argc, char** argv) {
   sh.start = Clock::now();
   auto sampleNow = [&] {
     std::lock_guard<std::mutex> lock(sampleMu);
-    samples.push_back({std::chrono::duration<double>(Clock::now() - sh.start).count(), residentBytes(), openFds()});
+    size_t rss = residentBytes();
+    int64_t live = std::max<int64_t>(0, sh.live.load());
+    size_t rest = rss > static_cast<size_t>(live) ? rss - static_cast<size_t>(live) : 0;
+    samples.push_back({std::chrono::duration<double>(Clock::now() - sh.start).count(), rss, rest, openFds()});
   };
   std::thread sampler([&] {
     double lastReport = 0;
@@ -323,9 +348,10 @@ int main(int argc, char** argv) {
   sampleNow();
 
   // Flat after warm-up: the samples after the first quarter of the run are
-  // split in two halves. The later half's peak resident memory may exceed the
-  // peak before it (warm-up included) by at most 10 % + max(16 MiB, 2 x
-  // --max-bytes): buffers of up to --max-bytes come and go on two threads. Its
+  // split in two halves. The later half's peak resident memory, less the ops'
+  // own buffers in flight at each sample, may exceed the peak before it
+  // (warm-up included) by at most 10 % + max(16 MiB, 2 x --max-bytes) (the
+  // copies an op's check and the transports make while it runs). Its
   // descriptor count may not exceed the earlier half's at all.
   int rc = 0;
   std::vector<Sample> post;
@@ -335,8 +361,8 @@ int main(int argc, char** argv) {
   int fdA = 0, fdB = 0;
   double mid = post.empty() ? 0 : post[post.size() / 2].t;
   for (auto& s : samples) {
-    if (s.t < mid) rssA = std::max(rssA, s.rss);
-    else rssB = std::max(rssB, s.rss);
+    if (s.t < mid) rssA = std::max(rssA, s.rest);
+    else rssB = std::max(rssB, s.rest);
   }
   for (size_t i = 0; i < post.size(); ++i) {
     bool later = i >= post.size() / 2;
@@ -356,7 +382,7 @@ int main(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(sh.printMu);
     std::printf(
         "accl_soak: rank %d: %llu ops (world %llu, half %llu, pair %llu) in %.1f s, %.0f ops/s, %.2f GiB per-rank "
-        "payload, %llu wrong; rss peak %.1f -> %.1f MiB%s, fds peak %d -> %d%s\n",
+        "payload, %llu wrong; rss less the ops' buffers, peak %.1f -> %.1f MiB%s, fds peak %d -> %d%s\n",
         me, static_cast<unsigned long long>(ops), static_cast<unsigned long long>(t0[0].ops),
         static_cast<unsigned long long>(t1[0].ops), static_cast<unsigned long long>(t1[1].ops), elapsed,
         ops / std::max(elapsed, 1e-9), bytes / 1073741824.0, static_cast<unsigned long long>(sh.wrong.load()),
