@@ -12,6 +12,7 @@ PACKAGES=(
   libhwloc-dev libpugixml-dev       # topology probe, hwloc XML and NCCL topology files
   nlohmann-json3-dev libcli11-dev   # JSON output and command lines of the tools (headers only)
   iproute2 procps                   # multi-host tests (network namespaces), process tools
+  iptables libnetfilter-queue-dev   # packet loss and delay between namespace hosts (the kernel may lack netem)
   libibverbs-dev ibverbs-providers  # verbs transport (headers at build time; libibverbs1 loaded at run time)
   libucx-dev                        # UCX's memory hooks (libucm): invalidate verbs registrations of freed buffers
   python3-torch libtorch-dev        # torch_accl (c10d adapter), BERT example

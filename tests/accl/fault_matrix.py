@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Faults of the fault matrix that need whole processes or namespaces (ctest label faults).
 
-    fault_matrix.py BUILD_DIR exit_without_destroy shm|tcp   rank 1 of 3 calls exit(0) mid-job without destroying
+    fault_matrix.py BUILD_DIR exit_without_destroy shm|tcp|ib  rank 1 of 3 calls exit(0) mid-job without destroying
                                                              its group: the others fail naming it
-    fault_matrix.py BUILD_DIR sigkill shm|tcp                rank 1 of 3 is SIGKILLed mid-job: the others fail naming it
+    fault_matrix.py BUILD_DIR sigkill shm|tcp|ib             rank 1 of 3 is SIGKILLed mid-job: the others fail naming it
     fault_matrix.py BUILD_DIR store_killed none              rank 0, the store server, is SIGKILLed while ranks 1
                                                              and 2 wait in the rendezvous for rank 3: they fail
     fault_matrix.py BUILD_DIR link_down tcp                  two namespace hosts; the link between them goes down
                                                              mid-allreduce: every rank fails within its deadline
+    fault_matrix.py BUILD_DIR blackhole NS0,NS1,ADDR,IPTABLES
+                                                             namespaces made by the caller (rank r in NSr, the
+                                                             store at ADDR); an iptables rule then drops every
+                                                             packet both ways mid-allreduce: every rank fails
+                                                             within its deadline (tests/netns/lossy_link_test.sh)
 
 Each prints one line per surviving rank, "rank R: <error class> after <s> s: <message>", which docs/testing.md's
 fault matrix quotes. Every survivor must fail with a named error within the limit: no hang, no crash (a signal),
@@ -29,6 +34,9 @@ BUILD, SCENARIO = sys.argv[1], sys.argv[2]
 PARAM = sys.argv[3] if len(sys.argv) > 3 else ""
 BIN = os.path.join(BUILD, "bin")
 RUN, DRIVER = os.path.join(BIN, "accl-run"), os.path.join(BIN, "accl_diag_driver")
+# shm: shared memory between the ranks (tcp kept for the rest); tcp, ib: only
+# that transport (ib runs in the soft-RoCE guest, tests/rdma/in_guest.sh).
+TRANSPORTS = {"tcp": "tcp", "ib": "ib"}.get(PARAM, "shm,tcp")
 
 
 def free_port():
@@ -86,7 +94,7 @@ def report(rank, res, limit, must=()):
 
 
 def exit_without_destroy(tmp):
-    env = {"ACCL_TIMEOUT": "60s", "ACCL_TRANSPORTS": "tcp" if PARAM == "tcp" else "shm,tcp"}
+    env = {"ACCL_TIMEOUT": "60s", "ACCL_TRANSPORTS": TRANSPORTS}
     port = free_port()
     procs = [start_rank(r, 3, port, ["exit", "200"], dict(env), tmp) for r in range(3)]
     started = time.time()
@@ -98,7 +106,7 @@ def exit_without_destroy(tmp):
 
 
 def sigkill(tmp):
-    env = {"ACCL_TIMEOUT": "60s", "ACCL_TRANSPORTS": "tcp" if PARAM == "tcp" else "shm,tcp"}
+    env = {"ACCL_TIMEOUT": "60s", "ACCL_TRANSPORTS": TRANSPORTS}
     port = free_port()
     procs = [start_rank(r, 3, port, ["loop"], dict(env), tmp) for r in range(3)]
     check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs), "the job runs")
@@ -163,9 +171,26 @@ def link_down(tmp):
         cleanup()
 
 
+def blackhole(tmp):
+    ns, addr, ipt = PARAM.split(",")[:2], PARAM.split(",")[2], PARAM.split(",")[3]
+    env = {"ACCL_TIMEOUT": "10s", "ACCL_STALL_WARN": "0"}
+    port = free_port()
+    procs = [start_rank(r, 2, port, ["loop"], dict(env, MASTER_ADDR=addr), tmp, netns=ns[r]) for r in range(2)]
+    check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs), "the job runs across the link")
+    for n in ns:  # first in the chain: ahead of any loss or delay rule
+        subprocess.run(["ip", "netns", "exec", n, ipt, "-I", "OUTPUT", "1", "-o", "eth0", "-j", "DROP"], check=True)
+    cut = time.time()
+    try:
+        for r in (0, 1):
+            report(r, outcome(procs[r][0], procs[r][1], cut, 10 + 10), 20)
+    finally:
+        for n in ns:
+            subprocess.run(["ip", "netns", "exec", n, ipt, "-D", "OUTPUT", "-o", "eth0", "-j", "DROP"])
+
+
 def main():
     return run({"exit_without_destroy": exit_without_destroy, "sigkill": sigkill, "store_killed": store_killed,
-                "link_down": link_down}, SCENARIO, "accl-fault-")
+                "link_down": link_down, "blackhole": blackhole}, SCENARIO, "accl-fault-")
 
 
 if __name__ == "__main__":
