@@ -8,6 +8,10 @@
                                                              and 2 wait in the rendezvous for rank 3: they fail
     fault_matrix.py BUILD_DIR link_down tcp                  two namespace hosts; the link between them goes down
                                                              mid-allreduce: every rank fails within its deadline
+    fault_matrix.py BUILD_DIR ifdown ib,DEV                  2 ranks over verbs only (the soft-RoCE guest); the
+                                                             device's interface DEV goes down mid-allreduce:
+                                                             every rank fails within its deadline, then DEV is
+                                                             brought up again
     fault_matrix.py BUILD_DIR blackhole NS0,NS1,ADDR,IPTABLES
                                                              namespaces made by the caller (rank r in NSr, the
                                                              store at ADDR); an iptables rule then drops every
@@ -171,6 +175,21 @@ def link_down(tmp):
         cleanup()
 
 
+def ifdown(tmp):
+    transport, dev = PARAM.split(",")
+    env = {"ACCL_TIMEOUT": "10s", "ACCL_STALL_WARN": "0", "ACCL_TRANSPORTS": transport}
+    port = free_port()
+    procs = [start_rank(r, 2, port, ["loop"], dict(env), tmp) for r in range(2)]
+    check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs), f"the job runs over {transport}")
+    subprocess.run(["ip", "link", "set", dev, "down"], check=True)
+    down = time.time()
+    try:
+        for r in (0, 1):
+            report(r, outcome(procs[r][0], procs[r][1], down, 10 + 10), 20)
+    finally:
+        subprocess.run(["ip", "link", "set", dev, "up"])
+
+
 def blackhole(tmp):
     ns, addr, ipt = PARAM.split(",")[:2], PARAM.split(",")[2], PARAM.split(",")[3]
     env = {"ACCL_TIMEOUT": "10s", "ACCL_STALL_WARN": "0"}
@@ -190,7 +209,7 @@ def blackhole(tmp):
 
 def main():
     return run({"exit_without_destroy": exit_without_destroy, "sigkill": sigkill, "store_killed": store_killed,
-                "link_down": link_down, "blackhole": blackhole}, SCENARIO, "accl-fault-")
+                "link_down": link_down, "blackhole": blackhole, "ifdown": ifdown}, SCENARIO, "accl-fault-")
 
 
 if __name__ == "__main__":

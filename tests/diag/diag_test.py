@@ -219,8 +219,9 @@ def stall(tmp):
               "accl-diag --live: rank 2 holds up the op and did not answer SIGUSR1; the job still runs")
         # accl-diag --store: the same question through the job's rendezvous store, which reaches every host; the
         # three running ranks answer within ACCL_DIAG_POLL (2 s), rank 2 cannot.
-        port = environ_of(pids[0]).get("MASTER_PORT")
-        r = subprocess.run([sys.executable, DIAG, "--store", f"127.0.0.1:{port}", "--wait", "6", "--brief"], env=env,
+        rank_env = environ_of(pids[0])  # where accl-run put the store (not loopback in the soft-RoCE guest)
+        host, port = rank_env.get("MASTER_ADDR", "127.0.0.1"), rank_env.get("MASTER_PORT")
+        r = subprocess.run([sys.executable, DIAG, "--store", f"{host}:{port}", "--wait", "6", "--brief"], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         print("---- accl-diag --store --brief\n" + r.stdout.rstrip() + "\n----")
         check(r.returncode == 0 and f"holds up {op}" in r.stdout and "3 dump(s)" in r.stdout and

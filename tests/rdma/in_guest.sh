@@ -78,6 +78,20 @@ if has fault; then
   r=${PIPESTATUS[0]}
   grep -q "SKIPPED" "$OUT/fault.log" && { echo "verbs fault tests skipped inside the guest"; r=1; }
   ok $r "fault tests over verbs, $n rounds: killed rank, never-entered op, mismatch, garbage ($(( $(t) - s )) s)"
+  # The fault matrix's process faults over verbs only (each rank its own peer
+  # over ib): SIGKILL, exit(0) without destroying the group.
+  for f in sigkill exit_without_destroy; do
+    s=$(t)
+    python3 "$OUT/tests/accl/fault_matrix.py" "$B" $f ib >"$OUT/matrix_$f.log" 2>&1
+    r=$?; grep -E "^rank [0-9]:" "$OUT/matrix_$f.log"
+    ok $r "fault matrix over verbs: $f ($(( $(t) - s )) s)"
+  done
+  # The link: rxe0's interface goes down mid-op (the guest's one link), then up again.
+  s=$(t)
+  python3 "$OUT/tests/accl/fault_matrix.py" "$B" ifdown ib,dummy0 >"$OUT/matrix_ifdown.log" 2>&1
+  r=$?; grep -E "^rank [0-9]:" "$OUT/matrix_ifdown.log"
+  for i in $(seq 100); do ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE && break; sleep 0.1; done
+  ok $r "fault matrix over verbs: the link set down mid-op ($(( $(t) - s )) s)"
 fi
 
 if has memlock; then
