@@ -97,6 +97,19 @@ def report(rank, res, limit, must=()):
         check(want in msg, f"rank {rank}'s error says '{want}'")
 
 
+def cut_mid_allreduce(tmp, cut, env_extra=None, netns=(None, None), what="the job runs"):
+    """Two ranks run 8-byte allreduces with a 10 s deadline (in netns[r] where given); cut() then breaks their
+    connection: both must fail with a named error within the deadline plus 10 s."""
+    env = dict({"ACCL_TIMEOUT": "10s", "ACCL_STALL_WARN": "0"}, **(env_extra or {}))
+    port = free_port()
+    procs = [start_rank(r, 2, port, ["loop"], dict(env), tmp, netns=netns[r]) for r in range(2)]
+    check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs), what)
+    cut()
+    cut_at = time.time()
+    for r in (0, 1):
+        report(r, outcome(procs[r][0], procs[r][1], cut_at, 10 + 10), 20)
+
+
 def exit_without_destroy(tmp):
     env = {"ACCL_TIMEOUT": "60s", "ACCL_TRANSPORTS": TRANSPORTS}
     port = free_port()
@@ -161,50 +174,33 @@ def link_down(tmp):
                 print("SKIP: cannot build the namespaces")
                 sys.exit(77)
         time.sleep(1)
-        env = {"ACCL_TIMEOUT": "10s", "ACCL_STALL_WARN": "0"}
-        port = free_port()
-        procs = [start_rank(r, 2, port, ["loop"], dict(env, MASTER_ADDR="10.76.0.1"), tmp, netns=(a if r == 0 else b))
-                 for r in range(2)]
-        check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs),
-              "the job runs across the link")
-        subprocess.run(["ip", "-n", a, "link", "set", "wire", "down"])
-        down = time.time()
-        for r in (0, 1):
-            report(r, outcome(procs[r][0], procs[r][1], down, 10 + 10), 20)
+        cut_mid_allreduce(tmp, lambda: subprocess.run(["ip", "-n", a, "link", "set", "wire", "down"]),
+                          {"MASTER_ADDR": "10.76.0.1"}, (a, b), "the job runs across the link")
     finally:
         cleanup()
 
 
 def ifdown(tmp):
     transport, dev = PARAM.split(",")
-    env = {"ACCL_TIMEOUT": "10s", "ACCL_STALL_WARN": "0", "ACCL_TRANSPORTS": transport}
-    port = free_port()
-    procs = [start_rank(r, 2, port, ["loop"], dict(env), tmp) for r in range(2)]
-    check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs), f"the job runs over {transport}")
-    subprocess.run(["ip", "link", "set", dev, "down"], check=True)
-    down = time.time()
     try:
-        for r in (0, 1):
-            report(r, outcome(procs[r][0], procs[r][1], down, 10 + 10), 20)
+        cut_mid_allreduce(tmp, lambda: subprocess.run(["ip", "link", "set", dev, "down"], check=True),
+                          {"ACCL_TRANSPORTS": transport}, what=f"the job runs over {transport}")
     finally:
         subprocess.run(["ip", "link", "set", dev, "up"])
 
 
 def blackhole(tmp):
-    ns, addr, ipt = PARAM.split(",")[:2], PARAM.split(",")[2], PARAM.split(",")[3]
-    env = {"ACCL_TIMEOUT": "10s", "ACCL_STALL_WARN": "0"}
-    port = free_port()
-    procs = [start_rank(r, 2, port, ["loop"], dict(env, MASTER_ADDR=addr), tmp, netns=ns[r]) for r in range(2)]
-    check(wait_ready([l for _, l in procs]) and all(p.poll() is None for p, _ in procs), "the job runs across the link")
-    for n in ns:  # first in the chain: ahead of any loss or delay rule
-        subprocess.run(["ip", "netns", "exec", n, ipt, "-I", "OUTPUT", "1", "-o", "eth0", "-j", "DROP"], check=True)
-    cut = time.time()
+    ns0, ns1, addr, ipt = PARAM.split(",")
+
+    def cut():  # first in the chain: ahead of any loss or delay rule
+        for n in (ns0, ns1):
+            subprocess.run(["ip", "netns", "exec", n, ipt, "-I", "OUTPUT", "1", "-o", "eth0", "-j", "DROP"], check=True)
     try:
-        for r in (0, 1):
-            report(r, outcome(procs[r][0], procs[r][1], cut, 10 + 10), 20)
+        cut_mid_allreduce(tmp, cut, {"MASTER_ADDR": addr}, (ns0, ns1), "the job runs across the link")
     finally:
-        for n in ns:
-            subprocess.run(["ip", "netns", "exec", n, ipt, "-D", "OUTPUT", "-o", "eth0", "-j", "DROP"])
+        for n in (ns0, ns1):
+            subprocess.run(["ip", "netns", "exec", n, ipt, "-D", "OUTPUT", "-o", "eth0", "-j", "DROP"],
+                           stderr=subprocess.DEVNULL)
 
 
 def main():

@@ -53,7 +53,7 @@ for i in 0 1; do
 done
 run="$build/bin/accl-run -n 4 --netns acclq0,acclq1 --master-addr 10.75.0.1"
 fails=0
-# Sizes from one frame to several chunks; every op family, sub-groups and async.
+# Sizes from one frame to several chunks: reductions, gathers, all-to-all, broadcast, point-to-point, barrier, async.
 filter='*allreduce_float32*:*allreduce_int64*:*reduce_scatter_float16*:*allgatherv_bfloat16*:*alltoallv_*:*broadcast_*:*PointToPoint*:*Barrier*:*Async*'
 echo "== accl, 2 hosts x 2 ranks, ${loss} % loss and ${delay} ms delay each way: conformance (correct results)"
 start=$(date +%s)
