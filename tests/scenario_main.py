@@ -8,6 +8,12 @@ import tempfile
 failures = []
 
 
+def transports_for(param):
+    """ACCL_TRANSPORTS for a scenario's transport argument: shm is shared memory between the ranks (tcp kept for
+    the rest); tcp and ib are that transport alone (ib runs in the soft-RoCE guest, tests/rdma/in_guest.sh)."""
+    return {"tcp": "tcp", "ib": "ib"}.get(param, "shm,tcp")
+
+
 def check(cond, what):
     print(("ok:   " if cond else "FAIL: ") + what, flush=True)
     if not cond:

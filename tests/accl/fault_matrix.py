@@ -32,15 +32,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from scenario_main import check, run  # noqa: E402
+from scenario_main import check, run, transports_for  # noqa: E402
 
 BUILD, SCENARIO = sys.argv[1], sys.argv[2]
 PARAM = sys.argv[3] if len(sys.argv) > 3 else ""
 BIN = os.path.join(BUILD, "bin")
 RUN, DRIVER = os.path.join(BIN, "accl-run"), os.path.join(BIN, "accl_diag_driver")
-# shm: shared memory between the ranks (tcp kept for the rest); tcp, ib: only
-# that transport (ib runs in the soft-RoCE guest, tests/rdma/in_guest.sh).
-TRANSPORTS = {"tcp": "tcp", "ib": "ib"}.get(PARAM, "shm,tcp")
+TRANSPORTS = transports_for(PARAM)
 
 
 def free_port():

@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from scenario_main import check, run  # noqa: E402
+from scenario_main import check, run, transports_for  # noqa: E402
 
 BUILD = sys.argv[1]
 SCENARIO = sys.argv[2]
@@ -170,7 +170,7 @@ def verdict(text):
 # ----------------------------------------------------------------- scenarios
 
 def stall(tmp):
-    transports = {"tcp": "tcp", "ib": "ib"}.get(PARAM, "shm,tcp")  # ib: in the soft-RoCE guest
+    transports = transports_for(PARAM)
     env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT="12s", ACCL_TRANSPORTS=transports)
     with StoppedRank2(tmp, env) as j:
         log, job, pids, stopped = j.log, j.job, j.pids, j.stopped
