@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <iostream>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -42,6 +44,13 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// The ranks' directories of the running test: removed when it passes, kept
+// (and named) when it fails, for the ranks' stderr.
+std::vector<std::string>& runDirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
 // Forks `n` ranks; each runs body(rank, pg, ctx) and writes what it wants
 // checked to dir/out<rank> (its stderr goes to dir/err<rank>). Returns the
 // exit statuses. A rank that does not exit within `limit` is killed and the
@@ -52,6 +61,7 @@ std::vector<int> runRanks(int n, const std::string& transports,
                           const std::function<void(Ctx&)>& parent = nullptr) {
   char tmpl[] = "/tmp/accl-fault-XXXXXX";
   std::string dir = mkdtemp(tmpl);
+  runDirs().push_back(dir);
   if (dirOut) *dirOut = dir;
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
@@ -153,6 +163,15 @@ class Fault : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (GetParam() == "ib" && !activeRdmaPort())
       GTEST_SKIP() << "no RDMA device with an ACTIVE port (/sys/class/infiniband); tests/rdma runs these in a soft-RoCE guest";
+  }
+  void TearDown() override {
+    for (const auto& d : runDirs()) {
+      if (HasFailure())
+        std::cerr << "kept the ranks' files: " << d << "\n";
+      else
+        std::filesystem::remove_all(d);
+    }
+    runDirs().clear();
   }
 };
 
