@@ -869,6 +869,16 @@ std::string traceDumpJson(const std::string& reason, size_t maxEntries, int inde
 }  // namespace internal
 
 std::string dumpTraces(const std::string& reason) {
+  // A stall warning, a failed op and SIGUSR1 may dump from different threads
+  // at once; they share one file (and its .tmp): one writer at a time, each
+  // with the recorders as they are when it writes. Bounded: a child forked
+  // while a parent's thread wrote would otherwise wait forever.
+  static std::timed_mutex writing;
+  std::unique_lock<std::timed_mutex> lock(writing, std::chrono::seconds(10));
+  if (!lock.owns_lock()) {
+    ACCL_WARN("INIT", "flight recorder dump (" << reason << ") skipped: another dump of this process did not finish in 10 s");
+    return "";
+  }
   std::string text = internal::traceDumpJson(reason, 0, 1);
   if (text.empty()) return "";
   std::string dir;

@@ -171,7 +171,10 @@ def verdict(text):
 
 def stall(tmp):
     transports = transports_for(PARAM)
-    env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT="12s", ACCL_TRANSPORTS=transports)
+    # The deadline must outlast the steps below (SIGUSR1 dumps, accl-diag --live, --store): 12 s on a host; the
+    # soft-RoCE guest emulates its CPU and sets a longer one.
+    deadline = int(os.environ.get("ACCL_TEST_STALL_DEADLINE_S", "12"))
+    env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT=f"{deadline}s", ACCL_TRANSPORTS=transports)
     with StoppedRank2(tmp, env) as j:
         log, job, pids, stopped = j.log, j.job, j.pids, j.stopped
         warned = {}
@@ -224,6 +227,10 @@ def stall(tmp):
         r = subprocess.run([sys.executable, DIAG, "--store", f"{host}:{port}", "--wait", "6", "--brief"], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         print("---- accl-diag --store --brief\n" + r.stdout.rstrip() + "\n----")
+        log.seek(0)
+        for line in log.read().splitlines():  # the store server says why it dropped a client
+            if "WARN STORE" in line:
+                print("job: " + line[:400])
         check(r.returncode == 0 and f"holds up {op}" in r.stdout and "3 dump(s)" in r.stdout and
               "no answer through the store from rank 2 " in r.stdout and job.poll() is None,
               "accl-diag --store: three ranks answer through the store, rank 2 holds up the op and does not")
@@ -231,7 +238,7 @@ def stall(tmp):
         check(any(l.startswith(waiting) and re.search(f" waits? in {op}", l) for l in v),
               f"accl-diag: {waiting} wait in {op}")
         # The deadline passes: every waiting rank dumps with the failure.
-        d = wait_for_dumps(tmp, [pids[r] for r in (0, 1, 3)], "an op failed", 20)
+        d = wait_for_dumps(tmp, [pids[r] for r in (0, 1, 3)], "an op failed", deadline + 8)
         check(all(d.get(pids[r], {}).get("reason", "").startswith("an op failed") for r in (0, 1, 3)),
               "the timeout writes a dump on every waiting rank")
         rc, out = run_diag(os.path.join(tmp, "traces"))

@@ -92,6 +92,13 @@ if has fault; then
   r=$?; grep -E "^rank [0-9]:" "$OUT/matrix_ifdown.log"
   for i in $(seq 100); do ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE && break; sleep 0.1; done
   ok $r "fault matrix over verbs: the link set down mid-op ($(( $(t) - s )) s)"
+  # SIGSTOP of one of 4 ranks until the deadline: the others warn naming it,
+  # accl-diag names it from the dumps, through SIGUSR1 and through the store.
+  s=$(t)
+  # Its deadline is 40 s here: the guest's emulated CPU takes over 12 s for the steps before it.
+  ACCL_TEST_STALL_DEADLINE_S=40 python3 "$OUT/tests/diag/diag_test.py" "$B" stall ib >"$OUT/matrix_stall.log" 2>&1
+  r=$?; grep -E "^rank [0-9] warned|^FAIL" "$OUT/matrix_stall.log" | cut -c1-240
+  ok $r "fault matrix over verbs: SIGSTOP until the deadline ($(( $(t) - s )) s)"
 fi
 
 if has memlock; then

@@ -26,9 +26,10 @@ mkdir -p "$OUT"
 # there is hidden from it, so the guest script runs from the (mounted) build dir.
 cp "$here/in_guest.sh" "$OUT/in_guest.sh"
 # The fault-matrix scripts, in their tree layout (they import tests/scenario_main.py).
-mkdir -p "$OUT/tests/accl"
+mkdir -p "$OUT/tests/accl" "$OUT/tests/diag"
 cp "$here/../scenario_main.py" "$OUT/tests/"
 cp "$here/../accl/fault_matrix.py" "$OUT/tests/accl/"
+cp "$here/../diag/diag_test.py" "$OUT/tests/diag/"
 echo "ACCL_FAULT_REPEAT=${ACCL_FAULT_REPEAT:-3}" >"$OUT/settings.sh"
 # CI (CI=true) trims the conformance sizes, not its ops: a large count of
 # 256 KiB (two verbs chunks and more) instead of 1 MiB, and --large 4 MiB

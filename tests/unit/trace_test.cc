@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -199,6 +200,39 @@ TEST(FlightRecorder, DumpHoldsEveryLiveGroupAsJson) {
   nlohmann::json j2 = nlohmann::json::parse(f2);
   for (auto& g : j2["groups"]) EXPECT_NE(g["name"], "second");
   std::remove(path.c_str());
+}
+
+// A stall warning, a failure and SIGUSR1 may dump from three threads at once
+// (seen in the soft-RoCE guest: a stall dump and a SIGUSR1 dump interleaved
+// in one file, which then held one JSON document and the tail of another).
+// Every file that a dump leaves must be one whole document.
+TEST(FlightRecorder, ConcurrentDumpsLeaveWholeFiles) {
+  auto rec = std::make_shared<FlightRecorder>(64, "concurrent", "accl", 0, 2);
+  internal::registerRecorder(rec);
+  for (int i = 0; i < 64; ++i) rec->finished(rec->begin(OpType::Allreduce, DataType::Float32, 8, -1, -1, 32), nullptr);
+  std::atomic<int> torn{0}, written{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      // Reasons of different lengths: documents of different sizes.
+      std::string reason = "thread " + std::to_string(t) + std::string(static_cast<size_t>(t) * 400, 'x');
+      for (int i = 0; i < 100; ++i) {
+        std::string path = dumpTraces(reason);
+        if (path.empty()) continue;
+        ++written;
+        std::ifstream f(path);
+        try {
+          (void)nlohmann::json::parse(f);
+        } catch (const nlohmann::json::exception&) {
+          ++torn;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(written.load(), 400);
+  EXPECT_EQ(torn.load(), 0) << "dump files that were not one JSON document";
+  rec.reset();
+  std::remove(dumpTraces("last").c_str());
 }
 
 // The always-on recorder dates ops by a ticker's copy of the coarse clock.
