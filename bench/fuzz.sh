@@ -63,7 +63,9 @@ for h in "${HARNESSES[@]}"; do
   log=$BUILD/$h.log
   set +e
   start=$(date +%s)
-  (cd "$BUILD" && exec "bin/$h" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 "${par[@]}" \
+  # SIGUSR1 ignored: accl-diag --live asks every ACCL process of the host to
+  # dump with it, and libFuzzer's own handler would end a long run.
+  (cd "$BUILD" && trap '' USR1 && exec "bin/$h" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -handle_usr1=0 "${par[@]}" \
     -artifact_prefix="crashes/$h-" -print_final_stats=1 "$corpus" "${seeds[@]/#/$OLDPWD/}") >"$log" 2>&1
   r=$?
   set -e
