@@ -165,6 +165,23 @@ void QpMesh::failQp(Qp& q, const std::string& why) {
   cb_.fail(peer, why);
 }
 
+namespace {
+// What a failed completion most likely means, for the op's error message.
+const char* failedCompletionHint(ibv_wc_status s) {
+  switch (s) {
+    case IBV_WC_RETRY_EXC_ERR:
+      return "no acknowledgement from the peer through every retry (ACCL_IB_TIMEOUT sets the wait): its process, "
+             "its port or the network path to it is gone";
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return "the peer posted no receive through every retry: its process is stopped or gone";
+    case IBV_WC_WR_FLUSH_ERR:
+      return "flushed: this connection had already failed";
+    default:
+      return "the peer's process or port is gone?";
+  }
+}
+}  // namespace
+
 bool QpMesh::progress() {
   ibv_wc wc[32];
   bool any = false;
@@ -182,7 +199,7 @@ bool QpMesh::progress() {
         if (!q.dead)
           failQp(q, std::string(isRecv ? "RDMA receive" : "RDMA write") + " on " + port_.device + " failed: " +
                         api(nullptr)->wcStatusStr(w.status) + " (vendor error " + std::to_string(w.vendor_err) +
-                        "; the peer's process or port is gone?)");
+                        "; " + failedCompletionHint(w.status) + ")");
         continue;
       }
       if (q.dead) continue;
