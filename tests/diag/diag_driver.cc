@@ -26,9 +26,12 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   const char* b = std::getenv("ACCL_DIAG_BACKEND");
   std::string backend = b && *b ? b : "accl";
+  // The group outlives the try: an op's error is printed when it is thrown, before the
+  // group's teardown (which a test must not count as the time to detect the fault).
+  std::shared_ptr<ProcessGroup> pg;
   try {
     Rendezvous rv = rendezvousFromEnv();
-    auto pg = createProcessGroup(backend, rv.store, rv.rank, rv.size);
+    pg = createProcessGroup(backend, rv.store, rv.rank, rv.size);
     if (mode == "loop") {
       float x[2] = {1, 2};
       pg->allreduce(Buffer(x, 2, DataType::Float32))->wait();
