@@ -76,8 +76,11 @@ for h in "${HARNESSES[@]}"; do
       -artifact_prefix="crashes/$h-" -print_final_stats=1 "$corpus" "${seeds[@]/#/$OLDPWD/}") >"$log.part" 2>&1
     r=$?
     cat "$log.part" >>"$log"
-    execs=$((execs + $( (grep -h "stat::number_of_executed_units" "$log.part" "$BUILD"/fuzz-*.log 2>/dev/null || true) |
-      awk '{s+=$2} END {print s+0}') ))
+    # Each log's last count (a crash prints the final stats twice).
+    for f in "$log.part" "$BUILD"/fuzz-*.log; do
+      [ -f "$f" ] || continue
+      execs=$((execs + $( (grep -a "stat::number_of_executed_units" "$f" || true) | tail -1 | awk '{n = $2} END {print n + 0}') ))
+    done
     rm -f "$BUILD"/fuzz-*.log
     # A timed run on a loaded machine: an input that took over the 10 s limit
     # only because the fuzzer was starved of CPU runs in well under a second

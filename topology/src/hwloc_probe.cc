@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <type_traits>
 
 #include "accl/errors.h"
 #include "accl/internal/strings.h"
@@ -40,11 +41,22 @@ std::string busIdOf(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& p) {
   return buf;
 }
 
+// hwloc's XML importer copies the bridge and OS-device type attributes from the
+// file as integers, unchecked. Reading a value outside the enum's range as the
+// enum is undefined behaviour (found by fuzz_topology_xml: upstream_type 3), so
+// these are read as the integer they hold.
+template <typename E>
+long rawEnum(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<long>(v);
+}
+
 bool isHostBridge(hwloc_obj_t o) {
-  return o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+  return o->type == HWLOC_OBJ_BRIDGE && rawEnum(o->attr->bridge.upstream_type) == HWLOC_OBJ_BRIDGE_HOST;
 }
 bool isPciBridge(hwloc_obj_t o) {
-  return o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
+  return o->type == HWLOC_OBJ_BRIDGE && rawEnum(o->attr->bridge.upstream_type) == HWLOC_OBJ_BRIDGE_PCI;
 }
 
 // A downstream port of a PCIe switch: a PCI bridge under a PCI bridge whose I/O
@@ -75,7 +87,7 @@ struct Builder {
   void osdevs(hwloc_obj_t pci, Node& n) {
     for (hwloc_obj_t c = pci->io_first_child; c; c = c->next_sibling) {
       if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name) continue;
-      switch (c->attr->osdev.type) {
+      switch (rawEnum(c->attr->osdev.type)) {
         case HWLOC_OBJ_OSDEV_NETWORK: n.netdevs.push_back(c->name); break;
         case HWLOC_OBJ_OSDEV_OPENFABRICS:
           n.rdma = true;
