@@ -280,15 +280,6 @@ void QpMesh::dropPeer(int peer, const std::function<void(const std::shared_ptr<v
   }
 }
 
-std::chrono::milliseconds QpMesh::retryWindow() const {
-  // 4.096 us << timeout per try, retry_cnt (6) + 1 tries (qp_connect.cc), plus
-  // a second for the completion's own way back.
-  double perTry = 4.096e-3 * static_cast<double>(1ull << std::min(o_.settings.ackTimeout, 31));
-  // At most 30 s: a larger ACCL_IB_TIMEOUT (for congested fabrics) must not
-  // hold a process's exit for minutes.
-  return std::chrono::milliseconds(std::min<int64_t>(static_cast<int64_t>(perTry * 7) + 1000, 30000));
-}
-
 void QpMesh::drain(std::chrono::milliseconds limit) {
   auto until = std::chrono::steady_clock::now() + limit;
   auto busy = [&] {

@@ -107,11 +107,6 @@ class QpMesh {
   void dropPeer(int peer, const std::function<void(const std::shared_ptr<void>&)>& each);
   // Waits (polling) up to `limit` for posted writes to complete, before tear-down.
   void drain(std::chrono::milliseconds limit);
-  // How long a write may take to complete or fail on a live wire: every retry
-  // of the ACK timeout (ACCL_IB_TIMEOUT) that the QPs are given. A process that
-  // tears its QPs down sooner can lose its last message, whose lost packet was
-  // waiting for a resend.
-  std::chrono::milliseconds retryWindow() const;
 
   struct Stats {
     uint64_t writes = 0, inlined = 0, zcopy = 0, copied = 0, creditWrites = 0, bytes = 0, waitsForCredit = 0;

@@ -29,11 +29,7 @@ std::unique_ptr<VerbsLink> VerbsLink::connect(const ib::QpMesh::Options& o, Fram
 }
 
 VerbsLink::~VerbsLink() {
-  // Every write posted gets its whole retry window: a packet lost just before
-  // the group is destroyed is resent only after an ACK timeout (about 1 s by
-  // default), and a receiver whose peer quit before that resend never gets the
-  // op's last message. A dead peer's writes fail within the same window.
-  if (mesh_) mesh_->drain(mesh_->retryWindow());
+  if (mesh_) mesh_->drain(std::chrono::seconds(1));
 }
 
 void VerbsLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
