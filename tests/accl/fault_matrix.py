@@ -237,14 +237,18 @@ def blackhole(tmp):
                            stderr=subprocess.DEVNULL)
 
 
+def appears(path, timeout):
+    """Whether PATH exists within TIMEOUT seconds (a file another guest or the host writes)."""
+    end = time.time() + timeout
+    while time.time() < end and not os.path.exists(path):
+        time.sleep(0.05)
+    return os.path.exists(path)
+
+
 def meet(sync, name, role, timeout=300):
     """Both guests of a pair reach NAME: files in SYNC, a folder that both guests mount from the host."""
     open(os.path.join(sync, f"{name}.{role}"), "w").close()
-    other = os.path.join(sync, f"{name}.{1 - role}")
-    end = time.time() + timeout
-    while time.time() < end and not os.path.exists(other):
-        time.sleep(0.05)
-    return check(os.path.exists(other), f"the other guest reached '{name}'")
+    return check(appears(os.path.join(sync, f"{name}.{1 - role}"), timeout), f"the other guest reached '{name}'")
 
 
 def wire(sync, state, name):
@@ -254,10 +258,7 @@ def wire(sync, state, name):
     frees it anyway after a wait and then crashes the kernel when the link comes up and the ring is reclaimed.)"""
     req = os.path.join(sync, f"wire-{state}-{name}")
     open(req, "w").close()
-    end = time.time() + 30
-    while time.time() < end and not os.path.exists(req + ".done"):
-        time.sleep(0.05)
-    check(os.path.exists(req + ".done"), f"the host set guest 1's cable {state}")
+    check(appears(req + ".done", 30), f"the host set guest 1's cable {state}")
 
 
 def pair_cut(tmp):
@@ -295,7 +296,7 @@ def pair_cut(tmp):
         if m:
             report(role, (m.group(1), seen - cut_at, m.group(2)), limit)
         else:
-            report(role, outcome(p, log, cut_at, max(0.1, cut_at + limit - time.time())), limit)
+            report(role, outcome(p, log, cut_at, limit), limit)
     finally:
         # Both have their outcome before the wire comes back.
         meet(sync, f"{name}-done", role)
