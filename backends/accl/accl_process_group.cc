@@ -158,6 +158,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
       if (r != rank) peers.push_back(r);
     core::net::NetTransport* t = net_.get();
     so.checkFailure = [t, peers] { t->checkPeers(peers); };
+    so.explainExit = [t, mine](int localPeer) { t->throwAbortOfExited(mine[localPeer], std::chrono::milliseconds(1000)); };
     so.onTimeout = [t](const std::vector<int>& missing) {
       t->throwTimeout("local ranks " + internal::join(missing) + " (shared memory)");
     };

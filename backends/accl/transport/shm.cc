@@ -270,9 +270,11 @@ void ShmDomain::waitFor(const F& arrived) {
       lastCheck = now;
       if (o_.checkFailure) o_.checkFailure();
       for (int p = 0; p < o_.localSize; ++p)
-        if (p != o_.localRank && !arrived(p) && kill(ctl(p).pid, 0) != 0 && errno == ESRCH)
+        if (p != o_.localRank && !arrived(p) && kill(ctl(p).pid, 0) != 0 && errno == ESRCH) {
+          if (o_.explainExit) o_.explainExit(p);
           throw RemoteError("rank " + std::to_string(o_.ranks[p]) + " (pid " + std::to_string(ctl(p).pid) +
                             ", same host) exited while this rank waited for it");
+        }
       if (o_.onBlocked) {
         std::vector<int> missing;
         for (int p = 0; p < o_.localSize; ++p)
@@ -312,6 +314,7 @@ void ShmDomain::round(const OpDesc& d) {
 
 void ShmDomain::cmaFailed(int peer, const char* what, int e) {
   auto exited = [this](int p) {
+    if (o_.explainExit) o_.explainExit(p);  // a rank that failed on another's death, then left: name the cause
     return RemoteError("rank " + std::to_string(o_.ranks[p]) + " (pid " + std::to_string(ctl(p).pid) +
                        ", same host) exited during the op");
   };

@@ -33,6 +33,12 @@ class ShmDomain : public HostGroup {
     std::chrono::milliseconds timeout{30000};
     // Called while waiting: throws if a peer failed (dead rank, abort, mismatch).
     std::function<void()> checkFailure;
+    // Called when local rank `localPeer` has exited during an op, before that
+    // exit is reported: throws the failure the peer announced before it left
+    // (a rank that failed on a third rank's death sends an abort notice, then
+    // exits), so the cause is named rather than a rank that left because of
+    // it. Returns if the peer announced nothing (may be empty).
+    std::function<void(int localPeer)> explainExit;
     // Called when the deadline passed; throws accl::Timeout. Gets the local
     // ranks that had not arrived.
     std::function<void(const std::vector<int>&)> onTimeout;

@@ -90,6 +90,11 @@ class NetTransport : public Transport, private FrameSink {
   // For waits outside this transport (shared memory): throws RemoteError if
   // one of `peers` failed or any peer aborted the current op; detects mismatch.
   void checkPeers(const std::vector<int>& peers);
+  // For a peer known to have exited (shared memory saw its process go):
+  // waits until its connection's end was read (so every notice it sent
+  // before leaving was handled), at most `grace`, then throws the abort it
+  // sent for the current op, if any. Returns if it sent none.
+  void throwAbortOfExited(int peer, std::chrono::milliseconds grace);
   // Throws accl::Timeout for the current op after asking every peer which op
   // it is in; names the ranks that did not arrive. `waitingFor` is what this
   // rank was waiting on when the deadline passed.

@@ -154,6 +154,14 @@ void NetTransport::checkPeers(const std::vector<int>& peers) {
   throwIfFailed(peers);
 }
 
+void NetTransport::throwAbortOfExited(int peer, std::chrono::milliseconds grace) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (peer < 0 || peer >= o_.size || peer == o_.rank) return;
+  auto until = Clock::now() + grace;
+  while (peerFailed_[peer].empty() && sockets_->serves(peer) && Clock::now() < until) cv_.wait_until(lk, until);
+  throwIfFailed({});  // aborts and mismatches only: the closed connection is the caller's to report
+}
+
 // ---------------------------------------------------------------- arrivals
 
 std::string NetTransport::waitingText() {
