@@ -414,6 +414,15 @@ TEST(Wire, HeadersThatDoNotParseAreRefused) {
   bad([](FrameHeader& h) { h.len = 65; }, "outside");
   bad([](FrameHeader& h) { h.type = static_cast<uint8_t>(FrameType::Query); }, "control frame");
   bad([](FrameHeader& h) { h.desc.dtype = 200; }, "descriptor");
+  // A farewell: one frame of a uint32 per queue pair.
+  auto farewell = [](uint64_t len, uint64_t total) {
+    return FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(FrameType::Farewell), 0, 0, 0, len, total, OpDesc{}};
+  };
+  EXPECT_EQ(validateHeader(farewell(8, 8)), "");
+  EXPECT_NE(validateHeader(farewell(6, 6)).find("malformed farewell (6 bytes"), std::string::npos);
+  EXPECT_NE(validateHeader(farewell(4, 8)).find("malformed farewell"), std::string::npos);
+  EXPECT_NE(validateHeader(farewell(kMaxFarewellBytes + 4, kMaxFarewellBytes + 4)).find("malformed farewell"),
+            std::string::npos);
   // A point-to-point message may come in chunks (verbs); whether a chunk
   // continues a message begun on its connection is the receiver's check.
   FrameHeader chunk = ok;

@@ -167,6 +167,40 @@ TEST(IbLink, FramesArriveIntactAndInOrderThroughCreditsAndInline) {
   EXPECT_GT(b.link->stats().creditWrites, 0u) << "the receiver never returned credits on its own";
 }
 
+// A peer that closes its end says how many writes it received (its
+// farewell): those complete at once, also when their acknowledgement never
+// comes (lost, and the peer gone), and no write it did not confirm does; the
+// real completions that follow report nothing twice.
+TEST(IbLink, AFarewellCompletesTheWritesThePeerReceivedAndOnlyThose) {
+  REQUIRE_RDMA();
+  Side a, b;
+  connectPair(a, b, ib::Settings{});
+  if (HasFatalFailure()) return;
+  std::vector<std::string> pay = {pattern(0, 0, 100), pattern(0, 1, 5000), pattern(0, 2, 1)};
+  for (size_t i = 0; i < pay.size(); ++i)
+    a.link->post(1, 0, frame(i, pay[i].size()), pay[i].data(), std::make_shared<int>(0));
+  auto until = std::chrono::steady_clock::now() + 20s;
+  while (b.got.size() < pay.size() && b.failed.empty() && std::chrono::steady_clock::now() < until)
+    if (!b.link->progress()) std::this_thread::yield();
+  ASSERT_EQ(b.got.size(), pay.size()) << b.failed;
+  std::vector<uint32_t> n = b.link->receivedCounts(0);
+  ASSERT_EQ(n.size(), static_cast<size_t>(b.link->qps()));
+  EXPECT_EQ(n[0], pay.size());
+  // a has polled nothing: its writes are in flight as far as it knows.
+  EXPECT_EQ(a.sent, 0);
+  std::vector<uint32_t> fewer = n;
+  fewer[0] -= 1;
+  EXPECT_EQ(a.link->confirmReceived(1, fewer), 2u);
+  EXPECT_EQ(a.sent, 2);
+  EXPECT_EQ(a.link->confirmReceived(1, n), 1u);
+  EXPECT_EQ(a.sent, 3);
+  EXPECT_EQ(a.link->confirmReceived(1, n), 0u);
+  a.link->drain(5000ms);  // the acknowledgements did come here: nothing is reported twice
+  EXPECT_EQ(a.sent, 3);
+  EXPECT_EQ(a.link->stats().confirmedByFarewell, 3u);
+  EXPECT_TRUE(a.failed.empty()) << a.failed;
+}
+
 TEST(IbLink, APeerThatDisappearsFailsTheQueuePairWithinTheTimeout) {
   REQUIRE_RDMA();
   ib::Settings st;

@@ -12,12 +12,14 @@ std::string validateHeader(const FrameHeader& h) {
            std::to_string(kWireVersion) + ")";
   auto t = static_cast<FrameType>(h.type);
   if (t != FrameType::Data && t != FrameType::Tagged && t != FrameType::Query &&
-      t != FrameType::Reply && t != FrameType::Abort)
+      t != FrameType::Reply && t != FrameType::Abort && t != FrameType::Farewell)
     return "unknown frame type " + std::to_string(h.type);
   if (h.total > kMaxMessageBytes) return "message length " + std::to_string(h.total) + " too large";
   if (h.len > h.total || h.offset > h.total - h.len) return "chunk outside its message";
   if ((t == FrameType::Query || t == FrameType::Reply) && h.total != 0) return "control frame with payload";
   if (t == FrameType::Abort && h.total > kMaxAbortBytes) return "abort reason too long";
+  if (t == FrameType::Farewell && (h.total > kMaxFarewellBytes || h.total % 4 != 0 || h.len != h.total))
+    return "malformed farewell (" + std::to_string(h.total) + " bytes; a uint32 per queue pair in one frame)";
   if (h.desc.op > static_cast<uint16_t>(OpType::Split) || h.desc.dtype >= kNumDataTypes ||
       h.desc.redop >= kNumReduceKinds)
     return "invalid op descriptor";

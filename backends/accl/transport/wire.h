@@ -16,6 +16,7 @@ constexpr uint16_t kWireVersion = 1;
 constexpr uint32_t kMaxHostIdBytes = 256;
 constexpr uint64_t kMaxMessageBytes = 1ull << 42;
 constexpr uint64_t kMaxAbortBytes = 4096;
+constexpr uint64_t kMaxFarewellBytes = 256;  // a uint32 per queue pair
 
 enum class FrameType : uint8_t {
   Hello = 1,
@@ -24,6 +25,11 @@ enum class FrameType : uint8_t {
   Query = 4,   // "which op are you in?": key = seq asked about
   Reply = 5,   // key = entered seq + 1 (0: none yet), desc = that op
   Abort = 6,   // the sender failed op key (seq); payload = reason
+  // The sender closes its end (its process group is destroyed); payload =
+  // how many data writes it received from the receiver over verbs, a uint32
+  // per queue pair, so that writes whose acknowledgement was lost still count
+  // as delivered. Sent over the socket, so it arrives before the socket's end.
+  Farewell = 7,
 };
 
 struct Hello {

@@ -37,6 +37,12 @@ struct OutMessage {
 };
 using OutPtr = std::shared_ptr<OutMessage>;
 
+// A control message that owns its payload (abort reasons, farewells).
+struct OwnedText : OutMessage {
+  explicit OwnedText(std::string t) : text(std::move(t)) {}
+  std::string text;
+};
+
 // Where the payload of an arriving message goes: frame bytes at h.offset land
 // at base + h.offset. The receiving side may withdraw it at any time (base =
 // nullptr); the link then reads the rest of the frame and discards it.

@@ -52,12 +52,32 @@ NetTransport::NetTransport(Options o)
 }
 
 NetTransport::~NetTransport() {
+  sayFarewell();
   stop_ = true;
   loop_->wake();
   if (thread_.joinable()) thread_.join();
   verbs_.reset();    // writes in flight land before their QPs go
   sockets_.reset();  // orderly close
   loop_.reset();
+}
+
+void NetTransport::sayFarewell() {
+#ifdef ACCL_HAVE_IBVERBS
+  if (!verbs_) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (verbs_->poll()) {
+  }  // receive completions still queued count as received
+  bool any = false;
+  for (int p = 0; p < o_.size; ++p) {
+    if (p == o_.rank || !overIb(p) || !peerFailed_[p].empty() || !sockets_->serves(p)) continue;
+    auto t = std::make_shared<OwnedText>(verbs_->farewellFor(p));
+    sendControl(p, FrameType::Farewell, 0, t, &t->text);
+    any = true;
+  }
+  auto until = Clock::now() + std::chrono::seconds(1);
+  while (any && !sockets_->flushed() && Clock::now() < until)
+    cv_.wait_until(lk, std::min(until, Clock::now() + std::chrono::milliseconds(10)));
+#endif
 }
 
 const std::string& NetTransport::interfaceName() const { return sockets_->interfaceName(); }
@@ -195,6 +215,7 @@ LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
       cv_.notify_all();
       return nullptr;
     case FrameType::Abort:
+    case FrameType::Farewell:
       return std::make_shared<TextLanding>(h.len);
     default:
       throw ProtocolError{"unexpected frame type " + std::to_string(h.type)};
@@ -211,6 +232,14 @@ void NetTransport::onFrame(int peer, const FrameHeader& h, const LandingPtr& l) 
       break;
     case FrameType::Abort:
       session_.noteAbort(peer, h.key, static_cast<TextLanding&>(*l).text);
+      cv_.notify_all();
+      break;
+    case FrameType::Farewell:
+#ifdef ACCL_HAVE_IBVERBS
+      if (verbs_ && overIb(peer) && !verbs_->onFarewell(peer, static_cast<TextLanding&>(*l).text))
+        ACCL_WARN("NET", o_.where << ": ignored a farewell from rank " << peer << " of "
+                                  << static_cast<TextLanding&>(*l).text.size() << " bytes (expected a uint32 per queue pair)");
+#endif
       cv_.notify_all();
       break;
     default:

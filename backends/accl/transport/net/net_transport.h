@@ -149,6 +149,10 @@ class NetTransport : public Transport, private FrameSink {
   void noteLanded(int peer);
 
   void setupIb(Clock::time_point deadline);
+  // Before tear-down: tells every peer served over verbs how many of its
+  // writes arrived (FrameType::Farewell), and waits up to 1 s for the
+  // sockets to carry it.
+  void sayFarewell();
   void progressLoop();
   FrameLink& dataLink(int peer);
   void sendControl(int peer, FrameType type, uint64_t key, std::shared_ptr<OutMessage> owner, const std::string* text);

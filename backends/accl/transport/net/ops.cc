@@ -15,10 +15,6 @@ namespace net {
 namespace {
 constexpr auto kQueryGrace = std::chrono::milliseconds(1500);
 
-struct OwnedText : OutMessage {
-  explicit OwnedText(std::string t) : text(std::move(t)) {}
-  std::string text;
-};
 }  // namespace
 
 // ---------------------------------------------------------------- op sessions

@@ -210,7 +210,7 @@ bool QpMesh::progress() {
         if (done.data) {
           --q.dataInflight;
           if (done.reg) cache_->release(done.reg);
-          if (cb_.sent) cb_.sent(done.cookie);
+          if (cb_.sent && done.cookie) cb_.sent(done.cookie);  // null: confirmed by the peer's farewell
         } else {
           --q.creditInflight;
         }
@@ -290,6 +290,41 @@ void QpMesh::drain(std::chrono::milliseconds limit) {
   while (busy() && std::chrono::steady_clock::now() < until) {
     if (!progress()) usleep(100);
   }
+}
+
+std::vector<uint32_t> QpMesh::receivedCounts(int peer) const {
+  std::vector<uint32_t> n(static_cast<size_t>(nqp_), 0);
+  for (int k = 0; k < nqp_; ++k) {
+    const auto& s = qps_[static_cast<size_t>(peer) * nqp_ + k];
+    if (s) n[k] = s->recvd;
+  }
+  return n;
+}
+
+size_t QpMesh::confirmReceived(int peer, const std::vector<uint32_t>& counts) {
+  std::vector<std::shared_ptr<void>> done;
+  for (int k = 0; k < nqp_ && k < static_cast<int>(counts.size()); ++k) {
+    auto& s = qps_[static_cast<size_t>(peer) * nqp_ + k];
+    if (!s || s->dead) continue;
+    Qp& q = *s;
+    // Data writes complete in posting order: the oldest one in flight is
+    // number sent - dataInflight of this QP.
+    uint32_t index = q.sent - q.dataInflight;
+    for (auto& p : q.inflight) {
+      if (!p.data) continue;
+      if (static_cast<int32_t>(counts[k] - index) <= 0) break;  // the peer did not get this one
+      ++index;
+      // The entry stays until its completion (success or flush), which keeps
+      // the count in step and the registration held while the device may
+      // still read it; only the caller hears of it now.
+      if (p.cookie) done.push_back(std::move(p.cookie));
+      p.cookie = nullptr;
+    }
+  }
+  stats_.confirmedByFarewell += done.size();
+  if (cb_.sent)
+    for (auto& c : done) cb_.sent(c);
+  return done.size();
 }
 
 }  // namespace ib

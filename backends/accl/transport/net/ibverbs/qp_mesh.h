@@ -107,9 +107,19 @@ class QpMesh {
   void dropPeer(int peer, const std::function<void(const std::shared_ptr<void>&)>& each);
   // Waits (polling) up to `limit` for posted writes to complete, before tear-down.
   void drain(std::chrono::milliseconds limit);
+  // The data writes received from `peer` so far, one count per QP: what this
+  // rank's farewell tells the peer when it closes its end.
+  std::vector<uint32_t> receivedCounts(int peer) const;
+  // `peer` is closing its end and says how many of this rank's data writes it
+  // received on each QP: those writes are reported sent() now, also when
+  // their acknowledgement was lost (a peer that has left re-acknowledges
+  // nothing, so their completion would only be a failure). Returns how many
+  // writes it completed so.
+  size_t confirmReceived(int peer, const std::vector<uint32_t>& counts);
 
   struct Stats {
     uint64_t writes = 0, inlined = 0, zcopy = 0, copied = 0, creditWrites = 0, bytes = 0, waitsForCredit = 0;
+    uint64_t confirmedByFarewell = 0;  // writes whose delivery the leaving peer confirmed before their completion
   };
   const Stats& stats() const { return stats_; }
 

@@ -47,6 +47,21 @@ void VerbsLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc,
   }
 }
 
+std::string VerbsLink::farewellFor(int peer) const {
+  std::vector<uint32_t> n = mesh_->receivedCounts(peer);
+  return std::string(reinterpret_cast<const char*>(n.data()), n.size() * sizeof(uint32_t));
+}
+
+bool VerbsLink::onFarewell(int peer, const std::string& payload) {
+  if (payload.size() != static_cast<size_t>(mesh_->qps()) * sizeof(uint32_t)) return false;
+  std::vector<uint32_t> n(static_cast<size_t>(mesh_->qps()));
+  std::memcpy(n.data(), payload.data(), payload.size());
+  size_t k = mesh_->confirmReceived(peer, n);
+  if (k) ACCL_INFO("NET", where_ << ": rank " << peer << " closed its end; its farewell confirmed " << k
+                                 << " write(s) whose acknowledgement had not come");
+  return true;
+}
+
 void VerbsLink::dropPeer(int peer) {
   mesh_->dropPeer(peer, [](const std::shared_ptr<void>&) {});
 }

@@ -39,6 +39,10 @@ class VerbsLink : public FrameLink, public EventHandler {
   bool poll() override { return mesh_->progress(); }
   bool arm() override { return mesh_->arm(); }
   void onEvents(uint32_t) override { mesh_->onEvent(); }
+  // The farewell's payload for `peer` (QpMesh::receivedCounts), and a peer's
+  // farewell received (QpMesh::confirmReceived; false if it is malformed).
+  std::string farewellFor(int peer) const;
+  bool onFarewell(int peer, const std::string& payload);
 
  private:
   VerbsLink() = default;

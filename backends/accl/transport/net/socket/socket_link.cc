@@ -218,6 +218,13 @@ void SocketLink::dropPeer(int peer) {
     if (c) c->out.clear();
 }
 
+bool SocketLink::flushed() const {
+  for (auto& v : conns_)
+    for (auto& c : v)
+      if (c && !c->closed && !c->out.empty()) return false;
+  return true;
+}
+
 }  // namespace net
 }  // namespace core
 }  // namespace accl

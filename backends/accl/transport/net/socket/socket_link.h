@@ -59,6 +59,8 @@ class SocketLink : public FrameLink {
             const OutPtr& m, Route route) override;
   bool withdraw(const OutPtr& m) override;
   void dropPeer(int peer) override;
+  // Whether every open connection has written all it was given.
+  bool flushed() const;
 
  private:
   struct OutFrame {
