@@ -8,13 +8,15 @@
 # Checks, each guest for its own rank:
 #   1. loss and delay (netem on each eth0, LOSS % and DELAY ms each way): a part
 #      of the conformance suite, every result correct (RC resends what was lost);
-#   2. the wire then loses every packet mid-allreduce: a named error within the deadline;
-#   3. guest 1's cable is pulled mid-allreduce (run.sh, QEMU's set_link): both ranks fail within the deadline.
-# 2 and 3 run ACCL_FAULT_REPEAT rounds (run.sh passes it in; default 3).
+#   2. short jobs end under heavy loss (SHORT_LOSS %): each one passes, also
+#      when its last write's acknowledgement is lost as the peer exits;
+#   3. the wire then loses every packet mid-allreduce: a named error within the deadline;
+#   4. guest 1's cable is pulled mid-allreduce (run.sh, QEMU's set_link): both ranks fail within the deadline.
+# 3 and 4 run ACCL_FAULT_REPEAT rounds (run.sh passes it in; default 3).
 set -u
 B=$1; OUT=$2; ROLE=$3
 [ -f "$OUT/settings.sh" ] && . "$OUT/settings.sh"
-LOSS=${PAIR_LOSS:-2} DELAY=${PAIR_DELAY_MS:-5}
+LOSS=${PAIR_LOSS:-2} DELAY=${PAIR_DELAY_MS:-5} SHORT_JOBS=${PAIR_SHORT_JOBS:-10} SHORT_LOSS=${PAIR_SHORT_LOSS:-10}
 export PATH="$B/bin:$PATH"
 SYNC=$OUT/sync
 ME=10.78.0.$((ROLE + 1)) PEER=10.78.0.$((2 - ROLE))
@@ -54,7 +56,22 @@ echo "rank $ROLE: ${drops:-0} packets dropped by netem on $ME's eth0"
 ok $r "conformance over verbs between two guests under ${LOSS} % loss and ${DELAY} ms delay ($(( $(t) - s )) s)"
 tc qdisc del dev eth0 root
 
-# 2. and 3. The wire cut mid-allreduce (each guest prints its rank's line).
+# 2. Jobs that end under loss: SHORT_JOBS short jobs (a barrier, then the
+# final barrier and exit) at SHORT_LOSS % loss. A job's last write often
+# lands while its acknowledgement is lost, and the peer exits at once: the
+# writer's op must still complete (the peer's farewell confirms the write).
+tc qdisc add dev eth0 root netem loss "${SHORT_LOSS}%"
+r=0; failed=; s=$(t)
+for i in $(seq "$SHORT_JOBS"); do
+  meet "short-$i" || { r=1; break; }
+  MASTER_PORT=$((29700 + i)) ACCL_TIMEOUT=60 accl_conformance --backend accl --gtest_filter='Barrier.*' \
+    --gtest_brief=1 >"$OUT/pair_short$ROLE.$i.log" 2>&1 || { r=1; failed="$failed $i"; tail -3 "$OUT/pair_short$ROLE.$i.log"; }
+done
+drops=$(tc -s qdisc show dev eth0 | sed -n 's/.*dropped \([0-9]*\).*/\1/p' | head -1)
+tc qdisc del dev eth0 root
+ok $r "$SHORT_JOBS short jobs ended under ${SHORT_LOSS} % loss, ${drops:-0} packets dropped here${failed:+; failed:$failed} ($(( $(t) - s )) s)"
+
+# 3. and 4. The wire cut mid-allreduce (each guest prints its rank's line).
 port=29610
 for round in $(seq "${ACCL_FAULT_REPEAT:-3}"); do
   for how in loss down; do

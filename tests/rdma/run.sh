@@ -35,6 +35,10 @@ cp "$here/../scenario_main.py" "$OUT/tests/"
 cp "$here/../accl/fault_matrix.py" "$OUT/tests/accl/"
 cp "$here/../diag/diag_test.py" "$OUT/tests/diag/"
 echo "ACCL_FAULT_REPEAT=${ACCL_FAULT_REPEAT:-3}" >"$OUT/settings.sh"
+# The pair stage's knobs (in_guest_pair.sh), where set.
+for v in PAIR_LOSS PAIR_DELAY_MS PAIR_SHORT_JOBS PAIR_SHORT_LOSS; do
+  [ -z "${!v:-}" ] || echo "$v=${!v}" >>"$OUT/settings.sh"
+done
 # CI (CI=true) trims the conformance sizes, not its ops: a large count of
 # 256 KiB (two verbs chunks and more) instead of 1 MiB, and --large 4 MiB
 # instead of 16 MiB. The guest emulates the CPU, so sizes dominate its time.
