@@ -20,9 +20,16 @@
 // and torch's TCPStore through torch_accl (the keys at its root, one watch per
 // process, answering as the process's rank in the default group): those
 // accl-diag can speak to. The watch holds the group and the store only
-// weakly, so it never keeps either alive.
+// weakly, so it never keeps either alive: the group is never taken, and the
+// store only for one query, and a group's destructor waits for a query in
+// progress (at most 5 s), so no group or store is destroyed on the watch's
+// thread after its owner let go of it (at exit, that raced the process's
+// static destructors; and a group that the watch outlived by a moment was
+// torn down late, or never, with no orderly goodbye to its peers).
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -48,15 +55,18 @@ constexpr char kRequest[] = "accl-diag/request";
 struct Watch {
   std::weak_ptr<Store> store;
   std::weak_ptr<ProcessGroup> group;
+  const ProcessGroup* key = nullptr;  // the group, for forgetDiagWatches()
+  std::atomic<bool> gone{false};      // its group is being destroyed
   int rank = 0;  // the <r> of its replies: the group rank, or (foreign stores) the process's index
   bool foreign = false;  // also raises accl-diag/done/<n>/<r> after its reply
   int64_t seen = 0;  // the last request answered (or made before the group existed)
 };
 
 struct Responder {
-  std::mutex mu;
-  std::vector<Watch> watches;
+  std::mutex mu;                          // watches, started
+  std::vector<std::shared_ptr<Watch>> watches;
   bool started = false;
+  std::timed_mutex round;                 // held while the watches are polled
 };
 
 Responder& responder() {
@@ -77,9 +87,9 @@ bool speaksTcp(const std::shared_ptr<Store>& s, std::string* prefix) {
 // One poll of one watch; false when the watch is over (group or store gone,
 // or the store fails).
 bool poll(Watch& w) {
-  auto group = w.group.lock();
+  if (w.gone.load() || w.group.expired()) return false;
   auto store = w.store.lock();
-  if (!group || !store) return false;
+  if (!store) return false;
   try {
     int64_t n = store->add(kRequest, 0);
     if (n <= w.seen) return true;
@@ -114,16 +124,21 @@ void run(std::chrono::milliseconds period) {
   Responder& r = responder();
   for (;;) {
     std::this_thread::sleep_for(period);
-    std::vector<Watch> ws;
+    std::lock_guard<std::timed_mutex> busy(r.round);
+    std::vector<std::shared_ptr<Watch>> ws;
     {
       std::lock_guard<std::mutex> lk(r.mu);
-      ws.swap(r.watches);
+      ws = r.watches;
     }
-    std::vector<Watch> keep;
+    std::vector<Watch*> over;
     for (auto& w : ws)
-      if (poll(w)) keep.push_back(std::move(w));
+      if (!poll(*w)) over.push_back(w.get());
     std::lock_guard<std::mutex> lk(r.mu);
-    for (auto& w : keep) r.watches.push_back(std::move(w));  // with those added meanwhile
+    r.watches.erase(std::remove_if(r.watches.begin(), r.watches.end(),
+                                   [&](const std::shared_ptr<Watch>& w) {
+                                     return std::find(over.begin(), over.end(), w.get()) != over.end();
+                                   }),
+                    r.watches.end());
   }
 }
 
@@ -144,18 +159,19 @@ void watch(const std::shared_ptr<Store>& store, const std::shared_ptr<ProcessGro
     return;
   }
   if (period.count() <= 0) return;
-  Watch w;
-  w.store = store;
-  w.group = group;
-  w.rank = rank;
+  auto w = std::make_shared<Watch>();
+  w->store = store;
+  w->group = group;
+  w->key = group.get();
+  w->rank = rank;
   try {
-    w.seen = store->add(kRequest, 0);  // queries made before this group existed are not for it
+    w->seen = store->add(kRequest, 0);  // queries made before this group existed are not for it
     if (size > 0) {
       if (rank == 0) store->set("accl-diag/size", toBytes(std::to_string(size)));
     } else {
-      w.foreign = true;
-      w.rank = static_cast<int>(store->add("accl-diag/processes", 1) - 1);
-      store->set("accl-diag/process/" + std::to_string(w.rank),
+      w->foreign = true;
+      w->rank = static_cast<int>(store->add("accl-diag/processes", 1) - 1);
+      store->set("accl-diag/process/" + std::to_string(w->rank),
                  toBytes(hostName() + " pid " + std::to_string(getpid()) + " rank " + std::to_string(rank)));
     }
   } catch (const std::exception& e) {
@@ -176,6 +192,24 @@ void watch(const std::shared_ptr<Store>& store, const std::shared_ptr<ProcessGro
 }
 
 }  // namespace
+
+void forgetDiagWatches(const ProcessGroup* group) {
+  Responder& r = responder();
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    bool any = false;
+    for (auto& w : r.watches)
+      if (w->key == group) w->gone = any = true;
+    if (!any) return;
+    r.watches.erase(std::remove_if(r.watches.begin(), r.watches.end(),
+                                   [&](const std::shared_ptr<Watch>& w) { return w->key == group; }),
+                    r.watches.end());
+  }
+  // A query in progress may hold the group's store: let it finish first.
+  std::unique_lock<std::timed_mutex> wait(r.round, std::defer_lock);
+  if (!wait.try_lock_for(std::chrono::seconds(5)))
+    ACCL_INFO("INIT", "accl-diag: a query through the rendezvous store still runs as a group is destroyed");
+}
 
 void watchForDiagRequests(const std::shared_ptr<Store>& store, const std::shared_ptr<ProcessGroup>& group) {
   if (!store || !group) return;

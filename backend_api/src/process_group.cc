@@ -6,6 +6,7 @@
 
 #include "accl/config.h"
 #include "accl/logging.h"
+#include "accl/internal/diag_responder.h"
 #include "accl/internal/trace_registry.h"
 #include "accl/trace.h"
 
@@ -83,6 +84,7 @@ std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count
 }
 
 ProcessGroup::~ProcessGroup() {
+  internal::forgetDiagWatches(this);
   if (recorder_) recorder_->close();
 }
 

@@ -21,6 +21,9 @@ void watchForDiagRequests(const std::shared_ptr<Store>& store, const std::shared
 // log. The caller keeps `store` alive as long as the watch should last.
 void watchForeignStoreForDiagRequests(const std::shared_ptr<Store>& store, const std::shared_ptr<ProcessGroup>& group,
                                       int rank, const std::string& kind);
+// Ends the watches of `group` (its destructor calls this), after waiting up
+// to 5 s for a query in progress, which may hold the group's store.
+void forgetDiagWatches(const ProcessGroup* group);
 
 }  // namespace internal
 }  // namespace accl
