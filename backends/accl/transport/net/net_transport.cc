@@ -293,7 +293,9 @@ void NetTransport::failPeer(int peer, const std::string& why) {
   ACCL_INFO("NET", o_.where << ": rank " << peer << ": " << why);
   std::string text = "rank " + std::to_string(peer) + ": " + why;
   for (auto& r : session_.requests())
-    if (r->peer == peer) r->fail(Failure::Remote, text);
+    if (r->peer == peer)
+      r->fail(Failure::Remote, text + (r->isSend ? " (while this rank's message to it was in flight)"
+                                                 : " (before its message to this rank arrived)"));
   for (auto& t : tagged_)
     if (t.req->peer == peer) t.req->fail(Failure::Remote, text);
   sockets_->dropPeer(peer);

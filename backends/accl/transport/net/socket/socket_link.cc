@@ -27,13 +27,16 @@ void SocketLink::Conn::onEvents(uint32_t events) {
   if (!closed && (events & EPOLLOUT)) link->writeConn(*this);
 }
 
-void SocketLink::closeConn(Conn& c, const std::string& why) {
+void SocketLink::closeConn(Conn& c, const std::string& why, bool cleanEnd) {
   if (c.closed) return;
   c.closed = true;
   loop_->remove(c.fd);
   ::close(c.fd);
   c.out.clear();
   c.land.reset();
+  if (cleanEnd)
+    for (auto& o : conns_[c.peer])
+      if (o && !o->closed) return;  // the peer's other streams end too, after what they still carry
   sink_->onPeerFailed(this, c.peer, why);
 }
 
@@ -42,10 +45,10 @@ void SocketLink::closeConn(Conn& c, const std::string& why) {
 // One non-blocking read of up to `len` bytes into `dst`: the bytes read, or
 // 0 when there is nothing to do now (no data yet, or the connection closed:
 // `atEof` names how).
-size_t SocketLink::readSome(Conn& c, char* dst, size_t len, const char* atEof) {
+size_t SocketLink::readSome(Conn& c, char* dst, size_t len, const char* atEof, bool betweenFrames) {
   ssize_t n = ::recv(c.fd, dst, len, MSG_DONTWAIT);
   if (n > 0) return static_cast<size_t>(n);
-  if (n == 0) closeConn(c, atEof);
+  if (n == 0) closeConn(c, atEof, betweenFrames);
   else if (errno != EAGAIN && errno != EINTR) closeConn(c, errnoMessage("connection failed", errno));
   return 0;
 }
@@ -55,7 +58,9 @@ void SocketLink::readConn(Conn& c) {
   for (int iter = 0; iter < 64 && !c.closed; ++iter) {
     if (c.hdrGot < sizeof(FrameHeader)) {
       size_t n = readSome(c, reinterpret_cast<char*>(&c.hdr) + c.hdrGot, sizeof(FrameHeader) - c.hdrGot,
-                          "connection closed by the peer (process exited or was killed?)");
+                          c.hdrGot == 0 ? "connection closed by the peer (process exited or was killed?)"
+                                        : "connection closed by the peer in the middle of a frame header",
+                          c.hdrGot == 0);
       if (n == 0) return;
       c.hdrGot += n;
       if (c.hdrGot < sizeof(FrameHeader)) return;
@@ -71,7 +76,7 @@ void SocketLink::readConn(Conn& c) {
     bool keep = c.land && c.land->base;
     char* dst = keep ? c.land->base + c.hdr.offset + c.pos : discard.data();
     size_t n = readSome(c, dst, keep ? left : std::min(left, discard.size()),
-                        "connection closed by the peer in the middle of a message");
+                        "connection closed by the peer in the middle of a message", false);
     if (n == 0) return;
     c.pos += n;
     if (c.pos == c.hdr.len) frameArrived(c);

@@ -103,12 +103,19 @@ class SocketLink : public FrameLink {
   void refuseLate(int fd);
   // data (socket_link.cc)
   void readConn(Conn& c);
-  size_t readSome(Conn& c, char* dst, size_t len, const char* atEof);
+  // `atEof` names an end of the stream here; `betweenFrames`: such an end is
+  // clean (closeConn's `cleanEnd`).
+  size_t readSome(Conn& c, char* dst, size_t len, const char* atEof, bool betweenFrames);
   bool headerArrived(Conn& c);
   void frameArrived(Conn& c);
   void writeConn(Conn& c);
   void queue(Conn& c, OutFrame f);
-  void closeConn(Conn& c, const std::string& why);
+  // Closes the connection and fails its peer (FrameSink::onPeerFailed) with
+  // `why`. A clean end (the peer closed its end between two frames) fails
+  // the peer only once all its streams ended: a rank that leaves closes them
+  // all at once, their ends arrive in any order, and what it sent last on
+  // another stream (its last data, its farewell) must land first.
+  void closeConn(Conn& c, const std::string& why, bool cleanEnd = false);
 
   Options o_;
   FrameSink* sink_;
