@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -56,7 +55,6 @@ struct Watch {
   std::weak_ptr<Store> store;
   std::weak_ptr<ProcessGroup> group;
   const ProcessGroup* key = nullptr;  // the group, for forgetDiagWatches()
-  std::atomic<bool> gone{false};      // its group is being destroyed
   int rank = 0;  // the <r> of its replies: the group rank, or (foreign stores) the process's index
   bool foreign = false;  // also raises accl-diag/done/<n>/<r> after its reply
   int64_t seen = 0;  // the last request answered (or made before the group existed)
@@ -87,7 +85,7 @@ bool speaksTcp(const std::shared_ptr<Store>& s, std::string* prefix) {
 // One poll of one watch; false when the watch is over (group or store gone,
 // or the store fails).
 bool poll(Watch& w) {
-  if (w.gone.load() || w.group.expired()) return false;
+  if (w.group.expired()) return false;  // true from the moment the last owner let go
   auto store = w.store.lock();
   if (!store) return false;
   try {
@@ -197,13 +195,9 @@ void forgetDiagWatches(const ProcessGroup* group) {
   Responder& r = responder();
   {
     std::lock_guard<std::mutex> lk(r.mu);
-    bool any = false;
-    for (auto& w : r.watches)
-      if (w->key == group) w->gone = any = true;
-    if (!any) return;
-    r.watches.erase(std::remove_if(r.watches.begin(), r.watches.end(),
-                                   [&](const std::shared_ptr<Watch>& w) { return w->key == group; }),
-                    r.watches.end());
+    auto mine = [&](const std::shared_ptr<Watch>& w) { return w->key == group; };
+    if (std::none_of(r.watches.begin(), r.watches.end(), mine)) return;
+    r.watches.erase(std::remove_if(r.watches.begin(), r.watches.end(), mine), r.watches.end());
   }
   // A query in progress may hold the group's store: let it finish first.
   std::unique_lock<std::timed_mutex> wait(r.round, std::defer_lock);
