@@ -2,26 +2,29 @@
 # Builds the libFuzzer harnesses (tests/fuzz) with clang, ASan and UBSan, and
 # runs each from its seed corpus for a bounded time:
 #
-#   bench/fuzz.sh [--seconds N] [--build DIR] [--jobs J] [HARNESS ...]
+#   bench/fuzz.sh [--seconds N] [--build DIR] [--jobs J] [--max-len B] [HARNESS ...]
 #   bench/fuzz.sh --seed S --runs N [HARNESS ...]   repeatable: a fixed seed, N inputs
 #                                                    each, from the seeds only (CI)
 #
 # Default 60 s each (CI runs a short version through CTest, label fuzz). New
 # inputs go to DIR/corpus/<harness> (the seeds in tests/fuzz/corpus are only
 # read); a crash leaves its input in DIR/crashes/ and fails the run. Prints
-# executions per harness, for docs/testing.md.
+# executions per harness, for docs/testing.md. --max-len caps the inputs the
+# mutator makes (default: libFuzzer's, the largest seed; longer corpus files
+# are read cut to it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_EACH=60 BUILD=build-fuzz JOBS=1 SEED="" RUNS=""
+SECONDS_EACH=60 BUILD=build-fuzz JOBS=1 SEED="" RUNS="" MAXLEN=""
 HARNESSES=()
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) SECONDS_EACH=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
+    --max-len) MAXLEN=$2; shift 2 ;;
     --seed) SEED=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) HARNESSES+=("$1"); shift ;;
   esac
 done
@@ -53,6 +56,7 @@ for h in "${HARNESSES[@]}"; do
   [ "$h" = fuzz_topology_xml ] && seeds+=(tests/fixtures/topologies)
   par=()
   [ "$JOBS" -gt 1 ] && par=(-jobs="$JOBS" -workers="$JOBS")
+  [ -z "$MAXLEN" ] || par+=(-max_len="$MAXLEN")
   corpus=corpus/$h
   limit=(-max_total_time="$SECONDS_EACH")
   if [ -n "$SEED" ]; then

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <map>
 
 #include "accl/topology.h"
 
@@ -58,14 +59,32 @@ std::string toJson(const Topology& t) {
   std::vector<std::pair<std::string, int>> devs;
   for (int g : gs) devs.emplace_back("GPU" + std::to_string(t.nodes[static_cast<size_t>(g)].gpuIndex), g);
   for (int n : ns) devs.emplace_back("NIC" + std::to_string(t.nodes[static_cast<size_t>(n)].nicIndex), n);
+  // A name given twice (not from a loader: they number devices 0..n-1) keeps
+  // its first place and its last device, as assigning by key would.
+  {
+    std::map<std::string, size_t> first;
+    std::vector<std::pair<std::string, int>> unique;
+    for (const auto& d : devs) {
+      auto [it, fresh] = first.emplace(d.first, unique.size());
+      if (fresh)
+        unique.push_back(d);
+      else
+        unique[it->second].second = d.second;
+    }
+    devs = std::move(unique);
+  }
+  // Rows appended in order with distinct keys: no lookup per cell (an
+  // ordered map's lookup is a linear search, which made the matrix cubic).
   Json paths = Json::object();
+  auto& pathsObj = paths.get_ref<Json::object_t&>();
   for (const auto& [from, a] : devs) {
     Json row = Json::object();
+    auto& rowObj = row.get_ref<Json::object_t&>();
     for (const auto& [to, b] : devs) {
       Path p = t.path(a, b);
-      row[to] = Json{{"type", toString(p.type)}, {"GBs", p.bandwidthGBs}};
+      rowObj.Container::emplace_back(to, Json{{"type", toString(p.type)}, {"GBs", p.bandwidthGBs}});
     }
-    paths[from] = std::move(row);
+    pathsObj.Container::emplace_back(from, std::move(row));
   }
   j["paths"] = std::move(paths);
   Json bindings = Json::array();

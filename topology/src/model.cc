@@ -118,9 +118,9 @@ Path Topology::path(int a, int b) const {
   }
   std::vector<int> up;  // a and its ancestors
   for (int x = a; x >= 0; x = nodes[static_cast<size_t>(x)].parent) up.push_back(x);
-  std::set<int> upSet(up.begin(), up.end());
+  std::sort(up.begin(), up.end());  // searched below (no set: this runs for every pair of devices)
   int lca = b;
-  while (lca >= 0 && !upSet.count(lca)) lca = nodes[static_cast<size_t>(lca)].parent;
+  while (lca >= 0 && !std::binary_search(up.begin(), up.end(), lca)) lca = nodes[static_cast<size_t>(lca)].parent;
   // Bandwidth: the slowest known link on the path; switches between endpoint and LCA.
   double bw = 0;
   auto addLink = [&](double g) {
