@@ -40,6 +40,7 @@
 #include "accl/logging.h"
 #include "accl/process_group.h"
 #include "accl/store.h"
+#include "accl/internal/bounded_mutex.h"
 #include "accl/internal/diag_responder.h"
 #include "accl/internal/process_info.h"
 #include "accl/internal/trace_registry.h"
@@ -64,7 +65,7 @@ struct Responder {
   std::mutex mu;                          // watches, started
   std::vector<std::shared_ptr<Watch>> watches;
   bool started = false;
-  std::timed_mutex round;                 // held while the watches are polled
+  internal::BoundedMutex round;           // held while the watches are polled
 };
 
 Responder& responder() {
@@ -122,7 +123,7 @@ void run(std::chrono::milliseconds period) {
   Responder& r = responder();
   for (;;) {
     std::this_thread::sleep_for(period);
-    std::lock_guard<std::timed_mutex> busy(r.round);
+    std::lock_guard<internal::BoundedMutex> busy(r.round);
     std::vector<std::shared_ptr<Watch>> ws;
     {
       std::lock_guard<std::mutex> lk(r.mu);
@@ -200,7 +201,7 @@ void forgetDiagWatches(const ProcessGroup* group) {
     r.watches.erase(std::remove_if(r.watches.begin(), r.watches.end(), mine), r.watches.end());
   }
   // A query in progress may hold the group's store: let it finish first.
-  std::unique_lock<std::timed_mutex> wait(r.round, std::defer_lock);
+  std::unique_lock<internal::BoundedMutex> wait(r.round, std::defer_lock);
   if (!wait.try_lock_for(std::chrono::seconds(5)))
     ACCL_INFO("INIT", "accl-diag: a query through the rendezvous store still runs as a group is destroyed");
 }

@@ -28,6 +28,7 @@
 #include "accl/config.h"
 #include "accl/errors.h"
 #include "accl/logging.h"
+#include "accl/internal/bounded_mutex.h"
 #include "accl/internal/bus_factor.h"
 #include "accl/internal/process_info.h"
 #include "accl/internal/trace_registry.h"
@@ -873,8 +874,8 @@ std::string dumpTraces(const std::string& reason) {
   // at once; they share one file (and its .tmp): one writer at a time, each
   // with the recorders as they are when it writes. Bounded: a child forked
   // while a parent's thread wrote would otherwise wait forever.
-  static std::timed_mutex writing;
-  std::unique_lock<std::timed_mutex> lock(writing, std::chrono::seconds(10));
+  static internal::BoundedMutex writing;
+  std::unique_lock<internal::BoundedMutex> lock(writing, std::chrono::seconds(10));
   if (!lock.owns_lock()) {
     ACCL_WARN("INIT", "flight recorder dump (" << reason << ") skipped: another dump of this process did not finish in 10 s");
     return "";
