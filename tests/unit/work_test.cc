@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "accl/errors.h"
+#include "accl/internal/bounded_mutex.h"
 #include "accl/internal/op_queue.h"
 #include "accl/work.h"
 
@@ -162,4 +164,37 @@ TEST(OpQueue, ABoundedWaitDoesNotRunTheOpAndTimesOutOnTime) {
         << "a bounded wait ran the 300 ms op itself";
     slow->wait();
   }
+}
+
+// The bounded mutex (flight recorder dumps, the diag watch): a timed lock
+// gives up after its time while another thread holds it, and gets it once
+// that thread lets go; the plain lock waits.
+TEST(BoundedMutex, ATimedLockGivesUpWhileHeldAndSucceedsOnceFree) {
+  internal::BoundedMutex m;
+  std::atomic<bool> held{false}, release{false};
+  std::thread owner([&] {
+    std::lock_guard<internal::BoundedMutex> lk(m);
+    held = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!held) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(m.try_lock());
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(m.try_lock_for(std::chrono::milliseconds(50)));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release = true;
+  });
+  {
+    std::unique_lock<internal::BoundedMutex> lk(m, std::chrono::seconds(10));  // waits for the owner
+    EXPECT_TRUE(lk.owns_lock());
+    EXPECT_FALSE(m.try_lock());
+  }
+  owner.join();
+  later.join();
+  EXPECT_TRUE(m.try_lock());
+  m.unlock();
+  m.lock();
+  m.unlock();
 }
