@@ -86,11 +86,11 @@ for h in "${HARNESSES[@]}"; do
     r=$?
     cat "$log.part" >>"$log"
     # Each log's last count (a crash prints the final stats twice).
-    for f in "$log.part" "$BUILD"/fuzz-*.log; do
+    for f in "$log.part" "$BUILD"/fuzz-[0-9]*.log; do
       [ -f "$f" ] || continue
       execs=$((execs + $( (grep -a "stat::number_of_executed_units" "$f" || true) | tail -1 | awk '{n = $2} END {print n + 0}') ))
     done
-    rm -f "$BUILD"/fuzz-*.log
+    rm -f "$BUILD"/fuzz-[0-9]*.log
     # A timed run on a loaded machine: an input that took over the 10 s limit
     # only because the fuzzer was starved of CPU runs in well under a second
     # alone. That is not a hang: its artifact is set aside and the run goes on
