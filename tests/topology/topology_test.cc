@@ -350,6 +350,31 @@ TEST(InvalidFiles, ErrorsNameTheLineAndWhatWasExpected) {
   EXPECT_THROW(loadFile("/nonexistent/topo.xml"), InvalidArgument);
 }
 
+// hwloc's own XML parser (used where its libxml2 plugin is not installed)
+// dereferenced a NULL nodeset on a NUMA node without os_index: a crash of the
+// process, found by fuzz_topology_xml. It is an error naming the line now.
+TEST(InvalidFiles, HwlocNumaNodeWithoutOsIndexIsAnErrorNotACrash) {
+  setenv("HWLOC_LIBXML_IMPORT", "0", 1);
+  const std::string sets =
+      " cpuset=\"0x00000001\" complete_cpuset=\"0x00000001\" nodeset=\"0x00000001\" complete_nodeset=\"0x00000001\"";
+  auto file = [&](const std::string& numaIndex) {
+    return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<topology version=\"2.0\">\n"
+           "  <object type=\"Machine\" os_index=\"0\"" + sets + " gp_index=\"1\">\n"
+           "    <object type=\"Package\" os_index=\"0\"" + sets + " gp_index=\"2\">\n"
+           "      <object type=\"NUMANode\"" + numaIndex + sets + " gp_index=\"3\" local_memory=\"1073741824\"/>\n"
+           "      <object type=\"Core\" os_index=\"0\"" + sets + " gp_index=\"4\">\n"
+           "        <object type=\"PU\" os_index=\"0\"" + sets + " gp_index=\"5\"/>\n"
+           "      </object>\n    </object>\n  </object>\n</topology>\n";
+  };
+  std::string e = errorOf(file(""));
+  EXPECT_NE(e.find(":5: <object type=\"NUMANode\"> lacks a valid os_index"), std::string::npos) << e;
+  e = errorOf(file(" os_index=\"x1\""));
+  EXPECT_NE(e.find(":5: <object type=\"NUMANode\"> lacks a valid os_index"), std::string::npos) << e;
+  Topology t = loadFile(writeTemp(file(" os_index=\"0\"")));  // the same with its os_index loads
+  EXPECT_EQ(t.numaNodes().size(), 1u);
+  unsetenv("HWLOC_LIBXML_IMPORT");
+}
+
 TEST(Probe, ThisHostShowsWhatItHas) {
   Topology t = probe();
   EXPECT_FALSE(t.numaNodes().empty()) << "hwloc always reports at least one NUMA node";

@@ -251,6 +251,15 @@ void validateHwlocObjects(const std::string& path, const std::string& text, cons
         if (!o.attribute(a))
           throw InvalidArgument(where() + ": <object type=\"" + type + "\"> lacks " + a +
                                 " (every hwloc 2.x export has it)");
+    // A NUMA node or PU without its os_index crashes hwloc's own XML parser
+    // (a NULL nodeset in hwloc_bitmap_isequal; found by fuzz_topology_xml, in
+    // the parser hwloc uses where its libxml2 plugin is not installed).
+    if (type == "NUMANode" || type == "PU") {
+      std::string idx = o.attribute("os_index").value();
+      if (idx.empty() || idx.size() > 9 || idx.find_first_not_of("0123456789") != std::string::npos)
+        throw InvalidArgument(where() + ": <object type=\"" + type + "\"> lacks a valid os_index (\"" + idx +
+                              "\"; every hwloc 2.x export gives it, a number)");
+    }
     for (const char* a : sets)
       if (o.attribute(a) && !validBitmap(o.attribute(a).value()))
         throw InvalidArgument(where() + ": " + a + "=\"" + o.attribute(a).value() +
