@@ -351,9 +351,10 @@ TEST(InvalidFiles, ErrorsNameTheLineAndWhatWasExpected) {
 }
 
 // hwloc's own XML parser (used where its libxml2 plugin is not installed)
-// dereferenced a NULL nodeset on a NUMA node without os_index: a crash of the
-// process, found by fuzz_topology_xml. It is an error naming the line now.
-TEST(InvalidFiles, HwlocNumaNodeWithoutOsIndexIsAnErrorNotACrash) {
+// dereferenced a NULL nodeset on an object with a non-ASCII byte in an
+// attribute's name: a crash of the process, found by fuzz_topology_xml. Such a
+// name, and a NUMA node without its os_index, are errors naming the line now.
+TEST(InvalidFiles, HwlocNamesAndIndexesItCannotParseAreErrorsNotCrashes) {
   setenv("HWLOC_LIBXML_IMPORT", "0", 1);
   const std::string sets =
       " cpuset=\"0x00000001\" complete_cpuset=\"0x00000001\" nodeset=\"0x00000001\" complete_nodeset=\"0x00000001\"";
@@ -368,6 +369,8 @@ TEST(InvalidFiles, HwlocNumaNodeWithoutOsIndexIsAnErrorNotACrash) {
   };
   std::string e = errorOf(file(""));
   EXPECT_NE(e.find(":5: <object type=\"NUMANode\"> lacks a valid os_index"), std::string::npos) << e;
+  e = errorOf(file(" os_index=\"0\" complete_c\xf0uset=\"0x00000001\""));
+  EXPECT_NE(e.find(":5: <object> has an attribute whose name is not ASCII"), std::string::npos) << e;
   e = errorOf(file(" os_index=\"x1\""));
   EXPECT_NE(e.find(":5: <object type=\"NUMANode\"> lacks a valid os_index"), std::string::npos) << e;
   Topology t = loadFile(writeTemp(file(" os_index=\"0\"")));  // the same with its os_index loads

@@ -234,6 +234,28 @@ bool validBitmap(const char* v) {
   return true;
 }
 
+// hwloc's own XML parser reads names byte by byte: an attribute name with a
+// byte outside ASCII letters, digits and "_-:." (valid XML, which pugixml
+// accepts) leaves an object without the sets it then uses (a NULL nodeset in
+// hwloc_bitmap_isequal; found by fuzz_topology_xml). hwloc never writes one.
+void validateHwlocNames(const std::string& path, const std::string& text, const pugi::xml_node& node) {
+  for (pugi::xml_node n = node.first_child(); n; n = n.next_sibling()) {
+    if (n.type() != pugi::node_element) continue;
+    for (pugi::xml_attribute a = n.first_attribute(); a; a = a.next_attribute()) {
+      std::string name = a.name();
+      bool ok = !name.empty();
+      for (char c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)) || static_cast<unsigned char>(c) >= 0x80)
+          ok = ok && (c == '_' || c == '-' || c == ':' || c == '.');
+      if (!ok)
+        throw InvalidArgument("accl topology: " + path + ":" + std::to_string(detail::lineOf(text, static_cast<size_t>(n.offset_debug()))) +
+                              ": <" + n.name() + "> has an attribute whose name is not ASCII letters, digits and _-:. "
+                              "(an hwloc 2.x XML export was expected)");
+    }
+    validateHwlocNames(path, text, n);
+  }
+}
+
 void validateHwlocObjects(const std::string& path, const std::string& text, const pugi::xml_node& node) {
   static const std::set<std::string> cpuSide = {"Machine", "Package", "Die", "Core", "PU", "Group", "NUMANode",
                                                 "MemCache", "L1Cache", "L2Cache", "L3Cache", "L4Cache", "L5Cache",
@@ -251,9 +273,8 @@ void validateHwlocObjects(const std::string& path, const std::string& text, cons
         if (!o.attribute(a))
           throw InvalidArgument(where() + ": <object type=\"" + type + "\"> lacks " + a +
                                 " (every hwloc 2.x export has it)");
-    // A NUMA node or PU without its os_index crashes hwloc's own XML parser
-    // (a NULL nodeset in hwloc_bitmap_isequal; found by fuzz_topology_xml, in
-    // the parser hwloc uses where its libxml2 plugin is not installed).
+    // A NUMA node or PU names its OS index in every hwloc 2.x export; without
+    // it hwloc would number it (unsigned)-1.
     if (type == "NUMANode" || type == "PU") {
       std::string idx = o.attribute("os_index").value();
       if (idx.empty() || idx.size() > 9 || idx.find_first_not_of("0123456789") != std::string::npos)
@@ -277,6 +298,7 @@ Topology loadHwlocXml(const std::string& path) {
   if (!doc.child("topology"))
     throw InvalidArgument("accl topology: " + path + ": the root element is <" + std::string(doc.document_element().name()) +
                           ">; expected <topology> (an hwloc XML export, lstopo --of xml)");
+  validateHwlocNames(path, text, doc);
   validateHwlocObjects(path, text, doc.child("topology"));
   Hwloc h;
   if (hwloc_topology_set_xml(h.topo, path.c_str()) != 0 || hwloc_topology_load(h.topo) != 0)
