@@ -371,6 +371,9 @@ TEST(InvalidFiles, HwlocNamesAndIndexesItCannotParseAreErrorsNotCrashes) {
   EXPECT_NE(e.find(":5: <object type=\"NUMANode\"> lacks a valid os_index"), std::string::npos) << e;
   e = errorOf(file(" os_index=\"0\" complete_c\xf0uset=\"0x00000001\""));
   EXPECT_NE(e.find(":5: <object> has an attribute whose name is not ASCII"), std::string::npos) << e;
+  e = errorOf(file(" os_index=\"0\" complete_cpusetX=\"0x1\""));
+  EXPECT_NE(e.find(":5: <object type=\"NUMANode\"> has an attribute 'complete_cpusetX' that hwloc does not write"),
+            std::string::npos) << e;
   e = errorOf(file(" os_index=\"x1\""));
   EXPECT_NE(e.find(":5: <object type=\"NUMANode\"> lacks a valid os_index"), std::string::npos) << e;
   Topology t = loadFile(writeTemp(file(" os_index=\"0\"")));  // the same with its os_index loads

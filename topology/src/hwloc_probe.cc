@@ -273,6 +273,20 @@ void validateHwlocObjects(const std::string& path, const std::string& text, cons
         if (!o.attribute(a))
           throw InvalidArgument(where() + ": <object type=\"" + type + "\"> lacks " + a +
                                 " (every hwloc 2.x export has it)");
+    // Only the attributes hwloc writes: its own XML parser crashed (a NULL
+    // nodeset in hwloc_bitmap_isequal, found by fuzz_topology_xml) on an
+    // object with an unknown attribute such as "complete_cpusetX" next to the
+    // real one.
+    static const std::set<std::string> known = {
+        "type", "subtype", "os_index", "gp_index", "name", "cpuset", "complete_cpuset", "allowed_cpuset",
+        "online_cpuset", "nodeset", "complete_nodeset", "allowed_nodeset", "cache_size", "cache_linesize",
+        "cache_associativity", "cache_type", "local_memory", "depth", "kind", "subkind", "dont_merge", "pci_busid",
+        "pci_type", "pci_link_speed", "bridge_type", "bridge_pci", "osdev_type", "os_level", "huge_page_size_kB",
+        "huge_page_free"};
+    for (pugi::xml_attribute a = o.first_attribute(); a; a = a.next_attribute())
+      if (!known.count(a.name()))
+        throw InvalidArgument(where() + ": <object type=\"" + type + "\"> has an attribute '" + a.name() +
+                              "' that hwloc does not write (an hwloc 2.x XML export was expected)");
     // A NUMA node or PU names its OS index in every hwloc 2.x export; without
     // it hwloc would number it (unsigned)-1.
     if (type == "NUMANode" || type == "PU") {
