@@ -88,6 +88,15 @@ void Work::setTrace(const std::shared_ptr<FlightRecorder>& recorder, uint64_t id
   traceId_ = id;
 }
 
+void Work::completeUnshared(std::exception_ptr error, int sourceRank) {
+  if (completed_) return;
+  completed_ = true;
+  error_ = std::move(error);
+  sourceRank_ = sourceRank;
+  callbacksDone_ = true;
+  done_.store(true, std::memory_order_release);
+}
+
 void Work::markCompleted(std::exception_ptr error, int sourceRank) {
   std::vector<std::function<void(Work&)>> cbs;
   std::shared_ptr<FlightRecorder> trace;

@@ -126,6 +126,88 @@ TEST(OpQueue, AWaiterRunsTheNextOpItselfWithoutBreakingOrder) {
   EXPECT_GT(onWaiter.load(), 0) << "no op ever ran on the waiting thread";
 }
 
+// The inline path claims the group without the queue's mutex: run against
+// queued ops and waiters from several threads at once, ops still never
+// overlap, each thread's ops run in the order it issued them, every op runs
+// exactly once, and every Work completes (with its op's exception where it
+// threw).
+TEST(OpQueue, InlineAndQueuedOpsFromManyThreadsNeverOverlapAndKeepEachThreadsOrder) {
+  for (bool waiterRuns : {true, false}) {
+    internal::OpQueue q("test", waiterRuns);
+    constexpr int kThreads = 4, kOps = 3000;
+    std::atomic<int> running{0}, overlap{0}, ran{0}, inlined{0};
+    std::vector<std::vector<int>> seen(kThreads);  // per thread: the order its ops ran
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        std::vector<std::pair<int, std::shared_ptr<Work>>> pending;
+        auto waitAll = [&] {
+          for (auto& [i, w] : pending) {
+            if (i % 97 == 0) {
+              EXPECT_THROW(w->wait(), InvalidArgument);
+            } else {
+              EXPECT_NO_THROW(w->wait());
+              EXPECT_EQ(w->sourceRank(), i % 5);
+            }
+          }
+          pending.clear();
+        };
+        auto me = std::this_thread::get_id();
+        for (int i = 0; i < kOps; ++i) {
+          auto fn = [&, t, i, me] {
+            if (running.fetch_add(1) != 0) ++overlap;
+            seen[t].push_back(i);  // only one op runs at a time (checked above)
+            if (std::this_thread::get_id() == me) ++inlined;
+            ++ran;
+            running.fetch_sub(1);
+            if (i % 97 == 0) throw InvalidArgument("op " + std::to_string(i));
+            return i % 5;
+          };
+          auto w = (i % 3 == 0) ? q.enqueue("queued", fn)
+                                : q.runOrEnqueue(std::make_shared<Work>("maybe inline"), fn);
+          pending.emplace_back(i, w);
+          if (i % 7 == 0 || pending.size() > 16) waitAll();  // some at once, others later
+        }
+        waitAll();
+      });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(overlap.load(), 0) << "two ops ran at once (waiterRuns " << waiterRuns << ")";
+    EXPECT_EQ(ran.load(), kThreads * kOps);
+    EXPECT_GT(inlined.load(), 0) << "no op ran on its caller's thread";
+    for (int t = 0; t < kThreads; ++t) {
+      ASSERT_EQ(seen[t].size(), size_t(kOps));
+      for (int i = 0; i < kOps; ++i) ASSERT_EQ(seen[t][i], i) << "thread " << t << "'s ops ran out of order";
+    }
+  }
+}
+
+// A Work completed inline reports its result as one completed by the worker.
+TEST(OpQueue, AnOpRunInlineCompletesItsWorkWithResultAndException) {
+  internal::OpQueue q("test", true);
+  auto ok = q.runOrEnqueue(std::make_shared<Work>("ok"), [] { return 3; });
+  ASSERT_TRUE(ok->isCompleted());
+  EXPECT_TRUE(ok->isSuccess());
+  EXPECT_EQ(ok->sourceRank(), 3);
+  ok->wait();
+  bool called = false;
+  ok->onComplete([&](Work&) { called = true; });  // already complete: runs at once
+  EXPECT_TRUE(called);
+  auto bad = q.runOrEnqueue(std::make_shared<Work>("bad"), []() -> int { throw RemoteError("peer gone"); });
+  ASSERT_TRUE(bad->isCompleted());
+  EXPECT_FALSE(bad->isSuccess());
+  EXPECT_THROW(bad->wait(), RemoteError);
+  EXPECT_THROW(bad->test(), RemoteError);
+  // A Work the op keeps a reference to goes the locked way; same result.
+  std::shared_ptr<Work> kept;
+  auto w = std::make_shared<Work>("kept");
+  auto r = q.runOrEnqueue(w, [&] {
+    kept = w;
+    return 1;
+  });
+  EXPECT_TRUE(r->isSuccess());
+  EXPECT_EQ(r->sourceRank(), 1);
+}
+
 TEST(OpQueue, WithoutWaiterRunsEveryOpRunsOnTheWorker) {
   internal::OpQueue q("test");
   auto me = std::this_thread::get_id();

@@ -53,6 +53,10 @@ class Work {
 
   // Completes the work; used by backends. Later calls are ignored.
   void markCompleted(std::exception_ptr error = nullptr, int sourceRank = -1);
+  // The same for a Work that no other thread can reach yet: made by the
+  // caller and not handed out, so no callback, waiter or trace is attached.
+  // No lock and no wake-up (an op run while it is issued).
+  void completeUnshared(std::exception_ptr error, int sourceRank);
   // Used by backends, before the Work is handed out: wait() without a
   // timeout calls `hook` once before it blocks (an op queue may run the op on
   // the waiting thread).

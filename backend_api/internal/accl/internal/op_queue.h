@@ -51,12 +51,19 @@ class OpQueue {
       push(work, std::function<int()>(std::forward<F>(fn)));
       return work;
     }
+    int src = -1;
+    std::exception_ptr error;
     try {
-      int src = fn();
-      work->markCompleted(nullptr, src);
+      src = fn();
     } catch (...) {
-      work->markCompleted(std::current_exception());
+      error = std::current_exception();
     }
+    // Not handed out yet, unless `fn` kept a reference: then another thread
+    // may wait on it or add a callback meanwhile.
+    if (work.use_count() == 1)
+      work->completeUnshared(std::move(error), src);
+    else
+      work->markCompleted(std::move(error), src);
     finishInline();
     return work;
   }
