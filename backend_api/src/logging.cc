@@ -45,6 +45,10 @@ FILE* sink() {
 }
 }  // namespace
 
+namespace internal {
+std::atomic<int> logCeiling{static_cast<int>(LogLevel::Trace)};
+}  // namespace internal
+
 bool logEnabled(LogLevel level, const char* subsys) {
   const Config* cfg;
   try {
@@ -52,6 +56,8 @@ bool logEnabled(LogLevel level, const char* subsys) {
   } catch (...) {
     return level == LogLevel::Warn;
   }
+  internal::logCeiling.store(std::max(static_cast<int>(cfg->debug), static_cast<int>(LogLevel::Warn)),
+                             std::memory_order_relaxed);
   if (static_cast<int>(level) > static_cast<int>(cfg->debug)) return false;
   if (level == LogLevel::Warn || cfg->debugSubsys.empty()) return true;
   bool listed = std::find(cfg->debugSubsys.begin(), cfg->debugSubsys.end(), subsys) != cfg->debugSubsys.end();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 
 #include "accl/config.h"
 #include "accl/logging.h"
@@ -112,7 +113,7 @@ void ProcessGroup::notSupported(OpType op, const std::string& why) const {
                              " backend" + (why.empty() ? "" : ": " + why)));
 }
 
-void ProcessGroup::checkBuffer(OpType op, const char* which, const Buffer& b) const {
+void ProcessGroup::badBuffer(OpType op, const char* which, const Buffer& b) const {
   if (static_cast<int>(b.dtype) >= kNumDataTypes)
     throw InvalidArgument(context(std::string(toString(op)) + ": " + which +
                                   " has an invalid dtype code " +
@@ -125,9 +126,10 @@ void ProcessGroup::checkBuffer(OpType op, const char* which, const Buffer& b) co
     throw InvalidArgument(context(std::string(toString(op)) + ": " + which +
                                   " is a null pointer with " + std::to_string(b.count) +
                                   " elements"));
+  throw std::logic_error("accl: badBuffer called for a valid argument");
 }
 
-void ProcessGroup::checkReduction(OpType op, const ReduceOp& r, DataType t) const {
+void ProcessGroup::badReduction(OpType op, const ReduceOp& r, DataType t) const {
   if (static_cast<int>(r.kind) >= kNumReduceKinds)
     throw InvalidArgument(context(std::string(toString(op)) + ": invalid reduce op code " +
                                   std::to_string(static_cast<int>(r.kind))));
@@ -138,17 +140,18 @@ void ProcessGroup::checkReduction(OpType op, const ReduceOp& r, DataType t) cons
                                   " is not defined for dtype " + toString(t) +
                                   "; accepted for " + toString(t) + ": " + accepted));
   }
+  throw std::logic_error("accl: badReduction called for a valid argument");
 }
 
-void ProcessGroup::checkRoot(OpType op, int root) const {
+void ProcessGroup::badRoot(OpType op, int root) const {
   if (root < 0 || root >= size_)
     throw InvalidArgument(context(std::string(toString(op)) + ": invalid root " +
                                   std::to_string(root) + "; accepted: 0.." +
                                   std::to_string(size_ - 1)));
+  throw std::logic_error("accl: badRoot called for a valid argument");
 }
 
-void ProcessGroup::checkPeer(OpType op, int peer, bool allowAny) const {
-  if (allowAny && peer == kAnySource) return;
+void ProcessGroup::badPeer(OpType op, int peer, bool allowAny) const {
   if (peer < 0 || peer >= size_)
     throw InvalidArgument(context(std::string(toString(op)) + ": invalid peer rank " +
                                   std::to_string(peer) + "; accepted: 0.." +
@@ -158,26 +161,29 @@ void ProcessGroup::checkPeer(OpType op, int peer, bool allowAny) const {
     throw InvalidArgument(context(std::string(toString(op)) + ": peer rank " +
                                   std::to_string(peer) +
                                   " is this rank; point-to-point needs another rank"));
+  throw std::logic_error("accl: badPeer called for a valid argument");
 }
 
-void ProcessGroup::checkCount(OpType op, const char* which, size_t got, size_t want,
+void ProcessGroup::badCount(OpType op, const char* which, size_t got, size_t want,
                               const char* rule) const {
   if (got != want)
     throw InvalidArgument(context(std::string(toString(op)) + ": " + which + " has " +
                                   std::to_string(got) + " elements, expected " +
                                   std::to_string(want) + " (" + rule + ")"));
+  throw std::logic_error("accl: badCount called for a valid argument");
 }
 
-void ProcessGroup::checkCounts(OpType op, const char* which,
+void ProcessGroup::badCounts(OpType op, const char* which,
                                const std::vector<size_t>& counts) const {
   if (counts.size() != static_cast<size_t>(size_))
     throw InvalidArgument(context(std::string(toString(op)) + ": " + which + " has " +
                                   std::to_string(counts.size()) +
                                   " entries, expected one per rank (" + std::to_string(size_) +
                                   ")"));
+  throw std::logic_error("accl: badCounts called for a valid argument");
 }
 
-void ProcessGroup::checkSameDtype(OpType op, const Buffer& a, const Buffer& b) const {
+void ProcessGroup::badSameDtype(OpType op, const Buffer& a, const Buffer& b) const {
   if (a.dtype != b.dtype)
     throw InvalidArgument(context(std::string(toString(op)) + ": input dtype " +
                                   toString(a.dtype) + " differs from output dtype " +
@@ -185,6 +191,7 @@ void ProcessGroup::checkSameDtype(OpType op, const Buffer& a, const Buffer& b) c
   if (!(a.device == b.device))
     throw InvalidArgument(context(std::string(toString(op)) + ": input on " +
                                   toString(a.device) + " but output on " + toString(b.device)));
+  throw std::logic_error("accl: badSameDtype called for a valid argument");
 }
 
 static size_t sum(const std::vector<size_t>& v) {

@@ -1,6 +1,7 @@
 // Rank-prefixed logging controlled by ACCL_DEBUG / ACCL_DEBUG_SUBSYS.
 #pragma once
 
+#include <atomic>
 #include <sstream>
 #include <string>
 
@@ -10,6 +11,15 @@ namespace accl {
 
 // Whether messages of `level` for `subsys` are printed.
 bool logEnabled(LogLevel level, const char* subsys);
+namespace internal {
+// The most verbose level that can print: Trace until logEnabled() has read
+// the configuration, then ACCL_DEBUG's (at least Warn). Lets ACCL_LOG skip
+// the call for trace lines on every op.
+extern std::atomic<int> logCeiling;
+}  // namespace internal
+inline bool logMayPrint(LogLevel level) {
+  return static_cast<int>(level) <= internal::logCeiling.load(std::memory_order_relaxed);
+}
 // Prints one line
 //   "<UTC time, ms> <host>:<pid>:<tid> [rank R/N] ACCL <LEVEL> <subsys>: <msg>"
 // to stderr (or ACCL_DEBUG_FILE). Before the first group the rank is the
@@ -25,7 +35,8 @@ void setLogRank(int rank, int size);
 
 #define ACCL_LOG(level, subsys, expr)                                  \
   do {                                                                 \
-    if (::accl::logEnabled(::accl::LogLevel::level, subsys)) {         \
+    if (::accl::logMayPrint(::accl::LogLevel::level) &&               \
+        ::accl::logEnabled(::accl::LogLevel::level, subsys)) {         \
       std::ostringstream accl_log_os_;                                 \
       accl_log_os_ << expr;                                            \
       ::accl::logLine(::accl::LogLevel::level, subsys, accl_log_os_.str()); \

@@ -231,13 +231,44 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   template <typename Issue>
   std::shared_ptr<Work> traced(OpType op, DataType t, uint64_t count, int root, int peer, uint64_t bytes,
                                Issue&& issue);
-  void checkBuffer(OpType op, const char* which, const Buffer& b) const;
-  void checkReduction(OpType op, const ReduceOp& r, DataType t) const;
-  void checkRoot(OpType op, int root) const;
-  void checkPeer(OpType op, int peer, bool allowAny) const;
-  void checkCount(OpType op, const char* which, size_t got, size_t want, const char* rule) const;
-  void checkCounts(OpType op, const char* which, const std::vector<size_t>& counts) const;
-  void checkSameDtype(OpType op, const Buffer& a, const Buffer& b) const;
+  // The argument checks of every op: the tests inline, the errors (which
+  // build their message) out of line, so a valid call pays a few compares.
+  void checkBuffer(OpType op, const char* which, const Buffer& b) const {
+    if (__builtin_expect(static_cast<unsigned>(b.dtype) >= static_cast<unsigned>(kNumDataTypes) ||
+                             (b.data == nullptr && b.count > 0) || !supportsDevice(b.device),
+                         0))
+      badBuffer(op, which, b);
+  }
+  void checkReduction(OpType op, const ReduceOp& r, DataType t) const {
+    if (__builtin_expect(static_cast<unsigned>(r.kind) >= static_cast<unsigned>(kNumReduceKinds) ||
+                             !isValidReduction(r.kind, t),
+                         0))
+      badReduction(op, r, t);
+  }
+  void checkRoot(OpType op, int root) const {
+    if (__builtin_expect(root < 0 || root >= size_, 0)) badRoot(op, root);
+  }
+  void checkPeer(OpType op, int peer, bool allowAny) const {
+    if (allowAny && peer == kAnySource) return;
+    if (__builtin_expect(peer < 0 || peer >= size_ || peer == rank_, 0)) badPeer(op, peer, allowAny);
+  }
+  void checkCount(OpType op, const char* which, size_t got, size_t want, const char* rule) const {
+    if (__builtin_expect(got != want, 0)) badCount(op, which, got, want, rule);
+  }
+  void checkCounts(OpType op, const char* which, const std::vector<size_t>& counts) const {
+    if (__builtin_expect(counts.size() != static_cast<size_t>(size_), 0)) badCounts(op, which, counts);
+  }
+  void checkSameDtype(OpType op, const Buffer& a, const Buffer& b) const {
+    if (__builtin_expect(a.dtype != b.dtype || !(a.device == b.device), 0)) badSameDtype(op, a, b);
+  }
+  [[noreturn, gnu::cold]] void badBuffer(OpType op, const char* which, const Buffer& b) const;
+  [[noreturn, gnu::cold]] void badReduction(OpType op, const ReduceOp& r, DataType t) const;
+  [[noreturn, gnu::cold]] void badRoot(OpType op, int root) const;
+  [[noreturn, gnu::cold]] void badPeer(OpType op, int peer, bool allowAny) const;
+  [[noreturn, gnu::cold]] void badCount(OpType op, const char* which, size_t got, size_t want,
+                                        const char* rule) const;
+  [[noreturn, gnu::cold]] void badCounts(OpType op, const char* which, const std::vector<size_t>& counts) const;
+  [[noreturn, gnu::cold]] void badSameDtype(OpType op, const Buffer& a, const Buffer& b) const;
 
   int rank_;
   int size_;
