@@ -351,9 +351,10 @@ TEST(InvalidFiles, ErrorsNameTheLineAndWhatWasExpected) {
 }
 
 // hwloc's own XML parser (used where its libxml2 plugin is not installed)
-// dereferenced a NULL nodeset on an object with a non-ASCII byte in an
-// attribute's name: a crash of the process, found by fuzz_topology_xml. Such a
-// name, and a NUMA node without its os_index, are errors naming the line now.
+// dereferenced a NULL nodeset on an <object> with an attribute it does not
+// know (such as complete_cpusetX beside the real one): a crash of the process,
+// found by fuzz_topology_xml. Such an attribute, a name that is not ASCII, and
+// a NUMA node without a numeric os_index are errors naming the line now.
 TEST(InvalidFiles, HwlocNamesAndIndexesItCannotParseAreErrorsNotCrashes) {
   setenv("HWLOC_LIBXML_IMPORT", "0", 1);
   const std::string sets =
