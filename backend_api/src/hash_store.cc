@@ -1,4 +1,5 @@
 #include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <mutex>
 

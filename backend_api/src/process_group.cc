@@ -1,6 +1,7 @@
 #include "accl/process_group.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <set>
 #include <stdexcept>

@@ -1,5 +1,7 @@
 #include "accl/work.h"
 
+#include <cstdint>
+
 #include "accl/trace.h"
 
 #include "accl/errors.h"

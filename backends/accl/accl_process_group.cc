@@ -1,6 +1,8 @@
 #include "accl_process_group.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>

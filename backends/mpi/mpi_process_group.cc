@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <cstdint>
 #include <cstring>
 #include <thread>
 

@@ -13,6 +13,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>

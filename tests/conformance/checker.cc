@@ -1,5 +1,6 @@
 #include "checker.h"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 

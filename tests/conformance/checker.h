@@ -3,6 +3,7 @@
 // deterministic inputs of all ranks. Backend-agnostic: any backend plugs in.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

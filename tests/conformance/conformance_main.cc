@@ -9,6 +9,8 @@
 // the even ranks in reverse order, and the odd ranks, concurrently.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>

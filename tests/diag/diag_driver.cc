@@ -11,6 +11,7 @@
 // The backend is ACCL_DIAG_BACKEND (default accl). Every failure is printed
 // as "error (<code>): <message>".
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>

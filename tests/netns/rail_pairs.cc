@@ -3,6 +3,7 @@
 // local rank's traffic crosses hosts on its own. nic_rails_test.sh reads the
 // interfaces' counters around it to see which NIC carried which rank.
 //   accl-run -n 4 --netns A,B rail_pairs BYTES
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>

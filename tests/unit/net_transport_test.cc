@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <thread>

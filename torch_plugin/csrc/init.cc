@@ -1,5 +1,6 @@
 // Python module torch_accl._C: the creator functions torch's register_backend calls.
 #include <torch/extension.h>
+#include <cstdint>
 #include <torch/version.h>
 
 #include "accl/registry.h"

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <type_traits>

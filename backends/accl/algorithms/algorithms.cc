@@ -1,6 +1,7 @@
 #include "algorithms/algorithms.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "accl/internal/reduce_kernels.h"

@@ -1,5 +1,7 @@
 #include "transport/wire.h"
 
+#include <cstdint>
+
 #include "accl/process_group.h"
 
 namespace accl {

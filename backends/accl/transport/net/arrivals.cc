@@ -1,5 +1,6 @@
 #include "transport/net/arrivals.h"
 
+#include <cstdint>
 #include <cstdio>
 
 namespace accl {

@@ -1,6 +1,7 @@
 #include "transport/net/matcher.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace accl {

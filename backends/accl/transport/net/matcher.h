@@ -12,6 +12,7 @@
 // discarded. Every call is made with the transport's lock held.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>

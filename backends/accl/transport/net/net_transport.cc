@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "accl/errors.h"
 #include "accl/internal/strings.h"

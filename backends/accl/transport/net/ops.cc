@@ -1,6 +1,7 @@
 // NetTransport: the algorithms' side (an op's sends, receives and wait) and
 // the user's point-to-point messages.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 #include "accl/errors.h"

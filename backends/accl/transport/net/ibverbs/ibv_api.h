@@ -6,6 +6,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstdint>
 #include <string>
 
 namespace accl {

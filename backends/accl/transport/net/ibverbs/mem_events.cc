@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <signal.h>
 
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 

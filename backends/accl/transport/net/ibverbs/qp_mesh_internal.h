@@ -2,6 +2,7 @@
 // state of one queue pair and of a queued frame. Not for other files.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <memory>

@@ -1,6 +1,7 @@
 #include "transport/net/ibverbs/verbs_link.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "accl/logging.h"

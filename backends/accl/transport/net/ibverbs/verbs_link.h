@@ -6,6 +6,7 @@
 // completion channel's descriptor (onEvents) after arm().
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

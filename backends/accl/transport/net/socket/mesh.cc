@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 
 #include "accl/errors.h"
 #include "accl/internal/net.h"

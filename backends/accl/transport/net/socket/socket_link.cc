@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 
 #include "accl/errors.h"
 #include "accl/logging.h"
