@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cerrno>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -117,6 +119,7 @@ struct Bench {
   char* inP = nullptr;        // the op's buffers
   char* outP = nullptr;
   Device dev{};
+  char* scratch = nullptr;  // device memory of combine() and sumWrong() with --device cuda
 
   const struct OpSpec* spec = nullptr;  // the op under test (kOps)
 
@@ -198,22 +201,37 @@ struct Bench {
     return std::chrono::duration<double>(Clock::now() - t0).count() / a.iters;
   }
 
+  // The times and error counts are combined over the ranks by the group under
+  // test, in the memory its ops take: a device-only backend (nccl) refuses
+  // host buffers, so with --device cuda the 8 bytes go through device memory.
+  void small(void* v, DataType t, const std::function<std::shared_ptr<Work>(Buffer)>& op) {
+#ifdef ACCL_PERF_CUDA
+    if (a.cuda) {
+      if (!scratch) scratch = deviceAlloc(8);
+      cudaOrDie(cudaMemcpy(scratch, v, 8, cudaMemcpyHostToDevice), "cudaMemcpy");
+      op(Buffer(scratch, 1, t, dev))->wait();
+      cudaOrDie(cudaMemcpy(v, scratch, 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      return;
+    }
+#endif
+    op(Buffer(v, 1, t))->wait();
+  }
+
   double combine(double t) {
-    double v[1] = {t};
+    double v = t;
     if (a.average == 0) {
-      BroadcastOptions o;
-      pg.broadcast(Buffer(v, 1, DataType::Float64), o)->wait();
-      return v[0];
+      small(&v, DataType::Float64, [&](Buffer b) { return pg.broadcast(b, BroadcastOptions{}); });
+      return v;
     }
     AllreduceOptions o;
     o.op = a.average == 1 ? ReduceKind::Avg : a.average == 2 ? ReduceKind::Min : ReduceKind::Max;
-    pg.allreduce(Buffer(v, 1, DataType::Float64), o)->wait();
-    return v[0];
+    small(&v, DataType::Float64, [&](Buffer b) { return pg.allreduce(b, o); });
+    return v;
   }
 
   size_t sumWrong(size_t w) {
     uint64_t v = w;
-    pg.allreduce(Buffer(&v, 1, DataType::Uint64))->wait();
+    small(&v, DataType::Uint64, [&](Buffer b) { return pg.allreduce(b); });
     return v;
   }
 };
@@ -445,7 +463,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "accl-perf: sendrecv needs at least 2 ranks\n");
       return 2;
     }
-    Bench b{a, *pg, n, me, dataTypeSize(a.dtype), {}, {}, nullptr, nullptr, dev, spec};
+    Bench b{a, *pg, n, me, dataTypeSize(a.dtype), {}, {}, nullptr, nullptr, dev, nullptr, spec};
     b.in.resize(a.maxBytes + 64);
     b.out.resize(a.maxBytes + 64);
     b.inP = b.in.data();
