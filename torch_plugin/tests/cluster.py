@@ -4,7 +4,10 @@ the functions the test sends it. run() returns each rank's result or raises
 with every failing rank's traceback."""
 import multiprocessing as mp
 import os
+import queue
+import signal
 import socket
+import time
 import traceback
 from datetime import timedelta
 
@@ -52,6 +55,16 @@ def _worker(rank, world_size, port, env, timeout_s, tasks, results):
         pass
 
 
+def describe_exit(code):
+    """'exit code 3' or 'killed by SIGSEGV' for a process's exitcode."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 class Cluster:
     def __init__(self, world_size, env=None, timeout_s=60):
         self.world_size = world_size
@@ -67,13 +80,26 @@ class Cluster:
         self._collect(120)
 
     def _collect(self, timeout):
-        out, errors = [None] * self.world_size, []
-        for _ in range(self.world_size):
+        """Every rank's answer; fails at once, naming it, when a rank dies
+        without answering (a crash), else after `timeout` seconds."""
+        out, errors, pending = [None] * self.world_size, [], set(range(self.world_size))
+        deadline = time.monotonic() + timeout
+        while pending:
             try:
-                rank, ok, val = self.results.get(timeout=timeout)
-            except Exception:
-                dead = [r for r, p in enumerate(self.procs) if not p.is_alive()]
-                raise AssertionError(f"no answer within {timeout} s (ranks not running: {dead})")
+                rank, ok, val = self.results.get(timeout=1)
+            except queue.Empty:
+                dead = [r for r in sorted(pending) if self.procs[r].exitcode is not None]
+                if dead:
+                    try:  # an answer may still be in the queue's pipe
+                        rank, ok, val = self.results.get(timeout=2)
+                    except queue.Empty:
+                        raise AssertionError("ranks died without answering: " + ", ".join(
+                            f"rank {r} ({describe_exit(self.procs[r].exitcode)})" for r in dead)) from None
+                elif time.monotonic() > deadline:
+                    raise AssertionError(f"no answer within {timeout} s from ranks {sorted(pending)}") from None
+                else:
+                    continue
+            pending.discard(rank)
             if ok:
                 out[rank] = val
             else:
@@ -107,14 +133,12 @@ def spawn(world_size, fn, *args, env=None, timeout=120):
     for p in procs:
         p.start()
     res = {}
-    import queue as _q
-    import time
     deadline = time.time() + timeout
     while len(res) < world_size and time.time() < deadline:
         try:
             r, val = q.get(timeout=0.5)
             res[r] = val
-        except _q.Empty:
+        except queue.Empty:
             if all(not p.is_alive() for p in procs) and q.empty():
                 break
     for p in procs:

@@ -4,7 +4,9 @@ import signal
 import time
 from datetime import timedelta
 
-from cluster import spawn
+import pytest
+
+from cluster import Cluster, spawn
 
 
 def killed_rank(rank, world_size, port):
@@ -177,3 +179,23 @@ def _run_exit_script(pattern, rounds):
 def test_exit_without_destroy_or_with_ops_in_flight():
     for pattern in ("plain", "in-flight", "dropped", "destroy-pending"):
         _run_exit_script(pattern, int(os.environ.get("ACCL_EXIT_ROUNDS", "4")))
+
+
+def _crash(ctx):
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return ctx.rank
+
+
+def test_a_crashed_rank_fails_the_test_at_once_with_its_signal():
+    # The harness itself: a rank that dies without answering (a segfault in
+    # the extension, say) is named with its signal within seconds, not after
+    # the whole timeout.
+    c = Cluster(2)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(AssertionError, match=r"rank 1 \(killed by SIGSEGV\)"):
+            c.run(_crash, timeout=120)
+        assert time.monotonic() - t0 < 30
+    finally:
+        c.close()
