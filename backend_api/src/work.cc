@@ -1,12 +1,120 @@
 #include "accl/work.h"
 
+#include <atomic>
 #include <cstdint>
 
 #include "accl/trace.h"
 
 #include "accl/errors.h"
+#include "accl/internal/work_pool.h"
+
+// ASan builds take every Work from operator new, so that a use after free is
+// caught; TSan builds keep the pool (its hand-offs between threads are what
+// TSan should see).
+#if defined(__SANITIZE_ADDRESS__)
+#define ACCL_WORK_POOL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#define ACCL_WORK_POOL 0
+#endif
+#endif
+#ifndef ACCL_WORK_POOL
+#define ACCL_WORK_POOL 1
+#endif
 
 namespace accl {
+
+namespace internal {
+namespace {
+struct FreeBlock {
+  FreeBlock* next;
+};
+// Trivially destructible, so still usable while the thread's other
+// thread_local objects are destroyed (a Work may die then): after the
+// drainer ran, blocks go straight back to operator delete.
+struct ThreadBlocks {
+  FreeBlock* head;
+  int count;
+  bool drained;     // the thread is exiting: nothing more is kept
+  bool registered;  // the drainer will run at the thread's exit
+};
+thread_local ThreadBlocks tBlocks{nullptr, 0, false, false};
+// Pool blocks taken from operator new and not given back: in use, or kept on
+// some thread (for tests; touched only off the fast paths).
+std::atomic<long> gBlocksOutstanding{0};
+
+struct Drainer {
+  ~Drainer() {
+    ThreadBlocks& t = tBlocks;
+    t.drained = true;
+    while (t.head) {
+      FreeBlock* n = t.head->next;
+      ::operator delete(t.head);
+      t.head = n;
+    }
+    gBlocksOutstanding.fetch_sub(t.count, std::memory_order_relaxed);
+    t.count = 0;
+  }
+};
+// The first block kept on this thread: the drainer frees the list when the
+// thread exits (a thread_local's first use registers it).
+__attribute__((noinline)) void keepFirst(void* p) {
+  static thread_local Drainer drainer;
+  (void)drainer;
+  ThreadBlocks& t = tBlocks;
+  t.registered = true;
+  auto* b = static_cast<FreeBlock*>(p);
+  b->next = t.head;
+  t.head = b;
+  ++t.count;
+}
+}  // namespace
+
+void* workBlockAllocate(std::size_t bytes) {
+#if ACCL_WORK_POOL
+  if (bytes <= kWorkBlockBytes) {
+    ThreadBlocks& t = tBlocks;
+    if (t.head) {
+      FreeBlock* b = t.head;
+      t.head = b->next;
+      --t.count;
+      return b;
+    }
+    void* p = ::operator new(kWorkBlockBytes);
+    gBlocksOutstanding.fetch_add(1, std::memory_order_relaxed);
+    return p;
+  }
+#endif
+  return ::operator new(bytes);
+}
+
+void workBlockFree(void* p, std::size_t bytes) noexcept {
+#if ACCL_WORK_POOL
+  if (bytes <= kWorkBlockBytes) {
+    ThreadBlocks& t = tBlocks;
+    if (!t.drained && t.count < kWorkBlocksKept) {
+      // The first block kept on a thread registers its drainer; the common
+      // path stays free of that call (after it, the compiler would look the
+      // thread-local up again).
+      if (__builtin_expect(!t.registered, 0)) return keepFirst(p);
+      auto* b = static_cast<FreeBlock*>(p);
+      b->next = t.head;
+      t.head = b;
+      ++t.count;
+      return;
+    }
+    gBlocksOutstanding.fetch_sub(1, std::memory_order_relaxed);
+  }
+#else
+  (void)bytes;
+#endif
+  ::operator delete(p);
+}
+
+bool workPoolEnabled() { return ACCL_WORK_POOL != 0; }
+int workBlocksKeptHere() { return tBlocks.count; }
+long workBlocksOutstanding() { return gBlocksOutstanding.load(); }
+}  // namespace internal
 
 Work::Work(std::string description) : description_(std::move(description)) {}
 Work::Work(const char* what, uint64_t seq) : what_(what), seq_(seq) {}

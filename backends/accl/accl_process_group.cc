@@ -12,6 +12,7 @@
 #include "accl/config.h"
 #include "accl/internal/strings.h"
 #include "accl/internal/reduce_kernels.h"
+#include "accl/internal/work_pool.h"
 #include "accl/logging.h"
 #include "accl/registry.h"
 #include "accl/trace.h"
@@ -262,7 +263,7 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
   d.root = root;
   // Cheap description, formatted when needed (the full one, with counts and
   // dtype, goes into errors).
-  auto work = std::make_shared<Work>(toString(op), d.seq);
+  auto work = internal::makeWork(toString(op), d.seq);
   ACCL_TRACE("COLL", "enqueue " << core::describe(d));
   uint64_t traceId = issuingTraceId();
   auto fn = [this, d, timeout, traceId, body = std::forward<Body>(body)]() -> int {
@@ -565,7 +566,7 @@ std::shared_ptr<Work> AcclProcessGroup::doSend(Buffer buf, int dst, const SendOp
   size_t bytes = buf.count * dataTypeSize(buf.dtype);
   std::string what = context("send to rank " + std::to_string(dst) + " (tag " + std::to_string(o.tag) + ", " +
                              std::to_string(bytes) + " bytes)");
-  auto work = std::make_shared<Work>(what);
+  auto work = internal::makeWork(what);
   tracePointToPoint(dst);
   net_->postTagged(true, dst, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;
@@ -575,7 +576,7 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   size_t bytes = buf.count * dataTypeSize(buf.dtype);
   std::string what = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
                              " (tag " + std::to_string(o.tag) + ", " + std::to_string(bytes) + " bytes)");
-  auto work = std::make_shared<Work>(what);
+  auto work = internal::makeWork(what);
   tracePointToPoint(src);
   net_->postTagged(false, src, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;

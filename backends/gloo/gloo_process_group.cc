@@ -25,6 +25,7 @@
 #include "accl/config.h"
 #include "accl/internal/net.h"
 #include "accl/internal/reduce_kernels.h"
+#include "accl/internal/work_pool.h"
 #include "accl/logging.h"
 #include "accl/trace.h"
 #include "accl/registry.h"
@@ -143,7 +144,7 @@ std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::ch
   uint64_t seq = seq_++;
   ACCL_TRACE("COLL", "enqueue " << toString(op) << " #" << seq << " (" << count << " elements)");
   uint64_t traceId = issuingTraceId();
-  auto work = std::make_shared<Work>(toString(op), seq);
+  auto work = internal::makeWork(toString(op), seq);
   auto run = [this, op, count, fn = std::move(fn), timeout, traceId, seq]() -> int {
     if (traceId) recorder()->started(traceId, static_cast<int64_t>(seq), "gloo", "tcp");
     // gloo's deadline starts when the op does (its timeout is relative).
@@ -412,7 +413,7 @@ std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOp
   ub->send(dst, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(o.tag)), 0, buf.bytes());
   std::string where = context("send to rank " + std::to_string(dst) + " tag " + std::to_string(o.tag) +
                               " (" + std::to_string(buf.count) + " elements)");
-  auto work = std::make_shared<Work>(where);
+  auto work = internal::makeWork(where);
   p2pWaits_->submit(work, [ub, timeout, where]() -> int {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     try {
@@ -440,7 +441,7 @@ std::shared_ptr<Work> GlooProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   }
   std::string where = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
                               " tag " + std::to_string(o.tag) + " (" + std::to_string(buf.count) + " elements)");
-  auto work = std::make_shared<Work>(where);
+  auto work = internal::makeWork(where);
   p2pWaits_->submit(work, [ub, timeout, where]() -> int {
     int from = -1;
     auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -14,6 +14,7 @@
 
 #include "accl/internal/config_var.h"
 #include "accl/internal/reduce_kernels.h"
+#include "accl/internal/work_pool.h"
 #include "accl/logging.h"
 #include "accl/registry.h"
 #include "accl/trace.h"
@@ -361,7 +362,7 @@ std::shared_ptr<Work> MpiProcessGroup::submit(OpType op, size_t count, size_t by
   // non-blocking one): `bytes` is the same on every rank.
   c.blocking = blockingBytes_ > 0 && bytes <= blockingBytes_;
   ACCL_TRACE("COLL", "enqueue " << toString(op) << " #" << c.seq << " (" << count << " elements)");
-  auto work = std::make_shared<Work>(toString(op), c.seq);
+  auto work = internal::makeWork(toString(op), c.seq);
   auto fn = [this, c, body = std::forward<Body>(body)]() -> int {
     if (isBroken_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> b(brokenMu_);
@@ -585,7 +586,7 @@ std::shared_ptr<Work> MpiProcessGroup::doSend(Buffer buf, int dst, const SendOpt
     checkLazy(MPI_Isend(buf.data, n, mpiType(buf.dtype), dst, o.tag, comm_, &req), what);
     checkLazy(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
   }
-  auto work = std::make_shared<Work>("send", seq_++);
+  auto work = internal::makeWork("send", seq_++);
   if (done) {
     work->markCompleted();
     return work;
@@ -624,7 +625,7 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
               what);
     checkLazy(MPI_Test(&req, &done, &st), what);
   }
-  auto work = std::make_shared<Work>("recv", seq_++);
+  auto work = internal::makeWork("recv", seq_++);
   if (done) {
     try {
       work->markCompleted(nullptr, finish(st));

@@ -9,6 +9,7 @@
 #include "accl/errors.h"
 #include "accl/internal/bounded_mutex.h"
 #include "accl/internal/op_queue.h"
+#include "accl/internal/work_pool.h"
 #include "accl/work.h"
 
 using namespace accl;
@@ -251,6 +252,53 @@ TEST(OpQueue, ABoundedWaitDoesNotRunTheOpAndTimesOutOnTime) {
 // The bounded mutex (flight recorder dumps, the diag watch): a timed lock
 // gives up after its time while another thread holds it, and gets it once
 // that thread lets go; the plain lock waits.
+TEST(WorkPool, AWorkFreedOnAThreadIsReusedThereAndTheListIsBounded) {
+  if (!internal::workPoolEnabled()) GTEST_SKIP() << "ASan build: Works come from operator new";
+  auto a = internal::makeWork("allreduce", 1);
+  const void* first = a.get();
+  int kept = internal::workBlocksKeptHere();
+  a.reset();
+  EXPECT_EQ(internal::workBlocksKeptHere(), kept + 1);
+  auto b = internal::makeWork("broadcast", 2);
+  EXPECT_EQ(b.get(), first);  // the block just freed
+  EXPECT_EQ(b->description(), "broadcast #2");
+  EXPECT_FALSE(b->isCompleted());
+  b->markCompleted();
+  b->wait();
+  b.reset();
+  // Many freed at once: the thread keeps at most kWorkBlocksKept.
+  std::vector<std::shared_ptr<Work>> many;
+  for (int i = 0; i < 3 * internal::kWorkBlocksKept; ++i) many.push_back(internal::makeWork("op", i));
+  many.clear();
+  EXPECT_EQ(internal::workBlocksKeptHere(), internal::kWorkBlocksKept);
+}
+
+TEST(WorkPool, WorksMadeOnOneThreadAndReleasedOnAnotherStayIntact) {
+  // The worker pattern: the caller makes the Work, another thread completes
+  // it and drops the last reference; each thread then keeps its own blocks.
+  // Threads that exit give theirs back.
+  for (int round = 0; round < 20; ++round) {
+    long before = internal::workBlocksOutstanding() - internal::workBlocksKeptHere();
+    std::vector<std::shared_ptr<Work>> works;
+    for (int i = 0; i < 200; ++i) works.push_back(internal::makeWork("allreduce", uint64_t(i)));
+    std::thread t([ws = std::move(works)]() mutable {
+      for (size_t i = 0; i < ws.size(); ++i) {
+        EXPECT_EQ(ws[i]->description(), "allreduce #" + std::to_string(i));
+        ws[i]->markCompleted();
+      }
+      ws.clear();  // freed here, kept in this thread's list until it exits
+      EXPECT_LE(internal::workBlocksKeptHere(), internal::kWorkBlocksKept);
+    });
+    t.join();
+    // Every block the thread freed went back to operator delete, at the
+    // latest when it exited (none is lost with the thread's list).
+    if (internal::workPoolEnabled())
+      EXPECT_EQ(internal::workBlocksOutstanding() - internal::workBlocksKeptHere(), before);
+    auto w = internal::makeWork("after", uint64_t(round));
+    EXPECT_EQ(w->description(), "after #" + std::to_string(round));
+  }
+}
+
 TEST(BoundedMutex, ATimedLockGivesUpWhileHeldAndSucceedsOnceFree) {
   internal::BoundedMutex m;
   std::atomic<bool> held{false}, release{false};

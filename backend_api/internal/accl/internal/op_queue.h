@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "accl/internal/work_pool.h"
 #include "accl/work.h"
 
 namespace accl {
@@ -31,7 +32,7 @@ class OpQueue {
   // throws, the Work completes with that exception. `fn` may return a source
   // rank (for recv from any source) or -1.
   std::shared_ptr<Work> enqueue(std::string description, std::function<int()> fn) {
-    return enqueue(std::make_shared<Work>(std::move(description)), std::move(fn));
+    return enqueue(internal::makeWork(std::move(description)), std::move(fn));
   }
   std::shared_ptr<Work> enqueue(std::shared_ptr<Work> work, std::function<int()> fn) {
     push(work, std::move(fn));
@@ -41,7 +42,7 @@ class OpQueue {
   // calling thread and returns a completed Work (ops still run one at a time,
   // in order). Used for small ops, where a thread hand-off costs more than the op.
   std::shared_ptr<Work> runOrEnqueue(std::string description, std::function<int()> fn) {
-    return runOrEnqueue(std::make_shared<Work>(std::move(description)), std::move(fn));
+    return runOrEnqueue(internal::makeWork(std::move(description)), std::move(fn));
   }
   // The same with a Work the caller made; `fn` is only wrapped in a
   // std::function (an allocation) when it has to wait in the queue.

@@ -1,0 +1,52 @@
+// Work objects of small ops come from a per-thread free list instead of the
+// heap: an 8-byte op's Work (with its shared_ptr control block) is allocated
+// and freed once per op, and malloc plus free cost about a tenth of such an
+// op's instructions. Blocks freed on a thread are kept there (a bounded
+// number), like malloc's own per-thread cache but without its checks.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+#include "accl/work.h"
+
+namespace accl {
+namespace internal {
+
+// Blocks of up to kWorkBlockBytes from this thread's free list, larger ones
+// from operator new (work.cc). ASan builds use operator new throughout, so
+// that a use after free of a Work is still caught.
+constexpr std::size_t kWorkBlockBytes = 512;
+void* workBlockAllocate(std::size_t bytes);
+void workBlockFree(void* p, std::size_t bytes) noexcept;
+// For tests: whether blocks are pooled in this build, and how many this
+// thread keeps now (at most kWorkBlocksKept).
+constexpr int kWorkBlocksKept = 64;
+bool workPoolEnabled();
+int workBlocksKeptHere();
+// Pool blocks in use or kept on some thread.
+long workBlocksOutstanding();
+
+template <typename T>
+struct WorkAllocator {
+  using value_type = T;
+  WorkAllocator() = default;
+  template <typename U>
+  WorkAllocator(const WorkAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(workBlockAllocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { workBlockFree(p, n * sizeof(T)); }
+  template <typename U>
+  bool operator==(const WorkAllocator<U>&) const noexcept { return true; }
+  template <typename U>
+  bool operator!=(const WorkAllocator<U>&) const noexcept { return false; }
+};
+
+// std::make_shared<Work>(args...), from the pool.
+template <typename... A>
+std::shared_ptr<Work> makeWork(A&&... args) {
+  return std::allocate_shared<Work>(WorkAllocator<Work>{}, std::forward<A>(args)...);
+}
+
+}  // namespace internal
+}  // namespace accl
