@@ -292,8 +292,9 @@ TEST(WorkPool, WorksMadeOnOneThreadAndReleasedOnAnotherStayIntact) {
     t.join();
     // Every block the thread freed went back to operator delete, at the
     // latest when it exited (none is lost with the thread's list).
-    if (internal::workPoolEnabled())
+    if (internal::workPoolEnabled()) {
       EXPECT_EQ(internal::workBlocksOutstanding() - internal::workBlocksKeptHere(), before);
+    }
     auto w = internal::makeWork("after", uint64_t(round));
     EXPECT_EQ(w->description(), "after #" + std::to_string(round));
   }
