@@ -1,7 +1,8 @@
 # Shared by the namespace tests: exits 77 (skipped) unless this process may
 # create network namespaces, then brings up N simulated hosts with
 # bench/netns.sh under ACCL_NETNS_PREFIX / ACCL_NETNS_SUBNET and removes them
-# on exit.   netns_hosts_up SOURCE_DIR N
+# on exit. Hosts left by an earlier run of the same prefix (one that was
+# killed before its clean-up) are removed first.   netns_hosts_up SOURCE_DIR N
 
 # Exits 77 (skipped) unless this process may create network namespaces.
 netns_require_root() {
@@ -16,5 +17,8 @@ netns_hosts_up() {
   local src=$1 n=$2
   netns_require_root
   trap '"'"$src"'/bench/netns.sh" down '"$n" EXIT
+  # A run killed with SIGKILL never ran its trap: its hosts, with whatever
+  # rules it added, would be reused by "up". Start from none.
+  "$src/bench/netns.sh" down "$n"
   "$src/bench/netns.sh" up "$n" || exit 1
 }

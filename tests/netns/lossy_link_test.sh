@@ -37,6 +37,9 @@ cleanup() {
   "$src/bench/netns.sh" down 2
 }
 trap cleanup EXIT
+# Hosts left by a run that was killed before its clean-up keep their rules, and
+# rules appended after theirs would never see a packet: start from none.
+"$src/bench/netns.sh" down 2
 "$src/bench/netns.sh" up 2 || exit 1
 for i in 0 1; do
   ns=acclq$i
@@ -50,6 +53,8 @@ for i in 0 1; do
     echo "SKIP: this kernel refuses the iptables statistic or NFQUEUE rules"
     exit 77
   fi
+  n=$(ip netns exec $ns "$ipt" -S OUTPUT | grep -c '^-A OUTPUT')
+  [ "$n" -eq 2 ] || { echo "FAIL: host $i's OUTPUT chain holds $n rules, not this test's 2:"; ip netns exec $ns "$ipt" -S OUTPUT; exit 1; }
 done
 run="$build/bin/accl-run -n 4 --netns acclq0,acclq1 --master-addr 10.75.0.1"
 fails=0
@@ -61,7 +66,8 @@ ACCL_TIMEOUT=300 $run "$build/bin/accl_conformance" --backend accl --gtest_filte
   fails=$((fails + 1))
 echo "conformance under loss and delay: $(( $(date +%s) - start )) s"
 for i in 0 1; do
-  drops=$(ip netns exec acclq$i "$ipt" -L OUTPUT -v -x -n | awk '/statistic/ {print $1}')
+  # Rule 1 is the statistic DROP rule added above.
+  drops=$(ip netns exec acclq$i "$ipt" -L OUTPUT 1 -v -x -n | awk '{print $1; exit}')
   echo "host $i: $drops packets dropped on purpose"
   [ "${drops:-0}" -gt 0 ] || [ "$prob" = 0.0000 ] || { echo "FAIL: no packet was dropped on host $i"; fails=$((fails + 1)); }
 done
