@@ -77,6 +77,13 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   const Config& cfg = Config::get();
   settings::validate();
   algo_ = core::parseAlgoSpec(settings::algo.get());
+  if (!settings::tuningFile.get().empty()) {
+    try {
+      model_.reset(new core::CostModel(core::CostModel::fromFile(settings::tuningFile.get())));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(context("") + "ACCL_TUNING_FILE: " + e.what());
+    }
+  }
   inlineBytes_ = static_cast<size_t>(settings::inlineBytes.get());
   bool shmOn = settings::transportOn("shm");
   std::string where = context("");
@@ -178,6 +185,11 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   for (int r = 0; r < size; ++r)
     if (layout_.hostOf[r] != layout_.myHost) (net_->overIb(r) ? ib : tcp) = true;
   transportName_ = transportName(host_->size() > 1, ib, tcp);
+  if (model_ && (ib || tcp) && model_->transport != (ib ? "ib" : "tcp"))
+    ACCL_WARN("INIT", where << ": ACCL_TUNING_FILE " << settings::tuningFile.get() << " was calibrated over "
+                            << model_->transport << ", but this group reaches other hosts over " << (ib ? "ib" : "tcp")
+                            << ": its algorithm choices may be off (calibrate over this transport: accl-perf "
+                               "--calibrate FILE)");
   if (FlightRecorder* rec = recorder()) {
     rec->setOwnStallWarnings();  // the transport's name the ranks
     rec->setHosts(std::move(hosts));
@@ -230,7 +242,11 @@ void AcclProcessGroup::logSetup() {
   os << "inline ops up to " << inlineBytes_ << " bytes";
   ACCL_INFO("INIT", os.str());
   ACCL_INFO("INIT", "network: " << nicText_);
-  ACCL_INFO("INIT", "algorithms: " << core::describeSelection(layout_, algo_));
+  ACCL_INFO("INIT", "algorithms: " << core::describeSelection(layout_, algo_, model_.get()) << " ("
+                                   << (model_ ? "chosen by the cost model of " + model_->source()
+                                              : std::string("fixed size thresholds; ACCL_TUNING_FILE lets a "
+                                                            "calibrated cost model choose"))
+                                   << ")");
 }
 
 Peers AcclProcessGroup::flat() {
@@ -339,7 +355,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
                                      const OpDesc& d, Clock::time_point deadline) {
   ReduceKind k = internal::elementwiseKind(op.kind);
   size_t es = dataTypeSize(t), bytes = count * es;
-  Algo a = core::choose(Coll::Allreduce, bytes, layout_, algo_);
+  Algo a = core::choose(Coll::Allreduce, bytes, layout_, algo_, model_.get());
   noteAlgo(a);
   if (a == Algo::Shm) {
     host_->allreduce(in, out, count, t, k, d, deadline);
@@ -354,7 +370,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
     size_t mine = counts[layout_.localRank];
     host_->reduceScatterv(in, slice, counts, t, k, d, deadline);
     Peers g = members(layout_.rail(layout_.localRank));
-    if (core::chooseInterHost(Coll::Allreduce, mine * es, layout_.hosts, algo_) == Algo::Ring)
+    if (core::chooseInterHost(Coll::Allreduce, mine * es, layout_.hosts, algo_, model_.get()) == Algo::Ring)
       algo::allreduceRing(g, slice, mine, t, k);
     else
       algo::allreduceRecursiveDoubling(g, slice, mine, t, k);
@@ -365,7 +381,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
     host_->reduce(in, out, count, t, k, 0, d, deadline);
     if (layout_.localRank == 0) {
       Peers g = members(layout_.leaders());
-      if (core::chooseInterHost(Coll::Allreduce, bytes, layout_.hosts, algo_) == Algo::Ring)
+      if (core::chooseInterHost(Coll::Allreduce, bytes, layout_.hosts, algo_, model_.get()) == Algo::Ring)
         algo::allreduceRing(g, out, count, t, k);
       else
         algo::allreduceRecursiveDoubling(g, out, count, t, k);
@@ -393,7 +409,7 @@ std::shared_ptr<Work> AcclProcessGroup::doBroadcast(Buffer buf, const BroadcastO
   size_t bytes = buf.count * dataTypeSize(buf.dtype);
   return submit(OpType::Broadcast, buf.count, buf.dtype, ReduceKind::Sum, o.root, bytes, effectiveTimeout(o), o.blocking,
                 [this, buf, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
-                  Algo a = core::choose(Coll::Broadcast, bytes, layout_, algo_);
+                  Algo a = core::choose(Coll::Broadcast, bytes, layout_, algo_, model_.get());
                   noteAlgo(a);
                   if (a == Algo::Shm) {
                     host_->broadcast(buf.data, bytes, root, d, dl);
@@ -403,7 +419,7 @@ std::shared_ptr<Work> AcclProcessGroup::doBroadcast(Buffer buf, const BroadcastO
                     int myRep = reps[layout_.myHost];
                     if (myRep == rank()) {
                       Peers g = members(reps);
-                      if (core::chooseInterHost(Coll::Broadcast, bytes, layout_.hosts, algo_) == Algo::Ring)
+                      if (core::chooseInterHost(Coll::Broadcast, bytes, layout_.hosts, algo_, model_.get()) == Algo::Ring)
                         algo::broadcastRing(g, buf.data, bytes, rootHost);
                       else
                         algo::broadcastTree(g, buf.data, bytes, rootHost);
@@ -422,7 +438,7 @@ std::shared_ptr<Work> AcclProcessGroup::doReduce(Buffer in, Buffer out, const Re
   return submit(OpType::Reduce, in.count, in.dtype, o.op.kind, o.root, bytes, effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, op = o.op, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   ReduceKind k = internal::elementwiseKind(op.kind);
-                  Algo a = core::choose(Coll::Reduce, bytes, layout_, algo_);
+                  Algo a = core::choose(Coll::Reduce, bytes, layout_, algo_, model_.get());
                   noteAlgo(a);
                   if (a == Algo::Shm) {
                     host_->reduce(in.data, out.data, in.count, in.dtype, k, root, d, dl);
@@ -461,7 +477,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAllgatherv(Buffer in, Buffer out, cons
                   size_t displ = 0;
                   for (int r = 0; r < rank(); ++r) displ += bytes[r];
                   char* o = static_cast<char*>(out.data);
-                  Algo a = core::choose(Coll::Allgather, total, layout_, algo_);
+                  Algo a = core::choose(Coll::Allgather, total, layout_, algo_, model_.get());
                   noteAlgo(a);
                   if (a == Algo::Shm) return host_->allgatherv(in.data, out.data, bytes, d, dl);
                   if (o + displ != in.data && bytes[rank()]) std::memmove(o + displ, in.data, bytes[rank()]);
@@ -479,7 +495,7 @@ std::shared_ptr<Work> AcclProcessGroup::doReduceScatterv(Buffer in, Buffer out, 
                   size_t displ = 0;
                   for (int r = 0; r < rank(); ++r) displ += counts[r];
                   size_t mine = counts[rank()];
-                  Algo a = core::choose(Coll::ReduceScatter, total, layout_, algo_);
+                  Algo a = core::choose(Coll::ReduceScatter, total, layout_, algo_, model_.get());
                   noteAlgo(a);
                   if (a == Algo::Shm) {
                     host_->reduceScatterv(in.data, out.data, counts, in.dtype, k, d, dl);
@@ -546,7 +562,7 @@ std::shared_ptr<Work> AcclProcessGroup::doScatter(Buffer in, Buffer out, const S
 std::shared_ptr<Work> AcclProcessGroup::doBarrier(const BarrierOptions& o) {
   return submit(OpType::Barrier, 0, DataType::Uint8, ReduceKind::Sum, -1, 0, effectiveTimeout(o), o.blocking,
                 [this](const OpDesc& d, Clock::time_point dl) {
-                  Algo a = core::choose(Coll::Barrier, 0, layout_, algo_);
+                  Algo a = core::choose(Coll::Barrier, 0, layout_, algo_, model_.get());
                   noteAlgo(a);
                   if (a == Algo::Shm) {
                     host_->barrier(d, dl);

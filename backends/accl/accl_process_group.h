@@ -11,6 +11,7 @@
 
 #include "accl/internal/op_queue.h"
 #include "accl/process_group.h"
+#include "algorithms/cost_model.h"
 #include "algorithms/select.h"
 #include "transport/host_group.h"
 #include "transport/net/net_transport.h"
@@ -67,6 +68,9 @@ class AcclProcessGroup : public ProcessGroup {
   uint64_t token_ = 0;
   core::Layout layout_;  // which host each rank is on
   core::AlgoOverrides algo_;
+  // From ACCL_TUNING_FILE: chooses the algorithms between hosts (null: the
+  // fixed size thresholds).
+  std::unique_ptr<core::CostModel> model_;
   std::unique_ptr<core::net::NetTransport> net_;
   std::unique_ptr<core::HostGroup> host_;  // the ranks of this host (this one alone included)
   std::unique_ptr<internal::OpQueue> queue_;

@@ -105,6 +105,14 @@ const config::Var<int> inlineBytes(
     "group's worker thread; a thread that waits on one while it is next in line runs it "
     "itself. 0 queues every op.");
 
+const config::Var<std::string> tuningFile(
+    "ACCL_TUNING_FILE", kOwner, config::text("a path to the JSON file that accl-perf --calibrate FILE writes"), "",
+    "(none: fixed size thresholds)",
+    "Cost-model parameters (latency, bandwidth, reduction rate, per-message overhead of the link between "
+    "hosts) measured by accl-perf --calibrate. With it, the accl backend picks each op's algorithm between "
+    "hosts by the model's predicted time; ACCL_ALGO still overrides. accl-info --plan prints the choices "
+    "and predicted times. An unreadable or malformed file fails the group's creation.");
+
 void validate() {
   transports.get();
   ibGidIndex.get();
@@ -117,6 +125,7 @@ void validate() {
   socketNstreams.get();
   shmCma.get();
   inlineBytes.get();
+  tuningFile.get();
 }
 
 bool transportOn(const std::string& t) {

@@ -8,6 +8,8 @@
 #include "accl/config.h"
 #include "accl/errors.h"
 #include "accl/registry.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/select.h"
 
 namespace {
 
@@ -60,17 +62,116 @@ void printMarkdown() {
                 e.accepted.c_str(), e.owner.c_str(), e.meaning.c_str());
 }
 
+// --plan: the accl backend's algorithm choice per op and size band for a
+// layout given by counts, with the cost model's predictions.
+int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
+  using namespace accl::core;
+  if (ranks < 1 || hosts < 1 || hosts > ranks) {
+    std::fprintf(stderr, "accl-info: --plan needs 1 <= --hosts <= --ranks (got --ranks %d --hosts %d)\n", ranks, hosts);
+    return 2;
+  }
+  // The same variables the accl backend reads (it parses them the same way).
+  const char* f = std::getenv("ACCL_TUNING_FILE");
+  const char* as = std::getenv("ACCL_ALGO");
+  std::string file = f ? f : "", algoSpec = as ? as : "";
+  CostModel model;
+  bool calibrated = !file.empty();
+  AlgoOverrides overrides;
+  try {
+    model = calibrated ? CostModel::fromFile(file) : CostModel::defaults(transport, gbps);
+    overrides = parseAlgoSpec(algoSpec);
+  } catch (const accl::Error& e) {
+    std::fprintf(stderr, "accl-info: %s\n", e.what());
+    return 1;
+  }
+  Layout l;
+  l.size = ranks;
+  l.hosts = hosts;
+  l.maxLocal = (ranks + hosts - 1) / hosts;
+  l.uniform = ranks % hosts == 0;
+  const LinkParams& p = model.link();
+  std::printf("Plan of the accl backend: %d ranks on %d host(s)%s\n", ranks, hosts,
+              l.uniform ? "" : " (uneven: hierarchical ops reduce to one rank per host)");
+  std::printf("Cost model: %s\n  %s between hosts: alpha %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, "
+              "per-message overhead %.2f us\n",
+              model.source().c_str(), model.transport.c_str(), p.alphaUs, 1e-3 / p.betaUsPerB,
+              p.gammaUsPerB > 0 ? 1e-3 / p.gammaUsPerB : 0.0, p.overheadUs);
+  std::printf("Selection: %s\n", calibrated ? "by this model (ACCL_TUNING_FILE)"
+                                            : "fixed size thresholds (no ACCL_TUNING_FILE); the predictions use "
+                                              "the default model above");
+  if (!algoSpec.empty()) std::printf("ACCL_ALGO=%s overrides the ops it names\n", algoSpec.c_str());
+  if (hosts == 1) {
+    std::printf("One host: every op runs on the shared segment; the model covers links between hosts.\n");
+    return 0;
+  }
+  std::printf("Bytes: per rank (allreduce, broadcast, reduce, gather, scatter); the whole vector (allgather, "
+              "reduce_scatter, alltoall).\nHierarchical ops: the prediction is the exchange between hosts only "
+              "(one rank per host, or per rail); the shared-memory phases are not modelled.\n\n");
+  std::printf("%-15s %12s  %-36s %14s  %s\n", "op", "bytes", "algorithm", "predicted us", "every candidate (us)");
+  const CostModel* m = calibrated ? &model : nullptr;
+  for (int ci = 0; ci < kNumColls; ++ci) {
+    Coll c = static_cast<Coll>(ci);
+    for (size_t b = 8; b <= (size_t(1) << 30); b *= 8) {
+      size_t bytes = c == Coll::Barrier ? 0 : b;
+      Algo a = choose(c, bytes, l, overrides, m);
+      int peers = ranks;
+      size_t exch = bytes;
+      std::string name = toString(a);
+      if (a == Algo::Hierarchical) {
+        peers = hosts;
+        if (c == Coll::Allreduce && l.uniform) exch = bytes / static_cast<size_t>(l.maxLocal);
+        a = chooseInterHost(c, exch, hosts, overrides, m);
+        name = std::string("hierarchical(shm+") + toString(a) + ")";
+      }
+      std::string all;
+      for (Algo x : CostModel::candidates(c)) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%s%s %.1f", all.empty() ? "" : ", ", toString(x), model.predictUs(c, x, exch, peers));
+        all += buf;
+      }
+      std::printf("%-15s %12zu  %-36s %14.1f  %s\n", toString(c), bytes, name.c_str(), model.predictUs(c, a, exch, peers),
+                  all.c_str());
+      if (c == Coll::Barrier) break;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool config = false, backends = false, markdown = false;
+  bool config = false, backends = false, markdown = false, plan = false;
+  int ranks = 0, hosts = 0;
+  std::string transport = "tcp";
+  double gbps = 0;
   CLI::App app{"Prints the version, the build (transports, CUDA and NCCL versions), the backends with the file "
                "each module was loaded from, and the effective configuration (with no option: all of it).",
                "accl-info"};
   app.add_flag("--config", config, "every ACCL_* variable: name, type, default, effective value, meaning");
   app.add_flag("--backends", backends, "backends compiled in, and whether each is usable on this host");
   app.add_flag("--markdown", markdown, "print the configuration table as Markdown (docs/configuration.md)");
+  app.add_flag("--plan", plan,
+               "the accl backend's algorithm per op and size band for --ranks/--hosts, with the cost model's "
+               "predicted time (ACCL_TUNING_FILE's model, else the defaults of --transport and --link-gbps)");
+  app.add_option("--ranks", ranks, "ranks in the group (--plan)")->check(CLI::PositiveNumber);
+  app.add_option("--hosts", hosts, "hosts they are spread over, evenly where they divide (--plan; default: one "
+                                   "rank per host)")->check(CLI::PositiveNumber);
+  app.add_option("--transport", transport, "link between hosts for the default model (--plan)")
+      ->check(CLI::IsMember({"tcp", "ib"}))->capture_default_str();
+  app.add_option("--link-gbps", gbps, "link speed for the default model in Gbit/s (--plan; default: 10 for tcp, "
+                                      "100 for ib)")->check(CLI::PositiveNumber);
   if (int rc = accl_tools::parseCommandLine(app, argc, argv, "accl-info"); rc >= 0) return rc;
+  if (plan) {
+    if (ranks == 0) {
+      std::fprintf(stderr, "accl-info: --plan needs --ranks N (and --hosts H; default one rank per host)\n");
+      return 2;
+    }
+    return printPlan(ranks, hosts ? hosts : ranks, transport, gbps);
+  }
+  if (ranks || hosts) {
+    std::fprintf(stderr, "accl-info: --ranks and --hosts go with --plan\n");
+    return 2;
+  }
   if (markdown) {
     printMarkdown();
     return 0;

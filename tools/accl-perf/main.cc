@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/cli.h"
+#include "calibrate.h"
 
 #include <algorithm>
 #include <chrono>
@@ -426,6 +427,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_flag("--corrupt", a.corrupt, "damage one element on rank 0 before checking (tests the checker)");
+  accl_perf::CalibrateArgs cal;
+  app.add_option("--calibrate", cal.file,
+                 "instead of an op: measure the cost model's parameters of the link between rank 0 and "
+                 "--calibrate-peer (latency, bandwidth, per-message overhead; reduction rate) and write them to "
+                 "FILE, the tuning file the accl backend reads from ACCL_TUNING_FILE")
+      ->type_name("FILE");
+  app.add_option("--calibrate-peer", cal.peer, "the rank rank 0 measures with (default: the last; put it on "
+                                                "another host to calibrate the link between hosts)");
+  app.add_option("--calibrate-transport", cal.transport, "the link the calibration crosses, recorded in the file")
+      ->check(CLI::IsMember({"tcp", "ib"}))
+      ->capture_default_str();
   if (int rc = accl_tools::parseCommandLine(app, argc, argv, "accl-perf"); rc >= 0) return rc;
   try {
     a.dtype = parseDataType(dtype == "float" ? "float32" : dtype == "double" ? "float64" : dtype);
@@ -459,6 +471,7 @@ int main(int argc, char** argv) {
     Rendezvous rv = rendezvousFromEnv();
     auto pg = createProcessGroup(a.backend, std::make_shared<PrefixStore>("accl-perf", rv.store), rv.rank, rv.size);
     int n = pg->size(), me = pg->rank();
+    if (!cal.file.empty()) return accl_perf::calibrate(*pg, cal);
     if (a.op == "sendrecv" && n < 2) {
       std::fprintf(stderr, "accl-perf: sendrecv needs at least 2 ranks\n");
       return 2;

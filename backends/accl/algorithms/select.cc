@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "accl/errors.h"
+#include "algorithms/cost_model.h"
 #include "accl/internal/strings.h"
 
 namespace accl {
@@ -93,9 +94,10 @@ AlgoOverrides parseAlgoSpec(const std::string& spec) {
   return o;
 }
 
-Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o) {
+Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, const CostModel* m) {
   Algo forced = o.algo[static_cast<int>(c)];
   if (forced != Algo::Auto && forced != Algo::Hierarchical) return forced;
+  if (m) return m->best(c, bytes, hosts);
   switch (c) {
     case Coll::Allreduce:
       return (bytes <= kSmallAllreduce || hosts == 2) ? Algo::RecursiveDoubling : Algo::Ring;
@@ -108,31 +110,39 @@ Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o) {
   }
 }
 
-Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o) {
+Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const CostModel* m) {
   if (l.singleHost()) return Algo::Shm;
   Algo forced = o.algo[static_cast<int>(c)];
   bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier;
-  if (forced == Algo::Hierarchical) return l.hierarchical() ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{});
+  if (forced == Algo::Hierarchical)
+    return l.hierarchical() ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m);
   if (forced != Algo::Auto) return forced;
   if (hierOp && l.hierarchical()) return Algo::Hierarchical;
-  return chooseInterHost(c, bytes, l.size, o);
+  return chooseInterHost(c, bytes, l.size, o, m);
 }
 
-std::string describeSelection(const Layout& l, const AlgoOverrides& o) {
+static std::vector<size_t> selectionProbes(const CostModel* m) {
+  if (!m) return {0, 1, kSmallGather + 1, kSmallBroadcast + 1};
+  std::vector<size_t> p{0};
+  for (size_t b = 1; b <= (size_t(1) << 30); b *= 2) p.push_back(b);
+  return p;
+}
+
+std::string describeSelection(const Layout& l, const AlgoOverrides& o, const CostModel* m) {
   std::ostringstream os;
   if (l.singleHost()) return "every op on the shared segment (one host)";
-  const size_t probes[] = {0, 1, kSmallGather + 1, kSmallBroadcast + 1};
+  const std::vector<size_t> probes = selectionProbes(m);
   for (int ci = 0; ci < kNumColls; ++ci) {
     Coll c = static_cast<Coll>(ci);
     os << (ci ? "; " : "") << toString(c) << ":";
     std::string last;
     std::vector<std::pair<size_t, std::string>> ranges;
     for (size_t b : probes) {
-      Algo a = choose(c, b, l, o);
+      Algo a = choose(c, b, l, o, m);
       std::string name = toString(a);
       if (a == Algo::Hierarchical) {
         name += "(shm+";
-        name += toString(chooseInterHost(c, b / std::max(1, l.maxLocal), l.hosts, o));
+        name += toString(chooseInterHost(c, b / std::max(1, l.maxLocal), l.hosts, o, m));
         name += ")";
       }
       if (name != last) {

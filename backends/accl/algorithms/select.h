@@ -29,6 +29,8 @@ constexpr int kNumColls = 9;
 const char* toString(Algo a);
 const char* toString(Coll c);
 
+class CostModel;
+
 struct AlgoOverrides {
   std::array<Algo, kNumColls> algo{};
 };
@@ -39,12 +41,14 @@ AlgoOverrides parseAlgoSpec(const std::string& spec);
 
 // The algorithm for `c` with `bytes` of payload per rank (total for
 // allgather/reduce_scatter/alltoall). Returns Shm for single-host groups.
-Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o);
+// Between hosts, ACCL_ALGO's choice first; then, given a cost model (a
+// tuning file), the algorithm it predicts fastest; else fixed size thresholds.
+Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const CostModel* m = nullptr);
 // For hierarchical ops: the algorithm of the exchange between hosts.
-Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o);
+Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, const CostModel* m = nullptr);
 
 // One line per op: which algorithm each size range gets (logged at INFO).
-std::string describeSelection(const Layout& l, const AlgoOverrides& o);
+std::string describeSelection(const Layout& l, const AlgoOverrides& o, const CostModel* m = nullptr);
 
 }  // namespace core
 }  // namespace accl

@@ -1,0 +1,199 @@
+#include "algorithms/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "accl/errors.h"
+
+namespace accl {
+namespace core {
+
+namespace {
+
+int ceilLog2(int p) {
+  int s = 0;
+  while ((1 << s) < p) ++s;
+  return s;
+}
+
+int floorPow2(int p) {
+  int q = 1;
+  while (q * 2 <= p) q *= 2;
+  return q;
+}
+
+// The piece size of the pipelined chain broadcast (algorithms.cc).
+size_t ringPiece(size_t bytes) { return std::max<size_t>(256u << 10, (bytes + 15) / 16); }
+
+const char* kFields[] = {"alpha_us", "beta_us_per_byte", "gamma_us_per_byte", "overhead_us"};
+
+}  // namespace
+
+CostModel CostModel::defaults(const std::string& transport, double linkGbps) {
+  CostModel m;
+  m.transport = transport == "ib" ? "ib" : "tcp";
+  bool ib = m.transport == "ib";
+  double gbps = linkGbps > 0 ? linkGbps : (ib ? 100.0 : 10.0);
+  // What ACCL's transports reach of the wire's rate: TCP through the kernel
+  // about 80 % (with several streams), verbs about 90 %.
+  double bytesPerUs = gbps * 1e3 / 8 * (ib ? 0.9 : 0.8);
+  m.net_.alphaUs = ib ? 4.0 : 30.0;
+  m.net_.betaUsPerB = 1.0 / bytesPerUs;
+  // A reduction reads two inputs and writes one on one core: ~4 GB/s.
+  m.net_.gammaUsPerB = 1.0 / 4000.0;
+  m.net_.overheadUs = ib ? 0.5 : 3.0;
+  std::ostringstream os;
+  os << "defaults for " << m.transport << " at " << gbps << " Gbit/s"
+     << (linkGbps > 0 ? " (the NIC's speed from the topology)" : " (link speed unknown: assumed)");
+  m.source_ = os.str();
+  return m;
+}
+
+CostModel CostModel::fromJson(const std::string& text, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw InvalidArgument(where + ": not JSON (" + e.what() +
+                          "); accepted: the file `accl-perf --calibrate FILE` writes");
+  }
+  if (!j.is_object() || !j.contains("link") || !j["link"].is_object())
+    throw InvalidArgument(where + ": no object \"link\"; accepted: the file `accl-perf --calibrate FILE` writes, "
+                                  "{\"version\": 1, \"transport\": \"tcp\"|\"ib\", \"link\": {\"alpha_us\": ..., "
+                                  "\"beta_us_per_byte\": ..., \"gamma_us_per_byte\": ..., \"overhead_us\": ...}}");
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int64_t>() != 1)
+    throw InvalidArgument(where + ": \"version\" must be 1 (the only tuning-file version this build reads)");
+  CostModel m;
+  m.transport = "tcp";
+  if (j.contains("transport")) {
+    if (!j["transport"].is_string() || (j["transport"] != "tcp" && j["transport"] != "ib"))
+      throw InvalidArgument(where + ": \"transport\" must be \"tcp\" or \"ib\"");
+    m.transport = j["transport"].get<std::string>();
+  }
+  const auto& l = j["link"];
+  double* dst[] = {&m.net_.alphaUs, &m.net_.betaUsPerB, &m.net_.gammaUsPerB, &m.net_.overheadUs};
+  for (int i = 0; i < 4; ++i) {
+    if (!l.contains(kFields[i]) || !l[kFields[i]].is_number())
+      throw InvalidArgument(where + ": link." + kFields[i] + " is missing or not a number; accepted: a number >= 0");
+    double v = l[kFields[i]].get<double>();
+    if (!std::isfinite(v) || v < 0)
+      throw InvalidArgument(where + ": link." + kFields[i] + " = " + std::to_string(v) +
+                            "; accepted: a finite number >= 0");
+    *dst[i] = v;
+  }
+  if (m.net_.betaUsPerB <= 0)
+    throw InvalidArgument(where + ": link.beta_us_per_byte must be > 0 (it is 1 / bandwidth)");
+  m.source_ = where;
+  return m;
+}
+
+CostModel CostModel::fromFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw InvalidArgument("tuning file " + path + " cannot be read (ACCL_TUNING_FILE names it)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return fromJson(ss.str(), "tuning file " + path);
+}
+
+std::string CostModel::toJson() const {
+  nlohmann::json j;
+  j["version"] = 1;
+  j["transport"] = transport;
+  j["link"] = {{"alpha_us", net_.alphaUs},
+               {"beta_us_per_byte", net_.betaUsPerB},
+               {"gamma_us_per_byte", net_.gammaUsPerB},
+               {"overhead_us", net_.overheadUs}};
+  return j.dump(2) + "\n";
+}
+
+std::vector<Algo> CostModel::candidates(Coll c) {
+  switch (c) {
+    case Coll::Allreduce: return {Algo::RecursiveDoubling, Algo::Ring};
+    case Coll::Broadcast: return {Algo::Tree, Algo::Ring};
+    case Coll::Reduce: return {Algo::Tree};
+    case Coll::Allgather: return {Algo::Direct, Algo::Ring};
+    case Coll::ReduceScatter: return {Algo::RecursiveDoubling, Algo::Ring};
+    case Coll::Alltoall: return {Algo::Direct};
+    case Coll::Gather: return {Algo::Direct};
+    case Coll::Scatter: return {Algo::Direct};
+    case Coll::Barrier: return {Algo::RecursiveDoubling};
+  }
+  return {};
+}
+
+double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p) const {
+  if (p <= 1) return 0;
+  const double al = net_.alphaUs, be = net_.betaUsPerB, ga = net_.gammaUsPerB, o = net_.overheadUs;
+  const double n = static_cast<double>(bytes), P = p, L = ceilLog2(p);
+  const double frac = (P - 1) / P;
+  auto bad = [&]() -> double {
+    throw InvalidArgument(std::string("cost model: ") + toString(c) + " has no algorithm " + toString(a));
+  };
+  switch (c) {
+    case Coll::Allreduce:
+      if (a == Algo::Ring) return 2 * (P - 1) * al + 2 * frac * n * be + frac * n * ga;
+      if (a == Algo::RecursiveDoubling) {
+        // log2 of the largest power of two, each step the whole vector; the
+        // ranks beyond it fold in before and get the result after.
+        int q = floorPow2(p);
+        double steps = ceilLog2(q);
+        double extra = q == p ? 0 : 2 * (al + n * be) + n * ga;
+        return steps * (al + n * be + n * ga) + extra;
+      }
+      return bad();
+    case Coll::Broadcast:
+      if (a == Algo::Tree) return L * (al + n * be);
+      if (a == Algo::Ring) {
+        size_t piece = ringPiece(bytes);
+        double k = bytes == 0 ? 1 : std::ceil(n / static_cast<double>(piece));
+        double m = std::min(n, static_cast<double>(piece));
+        return (P - 2 + k) * (al + m * be);
+      }
+      return bad();
+    case Coll::Reduce:
+      if (a == Algo::Tree) return L * (al + n * be + n * ga);
+      return bad();
+    case Coll::Allgather:  // n: the whole gathered vector
+      if (a == Algo::Ring) return (P - 1) * (al + n / P * be);
+      if (a == Algo::Direct) return al + (P - 2) * o + frac * n * be;
+      return bad();
+    case Coll::ReduceScatter:  // n: the whole input vector
+      if (a == Algo::Ring) return (P - 1) * (al + n / P * (be + ga));
+      // The recursive-doubling variant is the whole allreduce, then a copy of
+      // this rank's block (algorithms' reduce-scatter by recursive doubling).
+      if (a == Algo::RecursiveDoubling) return predictUs(Coll::Allreduce, Algo::RecursiveDoubling, bytes, p);
+      return bad();
+    case Coll::Alltoall:  // n: all a rank sends
+      if (a == Algo::Direct) return (P - 1) * (al + n / P * be);
+      return bad();
+    case Coll::Gather:
+    case Coll::Scatter:  // n: one rank's block; the root's link carries p - 1 of them
+      if (a == Algo::Direct) return al + (P - 2) * o + (P - 1) * n * be;
+      return bad();
+    case Coll::Barrier:
+      if (a == Algo::RecursiveDoubling) return L * al;
+      return bad();
+  }
+  return bad();
+}
+
+Algo CostModel::best(Coll c, size_t bytes, int p) const {
+  Algo bestA = Algo::Auto;
+  double bestT = 0;
+  for (Algo a : candidates(c)) {
+    double t = predictUs(c, a, bytes, p);
+    if (bestA == Algo::Auto || t < bestT) {
+      bestA = a;
+      bestT = t;
+    }
+  }
+  return bestA;
+}
+
+}  // namespace core
+}  // namespace accl

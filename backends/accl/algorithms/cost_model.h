@@ -1,0 +1,69 @@
+// The accl backend's cost model: an alpha-beta-gamma model (Hockney's, with
+// a reduction rate, as in Thakur, Rabenseifner and Gropp's analysis of MPI's
+// collectives) of the link between hosts, from which the selection picks the
+// algorithm of an op between hosts and `accl-info --plan` predicts op times.
+//
+//   one message of n bytes between two ranks:   alpha + n * beta
+//   reducing n bytes into another n bytes:       n * gamma
+//   each further message one rank posts at once: overhead (LogGP's o)
+//
+// Parameters come from a calibration (`accl-perf --calibrate FILE`, named to
+// the backend by ACCL_TUNING_FILE) or, without one, from the transport and the
+// NIC's link speed that the topology reports (defaults()).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "algorithms/select.h"
+
+namespace accl {
+namespace core {
+
+struct LinkParams {
+  double alphaUs = 0;     // latency of one message (microseconds)
+  double betaUsPerB = 0;  // transfer time per byte (microseconds): 1 / bandwidth
+  double gammaUsPerB = 0; // reduction time per byte (microseconds)
+  double overheadUs = 0;  // each further message posted at once by one rank
+};
+
+class CostModel {
+ public:
+  // Defaults for the link between hosts: "tcp" or "ib", at `linkGbps` (the
+  // NIC's speed from the topology; <= 0: unknown, 10 Gbit/s for tcp and 100
+  // for ib are assumed). The rates are what ACCL's transports reach on such
+  // links, not the wire's raw rate.
+  static CostModel defaults(const std::string& transport, double linkGbps);
+  // Parses a tuning file's text (the JSON that `accl-perf --calibrate`
+  // writes). Throws InvalidArgument naming `where`, the field and what is
+  // accepted, for anything missing, negative or not a number.
+  static CostModel fromJson(const std::string& text, const std::string& where);
+  // Reads and parses a tuning file; InvalidArgument if it cannot be read.
+  static CostModel fromFile(const std::string& path);
+  // The JSON a tuning file holds (fromJson reads it back).
+  std::string toJson() const;
+
+  const LinkParams& link() const { return net_; }
+  LinkParams& link() { return net_; }
+  const std::string& source() const { return source_; }
+  void setSource(std::string s) { source_ = std::move(s); }
+  std::string transport;  // the link the parameters describe: "tcp" or "ib"
+
+  // Predicted time (microseconds) of algorithm `a` for `c` among `p` ranks
+  // (each on its own host) with `bytes` as choose() counts them (per rank;
+  // total for allgather, reduce_scatter and alltoall). Throws
+  // InvalidArgument for an algorithm `c` does not have.
+  double predictUs(Coll c, Algo a, size_t bytes, int p) const;
+  // The algorithms of `c` between hosts (Hierarchical excluded).
+  static std::vector<Algo> candidates(Coll c);
+  // The candidate with the lowest prediction (the earlier one on a tie).
+  Algo best(Coll c, size_t bytes, int p) const;
+
+ private:
+  LinkParams net_;
+  std::string source_;
+};
+
+}  // namespace core
+}  // namespace accl

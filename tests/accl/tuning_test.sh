@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The cost model end to end: accl-perf --calibrate writes a tuning file;
+# accl-info --plan reads it; 4 ranks that are each their own host
+# (ACCL_HOSTID per rank: every op goes between "hosts" over TCP) run ops with
+# ACCL_TUNING_FILE, chosen by the model, results checked; a malformed file
+# fails every rank with an error that names it, in bounded time.
+#   tuning_test.sh BUILD_DIR
+set -u
+b=${1:?build dir}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+export MASTER_ADDR=127.0.0.1
+
+echo "== calibrate (2 ranks)"
+timeout 120 "$b/bin/accl-run" -n 2 "$b/bin/accl-perf" --backend accl --calibrate "$tmp/t.json" > "$tmp/cal.log" 2>&1 ||
+  fail "accl-perf --calibrate exited $?: $(tail -5 "$tmp/cal.log")"
+cat "$tmp/cal.log"
+python3 - "$tmp/t.json" <<'PY' || fail "the tuning file is not what the backend reads"
+import json, sys
+j = json.load(open(sys.argv[1]))
+l = j["link"]
+assert j["version"] == 1 and j["transport"] == "tcp", j
+assert l["alpha_us"] > 0 and l["beta_us_per_byte"] > 0 and l["gamma_us_per_byte"] > 0 and l["overhead_us"] >= 0, l
+pp = j["measured"]["ping_pong"]
+assert [p["bytes"] for p in pp] == sorted(p["bytes"] for p in pp) and all(p["one_way_us"] > 0 for p in pp), pp
+# One-way time grows with size: 16 MiB takes longer than 8 B.
+assert pp[-1]["one_way_us"] > pp[0]["one_way_us"], pp
+print("tuning file ok:", l)
+PY
+
+echo "== accl-info --plan with it"
+ACCL_TUNING_FILE=$tmp/t.json "$b/bin/accl-info" --plan --ranks 4 --hosts 4 > "$tmp/plan.log" 2>&1 || fail "accl-info --plan exited $?"
+grep -q "Selection: by this model (ACCL_TUNING_FILE)" "$tmp/plan.log" || fail "--plan does not say the model chooses"
+grep -qE "^allreduce +8 +recursive_doubling" "$tmp/plan.log" || fail "--plan: 8 B allreduce between 4 hosts should be recursive doubling"
+head -12 "$tmp/plan.log"
+
+echo "== 4 ranks, each its own host, ops chosen by the model, results checked"
+for op in allreduce broadcast allgather reduce_scatter; do
+  ACCL_TUNING_FILE=$tmp/t.json ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT timeout 300 "$b/bin/accl-run" -n 4 \
+    sh -c 'ACCL_HOSTID=h$RANK exec "$0" "$@"' "$b/bin/accl-perf" --backend accl --op $op -b 8 -e 4M -f 8 -n 3 -w 1 -c 1 \
+    > "$tmp/$op.log" 2>&1 || fail "$op exited $?: $(tail -3 "$tmp/$op.log")"
+  grep -q "chosen by the cost model of tuning file $tmp/t.json" "$tmp/$op.log" || fail "$op: the log does not say the model chose"
+  grep -q "Out of bounds values : 0 OK" "$tmp/$op.log" || fail "$op: wrong results: $(grep -E '^\[0\] +[0-9]' "$tmp/$op.log")"
+  echo "$op: $(grep -c -E '^\[0\] +[0-9]' "$tmp/$op.log") sizes, $(grep -o 'Out of bounds values : [0-9]* [A-Z]*' "$tmp/$op.log")"
+done
+
+echo "== a malformed tuning file fails every rank, naming it"
+echo '{"version": 1, "link": {"alpha_us": "fast"}}' > "$tmp/bad.json"
+start=$(date +%s)
+ACCL_TUNING_FILE=$tmp/bad.json timeout 60 "$b/bin/accl-run" -n 2 "$b/bin/accl-perf" --backend accl -b 8 -e 8 > "$tmp/bad.log" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a malformed file: exit $rc (expected a failure, not success or a hang)"
+for r in 0 1; do
+  grep -q "^\[$r\] .*ACCL_TUNING_FILE: tuning file $tmp/bad.json: link.alpha_us is missing or not a number" "$tmp/bad.log" ||
+    fail "rank $r does not name the file and field: $(cat "$tmp/bad.log")"
+done
+echo "malformed file: exit $rc after $(( $(date +%s) - start )) s"
+[ "$fails" -eq 0 ] && echo "all checks passed"
+exit "$fails"

@@ -1,0 +1,173 @@
+// The accl backend's cost model: its predictions against the alpha-beta-gamma
+// formulas worked out by hand for fixed parameters, the choice it makes, how
+// it steers the selection (ACCL_ALGO still first), and the tuning file's
+// parsing (round trip; each malformed field named).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "accl/errors.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/select.h"
+
+using namespace accl;
+using namespace accl::core;
+
+namespace {
+
+// alpha 10 us, 1 GB/s (0.001 us/B), reduction 2 GB/s (0.0005 us/B), 2 us per further message.
+CostModel fixed() {
+  CostModel m;
+  m.transport = "tcp";
+  m.link() = LinkParams{10, 0.001, 0.0005, 2};
+  return m;
+}
+
+std::string what(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no InvalidArgument)";
+}
+
+}  // namespace
+
+TEST(CostModel, PredictionsFollowTheFormulasWorkedOutByHand) {
+  CostModel m = fixed();
+  const size_t n = 1000000;
+  // Ring allreduce, p = 4: 2(p-1)a + 2(p-1)/p n b + (p-1)/p n g = 60 + 1500 + 375.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::Ring, n, 4), 1935);
+  // Recursive doubling, p = 4: 2 steps of (a + n b + n g) = 2 x 1510.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 4), 3020);
+  // p = 3: one step among 2, plus the third rank folded in and served: 1510 + 2 x 1010 + 500.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 3), 4030);
+  // Binomial broadcast, p = 4: 2 x (10 + 1000).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Broadcast, Algo::Tree, n, 4), 2020);
+  // Chain broadcast: pieces of 256 KiB (4 of them for 1e6 bytes), p - 2 + 4 = 6 steps of 10 + 262.144.
+  EXPECT_NEAR(m.predictUs(Coll::Broadcast, Algo::Ring, n, 4), 6 * (10 + 262.144), 1e-9);
+  // Binomial reduce: 2 x (10 + 1000 + 500).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Reduce, Algo::Tree, n, 4), 3020);
+  // Allgather of 1e6 bytes in all: ring 3 x (10 + 250); direct 10 + 2 x 2 + 750.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Ring, n, 4), 780);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Direct, n, 4), 764);
+  // Reduce-scatter of 1e6 bytes: ring 3 x (10 + 250000 x 0.0015); by recursive doubling, the whole allreduce.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::ReduceScatter, Algo::Ring, n, 4), 1155);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::ReduceScatter, Algo::RecursiveDoubling, n, 4), 3020);
+  // Alltoall, 1e6 bytes sent by each: 3 x (10 + 250).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Alltoall, Algo::Direct, n, 4), 780);
+  // Gather of 1e6 bytes per rank: the root takes 3 blocks: 10 + 2 x 2 + 3000.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Gather, Algo::Direct, n, 4), 3014);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Scatter, Algo::Direct, n, 4), 3014);
+  // Dissemination barrier: ceil(log2 p) latencies.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Barrier, Algo::RecursiveDoubling, 0, 4), 20);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Barrier, Algo::RecursiveDoubling, 0, 5), 30);
+  // One rank: nothing to move.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::Ring, n, 1), 0);
+  EXPECT_NE(what([&] { m.predictUs(Coll::Alltoall, Algo::Ring, n, 4); }).find("alltoall has no algorithm ring"),
+            std::string::npos);
+}
+
+TEST(CostModel, BestIsTheLowestPredictionAndMovesWithTheParameters) {
+  CostModel m = fixed();
+  // Small: latency terms rule (RD 2 steps against ring's 6); large: bandwidth (ring moves 1.5 n, RD 2 n).
+  EXPECT_EQ(m.best(Coll::Allreduce, 8, 4), Algo::RecursiveDoubling);
+  EXPECT_EQ(m.best(Coll::Allreduce, 1000000, 4), Algo::Ring);
+  for (size_t b : {size_t(8), size_t(4096), size_t(1) << 20, size_t(64) << 20})
+    for (Coll c : {Coll::Allreduce, Coll::Broadcast, Coll::Allgather, Coll::ReduceScatter}) {
+      Algo a = m.best(c, b, 8);
+      for (Algo x : CostModel::candidates(c)) EXPECT_LE(m.predictUs(c, a, b, 8), m.predictUs(c, x, b, 8));
+    }
+  // A link whose latency is 100x higher keeps recursive doubling longer.
+  CostModel slow = fixed();
+  slow.link().alphaUs = 1000;
+  EXPECT_EQ(slow.best(Coll::Allreduce, 100000, 4), Algo::RecursiveDoubling);
+  EXPECT_EQ(m.best(Coll::Allreduce, 100000, 4), Algo::Ring);
+}
+
+TEST(CostModel, SteersTheSelectionBetweenHostsAndAcclAlgoStillWins) {
+  CostModel m = fixed();
+  Layout l;  // 4 ranks, each its own host
+  l.size = 4;
+  l.hosts = 4;
+  l.maxLocal = 1;
+  EXPECT_EQ(choose(Coll::Allreduce, 1000000, l, AlgoOverrides{}, &m), Algo::Ring);
+  EXPECT_EQ(choose(Coll::Allreduce, 8, l, AlgoOverrides{}, &m), Algo::RecursiveDoubling);
+  CostModel slow = fixed();
+  slow.link().alphaUs = 1000;
+  EXPECT_EQ(choose(Coll::Allreduce, 100000, l, AlgoOverrides{}, &slow), Algo::RecursiveDoubling);
+  // Without a model: the fixed threshold (64 KiB) decides.
+  EXPECT_EQ(choose(Coll::Allreduce, 100000, l, AlgoOverrides{}), Algo::Ring);
+  // ACCL_ALGO first.
+  EXPECT_EQ(choose(Coll::Allreduce, 1000000, l, parseAlgoSpec("allreduce:rd"), &m), Algo::RecursiveDoubling);
+  // One host: shared memory whatever the model says.
+  Layout one;
+  one.size = 4;
+  one.hosts = 1;
+  one.maxLocal = 4;
+  EXPECT_EQ(choose(Coll::Allreduce, 1000000, one, AlgoOverrides{}, &m), Algo::Shm);
+  // Hierarchical layouts: the exchange between hosts is the model's choice.
+  EXPECT_EQ(chooseInterHost(Coll::Allreduce, 1000000, 4, AlgoOverrides{}, &m), Algo::Ring);
+  EXPECT_NE(describeSelection(l, AlgoOverrides{}, &m).find("recursive_doubling"), std::string::npos);
+}
+
+TEST(CostModel, TuningFileRoundTripsAndEachMalformedFieldIsNamed) {
+  CostModel m = fixed();
+  CostModel back = CostModel::fromJson(m.toJson(), "test");
+  EXPECT_EQ(back.transport, "tcp");
+  EXPECT_DOUBLE_EQ(back.link().alphaUs, 10);
+  EXPECT_DOUBLE_EQ(back.link().betaUsPerB, 0.001);
+  EXPECT_DOUBLE_EQ(back.link().gammaUsPerB, 0.0005);
+  EXPECT_DOUBLE_EQ(back.link().overheadUs, 2);
+  EXPECT_EQ(back.source(), "test");
+
+  EXPECT_NE(what([] { CostModel::fromJson("{nope", "f"); }).find("f: not JSON"), std::string::npos);
+  EXPECT_NE(what([] { CostModel::fromJson("{\"version\": 1}", "f"); }).find("no object \"link\""), std::string::npos);
+  std::string ok = "\"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, \"gamma_us_per_byte\": 0, \"overhead_us\": 0}";
+  EXPECT_NE(what([&] { CostModel::fromJson("{\"version\": 2, " + ok + "}", "f"); }).find("\"version\" must be 1"),
+            std::string::npos);
+  EXPECT_NE(what([&] { CostModel::fromJson("{\"version\": 1, \"transport\": \"udp\", " + ok + "}", "f"); })
+                .find("\"transport\" must be \"tcp\" or \"ib\""),
+            std::string::npos);
+  EXPECT_NE(what([] {
+              CostModel::fromJson("{\"version\": 1, \"link\": {\"alpha_us\": -1, \"beta_us_per_byte\": 0.001, "
+                                  "\"gamma_us_per_byte\": 0, \"overhead_us\": 0}}",
+                                  "f");
+            }).find("link.alpha_us = -1"),
+            std::string::npos);
+  EXPECT_NE(what([] {
+              CostModel::fromJson("{\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, "
+                                  "\"overhead_us\": 0}}",
+                                  "f");
+            }).find("link.gamma_us_per_byte is missing"),
+            std::string::npos);
+  EXPECT_NE(what([] {
+              CostModel::fromJson("{\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0, "
+                                  "\"gamma_us_per_byte\": 0, \"overhead_us\": 0}}",
+                                  "f");
+            }).find("beta_us_per_byte must be > 0"),
+            std::string::npos);
+  EXPECT_NE(what([] { CostModel::fromFile("/nonexistent/tuning.json"); })
+                .find("tuning file /nonexistent/tuning.json cannot be read (ACCL_TUNING_FILE"),
+            std::string::npos);
+  std::string path = ::testing::TempDir() + "cost_model_test.json";
+  std::ofstream(path) << m.toJson();
+  EXPECT_DOUBLE_EQ(CostModel::fromFile(path).link().betaUsPerB, 0.001);
+  std::remove(path.c_str());
+}
+
+TEST(CostModel, DefaultsComeFromTheTransportAndTheLinkSpeed) {
+  // 25 Gbit/s of TCP at 80 %: 2500 bytes per microsecond.
+  CostModel tcp = CostModel::defaults("tcp", 25);
+  EXPECT_DOUBLE_EQ(tcp.link().betaUsPerB, 1.0 / 2500);
+  EXPECT_NE(tcp.source().find("25 Gbit/s (the NIC's speed from the topology)"), std::string::npos);
+  CostModel ib = CostModel::defaults("ib", 0);  // unknown speed: 100 Gbit/s assumed
+  EXPECT_EQ(ib.transport, "ib");
+  EXPECT_DOUBLE_EQ(ib.link().betaUsPerB, 1.0 / (100e3 / 8 * 0.9));
+  EXPECT_LT(ib.link().alphaUs, tcp.link().alphaUs);
+  EXPECT_NE(ib.source().find("assumed"), std::string::npos);
+}
