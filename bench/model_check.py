@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Checks the accl backend's cost model against what runs: simulated hosts
+(network namespaces, bench/netns.sh) whose link is shaped (tbf rate, and a
+delay each way by an NFQUEUE rule served by accl_nfq_delay). For each link:
+
+  1. accl-perf --calibrate between the hosts writes a tuning file;
+  2. each op runs with every algorithm forced (ACCL_ALGO) and with the
+     model's choice (ACCL_TUNING_FILE), accl-perf timing each size;
+  3. accl-info --plan gives the model's choice and prediction per size.
+
+It prints, per link, op and size: the measured time of each algorithm, the
+chosen one's time against the best forced one (target <= 1.10) and the
+prediction against the measured time of the choice (target 0.75-1.25); then
+how many bands meet each target. A benchmark: figures, not a pass/fail test
+(exit 1 only when a run failed or results were wrong).
+
+  bench/model_check.py BUILD_DIR [--links 1gbit:0.1,1gbit:2,10gbit:0.1,10gbit:2]
+                       [--ranks-per-host 1] [--ops allreduce,broadcast,allgather,reduce_scatter]
+                       [--max 16M] [--iters 10]
+
+Needs root, tc's tbf qdisc, iptables and accl_nfq_delay (tests/netns/nfq_delay.c).
+Uses namespaces acclm0/acclm1 on 10.76.0.0/24.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREFIX, SUBNET = "acclm", "10.76.0"
+CANDIDATES = {"allreduce": ["recursive_doubling", "ring"], "broadcast": ["tree", "ring"],
+              "allgather": ["direct", "ring"], "reduce_scatter": ["recursive_doubling", "ring"]}
+SHORT = {"recursive_doubling": "rd"}
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def netns(cmd):
+    env = dict(os.environ, ACCL_NETNS_PREFIX=PREFIX, ACCL_NETNS_SUBNET=SUBNET)
+    subprocess.run([os.path.join(ROOT, "bench", "netns.sh"), cmd, "2"], check=cmd == "up", env=env,
+                   stdout=subprocess.DEVNULL)
+
+
+def size_arg(s):
+    m = re.fullmatch(r"(\d+)([KMG]?)", s)
+    if not m:
+        raise argparse.ArgumentTypeError(f"a size like 8, 64K, 16M, not '{s}'")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+class Link:
+    """Shapes the link of both namespace hosts: rate (tbf) and a delay each way."""
+
+    def __init__(self, build, rate, delay_ms, ipt):
+        self.procs = []
+        for i in (0, 1):
+            ns = f"{PREFIX}{i}"
+            sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
+               "burst", "256kb", "latency", "200ms")
+            if delay_ms > 0:
+                log = tempfile.NamedTemporaryFile("w+", delete=False)
+                p = subprocess.Popen(["ip", "netns", "exec", ns, os.path.join(build, "bin", "accl_nfq_delay"),
+                                      str(50 + i), str(delay_ms)], stdout=log, stderr=subprocess.STDOUT)
+                self.procs.append(p)
+                for _ in range(50):
+                    if "ready" in open(log.name).read():
+                        break
+                    time.sleep(0.1)
+                sh("ip", "netns", "exec", ns, ipt, "-A", "OUTPUT", "-o", "eth0", "-j", "NFQUEUE", "--queue-num",
+                   str(50 + i))
+
+    def close(self):
+        for p in self.procs:
+            p.terminate()
+            p.wait()
+
+
+def perf(build, env, op, max_bytes, iters, ranks):
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [os.path.join(build, "bin", "accl-run"), "-n", str(ranks), "--netns", f"{PREFIX}0,{PREFIX}1",
+               "--master-addr", f"{SUBNET}.1", os.path.join(build, "bin", "accl-perf"), "--backend", "accl",
+               "--op", op, "-b", "8", "-e", str(max_bytes), "-f", "8", "-n", str(iters), "-w", "2", "-z", "1",
+               "-c", "1", "-J", out.name]
+        r = subprocess.run(cmd, env=dict(os.environ, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=1800)
+        if r.returncode != 0:
+            raise RuntimeError(f"{op} {env}: exit {r.returncode}: {r.stdout[-2000:]}")
+        j = json.load(open(out.name))
+    if j["wrong"]:
+        raise RuntimeError(f"{op} {env}: {j['wrong']} wrong elements")
+    return {x["size"]: x["out_of_place"]["time_us"] for x in j["results"]}
+
+
+def plan(build, tuning, ranks, hosts):
+    r = subprocess.run([os.path.join(build, "bin", "accl-info"), "--plan", "--ranks", str(ranks), "--hosts",
+                        str(hosts)], env=dict(os.environ, ACCL_TUNING_FILE=tuning), stdout=subprocess.PIPE,
+                       text=True, check=True)
+    rows = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)\s+(\S+)\s+([\d.]+)\s", line)
+        if m:
+            algo = re.sub(r"hierarchical\(shm\+(\w+)\)", r"\1", m.group(3))
+            rows[(m.group(1), int(m.group(2)))] = (algo, float(m.group(4)))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("build")
+    ap.add_argument("--links", default="1gbit:0.1,1gbit:2,10gbit:0.1,10gbit:2",
+                    help="RATE:DELAY_MS pairs (tc rate; delay added each way)")
+    ap.add_argument("--ranks-per-host", type=int, default=1)
+    ap.add_argument("--ops", default="allreduce,broadcast,allgather,reduce_scatter")
+    ap.add_argument("--max", type=size_arg, default=16 << 20)
+    ap.add_argument("--iters", type=int, default=10)
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    ipt = shutil.which("iptables-legacy") or shutil.which("iptables")
+    if os.geteuid() != 0 or not ipt or not os.access(os.path.join(build, "bin", "accl_nfq_delay"), os.X_OK):
+        print("model_check.py: needs root, iptables and accl_nfq_delay (scripts/setup.sh installs them)")
+        return 2
+    ops = a.ops.split(",")
+    for op in ops:
+        if op not in CANDIDATES:
+            print(f"model_check.py: --ops: '{op}' is not one of {', '.join(CANDIDATES)}")
+            return 2
+    ranks = 2 * a.ranks_per_host
+    tmp = tempfile.mkdtemp()
+    summary = []
+    failed = False
+    try:
+        for spec in a.links.split(","):
+            rate, delay = spec.split(":")
+            netns("down")
+            netns("up")
+            link = Link(build, rate, float(delay), ipt)
+            try:
+                tuning = os.path.join(tmp, f"tuning-{rate}-{delay}.json")
+                cal = subprocess.run([os.path.join(build, "bin", "accl-run"), "-n", "2", "--netns",
+                                      f"{PREFIX}0,{PREFIX}1", "--master-addr", f"{SUBNET}.1",
+                                      os.path.join(build, "bin", "accl-perf"), "--backend", "accl", "--calibrate",
+                                      tuning], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                print(f"\n## link {rate}, {delay} ms each way; {ranks} ranks on 2 hosts")
+                print("\n".join(l[4:] for l in cal.stdout.splitlines() if l.startswith("[0] alpha")))
+                if cal.returncode != 0:
+                    raise RuntimeError("calibration failed: " + cal.stdout[-2000:])
+                pl = plan(build, tuning, ranks, 2)
+                for op in ops:
+                    forced = {al: perf(build, {"ACCL_ALGO": f"{op}:{al}"}, op, a.max, a.iters, ranks)
+                              for al in CANDIDATES[op]}
+                    auto = perf(build, {"ACCL_TUNING_FILE": tuning}, op, a.max, a.iters, ranks)
+                    names = [SHORT.get(x, x) for x in CANDIDATES[op]]
+                    print(f"\n{op}: time (us) per algorithm forced, the model's choice, its time / the best "
+                          f"forced one, and predicted / measured")
+                    print(f"{'bytes':>10} " + " ".join(f"{n:>10}" for n in names) +
+                          f" {'choice':>8} {'chosen':>10} {'vs best':>8} {'predicted':>10} {'pred/meas':>9}")
+                    for size in sorted(auto):
+                        best = min(forced[al][size] for al in CANDIDATES[op])
+                        algo, pred = pl.get((op, size), ("?", float("nan")))
+                        ratio, err = auto[size] / best, pred / auto[size]
+                        summary.append((spec, op, size, ratio, err))
+                        print(f"{size:>10} " + " ".join(f"{forced[al][size]:>10.1f}" for al in CANDIDATES[op]) +
+                              f" {SHORT.get(algo, algo):>8} {auto[size]:>10.1f} {ratio:>8.2f} {pred:>10.1f} {err:>9.2f}")
+            except (RuntimeError, subprocess.SubprocessError) as e:
+                print(f"FAILED: {e}")
+                failed = True
+            finally:
+                link.close()
+                netns("down")
+    finally:
+        netns("down")
+        shutil.rmtree(tmp, ignore_errors=True)
+    if summary:
+        within = sum(1 for s in summary if s[3] <= 1.10)
+        close = sum(1 for s in summary if 0.75 <= s[4] <= 1.25)
+        print(f"\nsummary: the model's choice within 10 % of the best forced algorithm in {within} of "
+              f"{len(summary)} bands; prediction within +-25 % of the measured time in {close} of {len(summary)}")
+        worst = sorted(summary, key=lambda s: -s[3])[:5]
+        print("worst choices (link, op, bytes, chosen/best): " +
+              "; ".join(f"{s[0]} {s[1]} {s[2]} {s[3]:.2f}" for s in worst))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
