@@ -133,6 +133,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   bool tcpOn = settings::transportOn("tcp");
   to.ibWanted = ibOn;
   to.ibRequired = ibOn && !tcpOn;
+  to.shmWanted = shmOn;
   to.remote.resize(size);
   for (int r = 0; r < size; ++r) to.remote[r] = layout_.hostOf[r] != layout_.myHost;
   to.ib.device = nic.rdmaDevice;
@@ -215,7 +216,7 @@ void AcclProcessGroup::tracePointToPoint(int peer) {
   uint64_t id = issuingTraceId();
   if (!id) return;
   // Posted now; the transport moves it.
-  recorder()->started(id, -1, "p2p", peer >= 0 && net_->overIb(peer) ? "ib" : "tcp");
+  recorder()->started(id, -1, "p2p", peer >= 0 && net_->overIb(peer) ? "ib" : peer >= 0 && net_->overShm(peer) ? "shm" : "tcp");
 }
 
 void AcclProcessGroup::logSetup() {
@@ -237,8 +238,13 @@ void AcclProcessGroup::logSetup() {
   if (!tcpPeers.empty())
     os << "tcp (" << net_->interfaceName() << " " << net_->address() << ", "
        << settings::socketNstreams.get() << " stream(s) per remote host) with ranks " << internal::join(tcpPeers) << "; ";
-  if (!shmPeers.empty())
-    os << "point-to-point with ranks " << internal::join(shmPeers) << " over tcp; ";
+  if (!shmPeers.empty()) {
+    std::vector<int> rings, tcp;
+    for (int r : shmPeers) (net_->overShm(r) ? rings : tcp).push_back(r);
+    if (!rings.empty())
+      os << "point-to-point with ranks " << internal::join(rings) << " over " << net_->describeShm() << "; ";
+    if (!tcp.empty()) os << "point-to-point with ranks " << internal::join(tcp) << " over tcp; ";
+  }
   os << "inline ops up to " << inlineBytes_ << " bytes";
   ACCL_INFO("INIT", os.str());
   ACCL_INFO("INIT", "network: " << nicText_);

@@ -45,7 +45,10 @@ struct Pair {
   std::unique_ptr<net::NetTransport> t[2];
 };
 
-void connect(Pair& p, bool ib) {
+// link: "tcp" and "ib" as two hosts; "shm": as two ranks of one host (the
+// shared-memory link carries the data).
+void connect(Pair& p, const std::string& link) {
+  bool ib = link == "ib", shm = link == "shm";
   // Creating the transports (over verbs: UCX's memory hooks load) changes no
   // signal disposition of the process (SA_RESTORER is glibc's own flag).
   SignalSnapshot before;
@@ -62,7 +65,7 @@ void connect(Pair& p, bool ib) {
     o.store = store;
     o.where = "net test rank " + std::to_string(rank);
     o.ibWanted = o.ibRequired = ib;
-    o.remote = {rank != 0, rank != 1};
+    o.remote = {!shm && rank != 0, !shm && rank != 1};
     p.t[rank] = std::make_unique<net::NetTransport>(o);
   };
   std::thread other([&] { make(1); });
@@ -70,6 +73,11 @@ void connect(Pair& p, bool ib) {
   other.join();
   if (ib) {
     ASSERT_TRUE(p.t[0]->overIb(1) && p.t[1]->overIb(0)) << p.t[0]->whyNotIb();
+  }
+  if (shm) {
+    ASSERT_TRUE(p.t[0]->overShm(1) && p.t[1]->overShm(0)) << p.t[0]->whyNotShm();
+  } else {
+    ASSERT_FALSE(p.t[0]->overShm(1) || p.t[1]->overShm(0)) << "two hosts must not share memory";
   }
   for (auto& c : before.changed()) ADD_FAILURE() << "changed by creating the transport: " << c;
 }
@@ -97,7 +105,7 @@ class NetTransport : public ::testing::TestWithParam<std::string> {
 
 TEST_P(NetTransport, NothingLandsInAReceiveBufferAfterItsWaitThrew) {
   Pair p;
-  connect(p, GetParam() == "ib");
+  connect(p, GetParam());
   ASSERT_FALSE(HasFatalFailure());
   // 8 MiB: many verbs chunks and socket reads, so data arrives well after
   // the wait failed.
@@ -142,7 +150,7 @@ TEST_P(NetTransport, APeerThatFinishesAndExitsDoesNotFailItsLastMessage) {
   for (int round = 0; round < 25; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     Pair p;
-    connect(p, GetParam() == "ib");
+    connect(p, GetParam());
     ASSERT_FALSE(HasFatalFailure());
     std::fill(dst.begin(), dst.end(), 0);
     auto d = op(1, len);
@@ -159,5 +167,5 @@ TEST_P(NetTransport, APeerThatFinishesAndExitsDoesNotFailItsLastMessage) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib"),
+INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm"),
                          [](const auto& info) { return info.param; });

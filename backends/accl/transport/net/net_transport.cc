@@ -43,8 +43,10 @@ NetTransport::NetTransport(Options o)
   sockets_ = std::make_unique<SocketLink>(static_cast<const SocketLink::Options&>(o_), static_cast<FrameSink*>(this),
                                           deadline);
   if (o_.ibWanted) setupIb(deadline);
+  if (o_.shmWanted) setupShm(deadline);
   loop_ = std::make_unique<EventLoop>(o_.where);
   sockets_->attach(loop_.get());
+  if (shm_) loop_->add(shm_->doorbellFd(), shm_.get(), EPOLLIN);
 #ifdef ACCL_HAVE_IBVERBS
   if (verbs_) loop_->add(verbs_->eventFd(), verbs_.get(), EPOLLIN);
 #endif
@@ -58,6 +60,7 @@ NetTransport::~NetTransport() {
   loop_->wake();
   if (thread_.joinable()) thread_.join();
   verbs_.reset();    // writes in flight land before their QPs go
+  shm_.reset();      // what this rank wrote stays in the peers' segments
   sockets_.reset();  // orderly close
   loop_.reset();
 }
@@ -99,7 +102,34 @@ std::string NetTransport::describeIb() const {
 
 FrameLink& NetTransport::dataLink(int peer) {
   if (overIb(peer)) return *verbs_;
+  if (overShm(peer)) return *shm_;
   return *sockets_;
+}
+
+std::string NetTransport::describeShm() const {
+  if (!shm_) return "";
+  return "shared-memory rings of " + std::to_string(shm_->ringBytes() >> 10) + " KiB";
+}
+
+void NetTransport::setupShm(Clock::time_point deadline) {
+  ShmLink::Options so;
+  so.rank = o_.rank;
+  so.size = o_.size;
+  so.local.assign(o_.size, false);
+  bool any = false;
+  for (int p = 0; p < o_.size; ++p) {
+    so.local[p] = p != o_.rank && p < static_cast<int>(o_.remote.size()) && !o_.remote[p];
+    any = any || so.local[p];
+  }
+  if (!any) return;
+  so.token = o_.token;
+  so.store = o_.store;
+  so.deadline = deadline;
+  so.where = o_.where;
+  shm_ = ShmLink::connect(so, this, &shmWhy_);
+  if (!shmWhy_.empty())
+    ACCL_WARN("INIT", o_.where << ": point-to-point with some ranks of this host goes over tcp, not shared memory: "
+                               << shmWhy_);
 }
 
 void NetTransport::setupIb(Clock::time_point deadline) {
@@ -147,7 +177,8 @@ void NetTransport::progressLoop() {
   // With verbs, completions are polled while they keep coming (and a short
   // while after), then the loop blocks on the completion channel.
   constexpr auto kSpin = std::chrono::microseconds(200);
-  auto lastIb = Clock::now();
+  constexpr auto kSpinShm = std::chrono::microseconds(50);
+  auto lastIb = Clock::now(), lastShm = lastIb;
   int waitMs = 50;
   while (!stop_) {
     loop_->wait(waitMs);
@@ -161,6 +192,13 @@ void NetTransport::progressLoop() {
       if (verbs_->poll()) lastIb = now;
       if (now - lastIb < kSpin) waitMs = 0;
       else if (verbs_->arm()) lastIb = now, waitMs = 0;
+    }
+    if (shm_) {
+      // Rings are polled while frames come, and a short while after (a
+      // peer's reply often follows at once), then a doorbell wakes the loop.
+      if (shm_->poll()) lastShm = now;
+      if (now - lastShm < kSpinShm) waitMs = 0;
+      else if (shm_->arm()) lastShm = now, waitMs = 0;
     }
     if (!tagged_.empty()) completions = reapTagged();
     cv_.notify_all();
@@ -256,6 +294,8 @@ void NetTransport::onPeerFailed(FrameLink* link, int peer, const std::string& wh
   if (link == sockets_.get() && verbs_ && overIb(peer) && peerFailed_[peer].empty())
     while (verbs_->poll()) {
     }
+  // Likewise what a local peer wrote to its ring before it left.
+  if (link == sockets_.get() && shm_ && peerFailed_[peer].empty()) shm_->drain(peer);
   failPeer(peer, why);
 }
 
@@ -301,6 +341,7 @@ void NetTransport::failPeer(int peer, const std::string& why) {
     if (t.req->peer == peer) t.req->fail(Failure::Remote, text);
   sockets_->dropPeer(peer);
   if (verbs_ && overIb(peer)) verbs_->dropPeer(peer);
+  if (shm_) shm_->dropPeer(peer);
   cv_.notify_all();
 }
 
@@ -323,6 +364,9 @@ void NetTransport::withdrawLocked(const RequestPtr& r, const std::string& why, c
   // Frames not yet written are dropped; a frame half on a socket is finished
   // from a copy; a verbs write in flight reads registered (pinned) pages.
   sockets_->withdraw(r);
+  if (shm_ && !shm_->withdraw(r) && what)
+    ACCL_INFO("NET", o_.where << ": " << what << " failed with part of the message written; "
+                              << "the receiver discards the rest");
   if (verbs_ && !verbs_->withdraw(r) && what)
     ACCL_INFO("NET", o_.where << ": " << what << " failed with part of the message written; "
                               << "the receiver discards the rest");

@@ -1,9 +1,10 @@
 // The accl backend's network transport. It implements the algorithms'
 // Transport seam (transport.h) and the user's point-to-point messages over
-// two FrameLinks (frame_link.h): the socket link to every peer, and the
-// verbs link for the data of peers on other hosts where both ends can use
-// RDMA (the sockets then carry only set-up and control frames, and their
-// closing still tells this rank at once that a peer process is gone).
+// FrameLinks (frame_link.h): the socket link to every peer, the verbs link
+// for the data of peers on other hosts where both ends can use RDMA, and
+// the shared-memory link for the data of peers on this host (the sockets
+// then carry only set-up and control frames, and their closing still tells
+// this rank at once that a peer process is gone).
 //
 // Its parts, one concern each:
 //   matcher.h     posted receives and unexpected messages, both spaces
@@ -33,6 +34,7 @@
 #include "transport/net/ibverbs/port.h"
 #include "transport/net/matcher.h"
 #include "transport/net/op_session.h"
+#include "transport/net/shm/shm_link.h"
 #include "transport/net/socket/socket_link.h"
 #include "transport/transport.h"
 
@@ -54,6 +56,9 @@ class NetTransport : public Transport, private FrameSink {
     bool ibRequired = false;
     std::vector<bool> remote;
     ib::Settings ib;
+    // Peers on this host (not remote, not this rank): their frames go
+    // through shared-memory rings (ShmLink) where both ends can make them.
+    bool shmWanted = true;
     // Diagnosis: an op that has waited stallWarn (0: never) logs a WARN with
     // where every peer is, again at 2x, 4x, ... that time; onStall (may be
     // empty) gets the same text. hosts[r] labels rank r in it (may be empty).
@@ -127,6 +132,11 @@ class NetTransport : public Transport, private FrameSink {
   // chunks, send mode; "" without verbs); why verbs is not used for the
   // other peers ("" if it is for all).
   bool overIb(int peer) const;
+  // Whether frames to `peer` go through the shared-memory link; its ring
+  // size; why it does not serve some local peers ("" if it serves all).
+  bool overShm(int peer) const { return shm_ && shm_->serves(peer); }
+  std::string describeShm() const;
+  const std::string& whyNotShm() const { return shmWhy_; }
   std::string describeIb() const;
   const std::string& whyNotIb() const { return ibWhy_; }
 
@@ -149,6 +159,7 @@ class NetTransport : public Transport, private FrameSink {
   void noteLanded(int peer);
 
   void setupIb(Clock::time_point deadline);
+  void setupShm(Clock::time_point deadline);
   // Before tear-down: tells every peer served over verbs how many of its
   // writes arrived (FrameType::Farewell), and waits up to 1 s for the
   // sockets to carry it.
@@ -183,6 +194,8 @@ class NetTransport : public Transport, private FrameSink {
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<SocketLink> sockets_;
   std::unique_ptr<VerbsLink> verbs_;
+  std::unique_ptr<ShmLink> shm_;
+  std::string shmWhy_;
   std::vector<bool> ibPeer_;
   std::string ibWhy_;
   Matcher matcher_;

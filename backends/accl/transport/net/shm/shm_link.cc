@@ -1,0 +1,435 @@
+#include "transport/net/shm/shm_link.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "accl/errors.h"
+#include "accl/logging.h"
+#include "transport/wire.h"
+
+namespace accl {
+namespace core {
+namespace net {
+
+namespace {
+
+constexpr uint32_t kSegMagic = 0x50324c41;  // "AL2P"
+
+struct SegHeader {
+  uint32_t magic;
+  uint32_t rings;
+  uint64_t cap;
+  char pad[48];
+};
+static_assert(sizeof(SegHeader) == 64, "layout");
+
+size_t align64(size_t n) { return (n + 63) & ~size_t(63); }
+
+std::string hex(uint64_t v) {
+  char b[20];
+  std::snprintf(b, sizeof(b), "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string segName(uint64_t token, int rank) { return "/accl-" + hex(token) + "-p" + std::to_string(rank); }
+std::string bellPath(uint64_t token, int rank) { return "/dev/shm/accl-" + hex(token) + "-d" + std::to_string(rank); }
+
+}  // namespace
+
+// One direction between two ranks of a host: written by one, read by the
+// other, in the reader's segment. Counters only grow; positions are them
+// modulo the ring's size.
+struct ShmLink::Ring {
+  alignas(64) std::atomic<uint64_t> head{0};  // bytes published by the writer
+  alignas(64) std::atomic<uint64_t> tail{0};  // bytes the reader is done with
+  // The reader waits for a doorbell; it starts so (its loop has not polled yet).
+  alignas(64) std::atomic<uint32_t> readerAsleep{1};
+  std::atomic<uint32_t> writerWaiting{0};              // the writer waits for space (its doorbell)
+  char* data() { return reinterpret_cast<char*>(this) + sizeof(Ring); }
+};
+static_assert(sizeof(ShmLink::Ring) == 192, "layout");
+
+namespace {
+
+size_t segBytes(int rings, size_t cap) { return sizeof(SegHeader) + static_cast<size_t>(rings) * (sizeof(ShmLink::Ring) + cap); }
+
+ShmLink::Ring* ringAt(void* seg, int index, size_t cap) {
+  return reinterpret_cast<ShmLink::Ring*>(static_cast<char*>(seg) + sizeof(SegHeader) +
+                                         static_cast<size_t>(index) * (sizeof(ShmLink::Ring) + cap));
+}
+
+}  // namespace
+
+std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std::string* why) {
+  // The ranks of this host, ascending; a peer's ring in an owner's segment is
+  // the peer's index among the owner's local peers.
+  std::vector<int> locals;
+  for (int r = 0; r < o.size; ++r)
+    if (r == o.rank || (r < static_cast<int>(o.local.size()) && o.local[r])) locals.push_back(r);
+  if (locals.size() < 2) {
+    *why = "no other rank on this host";
+    return nullptr;
+  }
+  auto indexIn = [&](int owner, int peer) {
+    int i = 0;
+    for (int r : locals) {
+      if (r == peer) return i;
+      if (r != owner) ++i;
+    }
+    return -1;
+  };
+  int rings = static_cast<int>(locals.size()) - 1;
+  std::unique_ptr<ShmLink> l(new ShmLink());
+  l->o_ = o;
+  l->sink_ = sink;
+  l->cap_ = rings <= 7 ? (1u << 20) : rings <= 15 ? (256u << 10) : (64u << 10);
+  l->maxFrame_ = l->cap_ / 4;
+  l->segBytes_ = segBytes(rings, l->cap_);
+  l->out_.resize(o.size);
+  l->in_.resize(o.size);
+  l->peerSegs_.assign(o.size, nullptr);
+  auto remaining = [&] {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(o.deadline - Clock::now());
+    return std::max(left, std::chrono::milliseconds(1000));
+  };
+
+  // 1. This rank's segment (inbound rings, pages reserved now: a sparse
+  // segment on a full /dev/shm would be SIGBUS at a first touch) and doorbell.
+  const std::string seg = segName(o.token, o.rank), bell = bellPath(o.token, o.rank);
+  std::string status = "ok";
+  shm_unlink(seg.c_str());
+  int fd = shm_open(seg.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    status = errnoMessage("cannot create shared memory " + seg, errno);
+  } else {
+    int e = ftruncate(fd, static_cast<off_t>(l->segBytes_)) != 0 ? errno
+                                                                   : posix_fallocate(fd, 0, static_cast<off_t>(l->segBytes_));
+    if (e != 0) {
+      status = errnoMessage("cannot reserve " + std::to_string(l->segBytes_ >> 10) + " KiB of shared memory", e);
+    } else {
+      void* p = mmap(nullptr, l->segBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) {
+        status = errnoMessage("cannot map shared memory", errno);
+      } else {
+        l->seg_ = p;
+        auto* h = new (p) SegHeader();
+        h->rings = static_cast<uint32_t>(rings);
+        h->cap = l->cap_;
+        for (int i = 0; i < rings; ++i) new (ringAt(p, i, l->cap_)) Ring();
+        std::atomic_thread_fence(std::memory_order_release);
+        h->magic = kSegMagic;
+      }
+    }
+    ::close(fd);
+  }
+  if (status == "ok") {
+    unlink(bell.c_str());
+    if (mkfifo(bell.c_str(), 0600) != 0) {
+      status = errnoMessage("cannot make the doorbell " + bell, errno);
+    } else {
+      // Read and write: the FIFO never reads as closed while this rank holds it.
+      l->bellFd_ = open(bell.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+      if (l->bellFd_ < 0) status = errnoMessage("cannot open the doorbell " + bell, errno);
+    }
+  }
+  if (status != "ok") {
+    shm_unlink(seg.c_str());
+    unlink(bell.c_str());
+  }
+  o.store->set("p2p/" + std::to_string(o.rank), toBytes(status));
+
+  // 2. The peers' segments: this rank writes into its ring there.
+  std::string whyNot;
+  for (int p : locals) {
+    if (p == o.rank) continue;
+    std::string key = "p2p/" + std::to_string(p);
+    o.store->wait({key}, remaining());
+    std::string theirs = toString(o.store->get(key));
+    std::string bad;
+    if (status != "ok") bad = "this rank's own: " + status;
+    else if (theirs != "ok") bad = "rank " + std::to_string(p) + "'s: " + theirs;
+    void* ps = nullptr;
+    int pb = -1;
+    if (bad.empty()) {
+      int pf = shm_open(segName(o.token, p).c_str(), O_RDWR | O_CLOEXEC, 0600);
+      if (pf < 0) {
+        bad = errnoMessage("cannot open rank " + std::to_string(p) + "'s shared memory", errno);
+      } else {
+        ps = mmap(nullptr, l->segBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, pf, 0);
+        ::close(pf);
+        if (ps == MAP_FAILED) {
+          ps = nullptr;
+          bad = errnoMessage("cannot map rank " + std::to_string(p) + "'s shared memory", errno);
+        } else {
+          auto* h = static_cast<SegHeader*>(ps);
+          if (h->magic != kSegMagic || h->rings != static_cast<uint32_t>(rings) || h->cap != l->cap_)
+            bad = "rank " + std::to_string(p) + "'s shared memory has an unexpected layout";
+        }
+      }
+      if (bad.empty()) {
+        pb = open(bellPath(o.token, p).c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (pb < 0) bad = errnoMessage("cannot open rank " + std::to_string(p) + "'s doorbell", errno);
+      }
+    }
+    if (bad.empty()) {
+      l->peerSegs_[p] = ps;
+      l->out_[p].ring = ringAt(ps, indexIn(p, o.rank), l->cap_);
+      l->out_[p].bell = pb;
+      l->in_[p].ring = ringAt(l->seg_, indexIn(o.rank, p), l->cap_);
+      l->in_[p].bell = pb;
+    } else {
+      if (ps) munmap(ps, l->segBytes_);
+      if (pb >= 0) ::close(pb);
+      whyNot += (whyNot.empty() ? "" : "; ") + std::string("rank ") + std::to_string(p) + ": " + bad;
+    }
+    o.store->set("p2p/" + std::to_string(p) + "/by/" + std::to_string(o.rank), toBytes("1"));
+  }
+
+  // 3. Once every local peer had its go at them, nothing needs the names.
+  if (status == "ok") {
+    std::vector<std::string> keys;
+    for (int p : locals)
+      if (p != o.rank) keys.push_back("p2p/" + std::to_string(o.rank) + "/by/" + std::to_string(p));
+    try {
+      o.store->wait(keys, remaining());
+    } catch (...) {
+      shm_unlink(seg.c_str());
+      unlink(bell.c_str());
+      throw;
+    }
+    shm_unlink(seg.c_str());
+    unlink(bell.c_str());
+  }
+  *why = whyNot;
+  bool any = false;
+  for (int p = 0; p < o.size; ++p) any = any || l->out_[p].ring || l->in_[p].ring;
+  if (!any) return nullptr;
+  return l;
+}
+
+ShmLink::~ShmLink() {
+  for (int p = 0; p < static_cast<int>(peerSegs_.size()); ++p) {
+    if (peerSegs_[p]) munmap(peerSegs_[p], segBytes_);
+    if (out_[p].bell >= 0) ::close(out_[p].bell);
+  }
+  if (seg_) munmap(seg_, segBytes_);
+  if (bellFd_ >= 0) ::close(bellFd_);
+}
+
+void ShmLink::ring(int fd) {
+  if (fd < 0) return;
+  char b = 1;
+  // EAGAIN: the FIFO is full of doorbells already; EPIPE cannot happen (the
+  // owner holds its FIFO open for writing too).
+  ssize_t n = ::write(fd, &b, 1);
+  (void)n;
+}
+
+void ShmLink::onEvents(uint32_t) {
+  char buf[256];
+  while (::read(bellFd_, buf, sizeof(buf)) > 0) {
+  }
+}
+
+void ShmLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
+                   const OutPtr& m, Route) {
+  Out& o = out_[peer];
+  size_t frames = len == 0 ? 1 : (len + maxFrame_ - 1) / maxFrame_;
+  if (m) m->framesLeft = frames;
+  if (!o.ring) return;  // dropped peer: as a closed connection, nothing goes out
+  for (size_t off = 0, i = 0; i < frames; ++i, off += maxFrame_) {
+    size_t n = std::min(maxFrame_, len - std::min(len, off));
+    OutFrame f;
+    f.hdr = FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(type), 0, key, off, n, len, desc};
+    f.data = buf + off;
+    f.msg = m;
+    o.queue.push_back(std::move(f));
+  }
+  flush(peer);
+}
+
+bool ShmLink::flush(int peer) {
+  Out& o = out_[peer];
+  Ring* r = o.ring;
+  if (!r || o.queue.empty()) return false;
+  char* data = r->data();
+  auto put = [&](uint64_t pos, const char* src, size_t n) {
+    size_t at = pos & (cap_ - 1), first = std::min(n, cap_ - at);
+    std::memcpy(data + at, src, first);
+    if (n > first) std::memcpy(data, src + first, n - first);
+  };
+  uint64_t head = r->head.load(std::memory_order_relaxed);
+  uint64_t tail = r->tail.load(std::memory_order_acquire);
+  bool any = false;
+  while (!o.queue.empty()) {
+    OutFrame& f = o.queue.front();
+    size_t rec = sizeof(FrameHeader) + align64(f.hdr.len);
+    if (cap_ - (head - tail) < rec) {
+      tail = r->tail.load(std::memory_order_acquire);
+      if (cap_ - (head - tail) < rec) {
+        // Full: ask the reader to ring this rank's doorbell when it frees
+        // space (whichever thread queued the frame, the progress thread
+        // then writes the rest), unless it freed some meanwhile.
+        r->writerWaiting.store(1, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        tail = r->tail.load(std::memory_order_acquire);
+        if (cap_ - (head - tail) < rec) break;
+      }
+    }
+    put(head, reinterpret_cast<const char*>(&f.hdr), sizeof(FrameHeader));
+    if (f.hdr.len) put(head + sizeof(FrameHeader), f.data, f.hdr.len);
+    head += rec;
+    r->head.store(head, std::memory_order_release);
+    OutPtr m = std::move(f.msg);
+    o.queue.pop_front();
+    any = true;
+    if (m) sink_->onSent(m);
+  }
+  if (any) {
+    // Either the reader sees the new head after saying it sleeps, or this
+    // sees that it sleeps (a fence on each side).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (r->readerAsleep.load(std::memory_order_relaxed) && r->readerAsleep.exchange(0)) ring(o.bell);
+  }
+  return any;
+}
+
+bool ShmLink::readFrom(int peer) {
+  In& i = in_[peer];
+  Ring* r = i.ring;
+  if (!r || i.dead) return false;
+  char* data = r->data();
+  auto get = [&](uint64_t pos, char* dst, size_t n) {
+    size_t at = pos & (cap_ - 1), first = std::min(n, cap_ - at);
+    std::memcpy(dst, data + at, first);
+    if (n > first) std::memcpy(dst + first, data, n - first);
+  };
+  uint64_t tail = r->tail.load(std::memory_order_relaxed);
+  uint64_t head = r->head.load(std::memory_order_acquire);
+  bool any = false;
+  for (int n = 0; tail != head && n < 64 && !i.dead; ++n) {
+    std::string bad;
+    FrameHeader h{};
+    if (head - tail > cap_ || (head - tail) % 64 != 0) {
+      bad = "ring counters out of range";
+    } else {
+      get(tail, reinterpret_cast<char*>(&h), sizeof(h));
+      bad = validateHeader(h);
+      if (bad.empty() && (h.len > maxFrame_ || sizeof(FrameHeader) + align64(h.len) > head - tail))
+        bad = "frame of " + std::to_string(h.len) + " bytes beyond what the ring published";
+    }
+    LandingPtr l;
+    if (bad.empty()) {
+      try {
+        l = sink_->onHeader(peer, h);
+      } catch (const ProtocolError& e) {
+        bad = e.what;
+      }
+    }
+    if (!bad.empty()) {
+      ACCL_WARN("NET", o_.where << ": refused frame from rank " << peer << " (shared memory): " << bad);
+      i.dead = true;
+      sink_->onPeerFailed(this, peer, "protocol error: " + bad);
+      return true;
+    }
+    if (i.dead) return true;  // the sink dropped the peer meanwhile
+    if (h.len && l && l->base) get(tail + sizeof(FrameHeader), l->base + h.offset, h.len);
+    tail += sizeof(FrameHeader) + align64(h.len);
+    r->tail.store(tail, std::memory_order_release);
+    sink_->onFrame(peer, h, l);
+    any = true;
+    if (tail == head) head = r->head.load(std::memory_order_acquire);
+  }
+  if (any) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (r->writerWaiting.load(std::memory_order_relaxed) && r->writerWaiting.exchange(0)) ring(i.bell);
+  }
+  return any;
+}
+
+bool ShmLink::poll() {
+  bool any = false;
+  for (int p = 0; p < o_.size; ++p) {
+    In& i = in_[p];
+    if (!i.ring || i.dead) continue;
+    if (i.ring->readerAsleep.load(std::memory_order_relaxed)) i.ring->readerAsleep.store(0, std::memory_order_relaxed);
+    any = readFrom(p) || any;
+  }
+  for (int p = 0; p < o_.size; ++p) {
+    Out& o = out_[p];
+    if (!o.ring || o.queue.empty()) continue;
+    if (o.ring->writerWaiting.load(std::memory_order_relaxed)) o.ring->writerWaiting.store(0, std::memory_order_relaxed);
+    any = flush(p) || any;
+  }
+  return any;
+}
+
+bool ShmLink::arm() {
+  for (int p = 0; p < o_.size; ++p) {
+    if (in_[p].ring && !in_[p].dead) in_[p].ring->readerAsleep.store(1, std::memory_order_relaxed);
+    if (out_[p].ring && !out_[p].queue.empty()) out_[p].ring->writerWaiting.store(1, std::memory_order_relaxed);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int p = 0; p < o_.size; ++p) {
+    Ring* r = in_[p].ring;
+    if (r && !in_[p].dead && r->head.load(std::memory_order_acquire) != r->tail.load(std::memory_order_relaxed))
+      return true;
+    Out& o = out_[p];
+    if (o.ring && !o.queue.empty()) {
+      size_t rec = sizeof(FrameHeader) + align64(o.queue.front().hdr.len);
+      if (cap_ - (o.ring->head.load(std::memory_order_relaxed) - o.ring->tail.load(std::memory_order_acquire)) >= rec)
+        return true;
+    }
+  }
+  return false;
+}
+
+void ShmLink::drain(int peer) {
+  for (int n = 0; n < 1 << 16 && readFrom(peer); ++n) {
+  }
+}
+
+bool ShmLink::withdraw(const OutPtr& m) {
+  for (auto& o : out_) {
+    bool found = false, first = false;
+    for (auto it = o.queue.begin(); it != o.queue.end();) {
+      if (it->msg == m) {
+        if (!found) first = it->hdr.offset == 0;
+        found = true;
+        it = o.queue.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (found) return first;  // frames go out in order: the first still here means none went
+  }
+  return true;
+}
+
+void ShmLink::writeRawForTest(int peer, const void* bytes, size_t len) {
+  Ring* r = out_[peer].ring;
+  if (!r) return;
+  uint64_t head = r->head.load(std::memory_order_relaxed);
+  size_t at = head & (cap_ - 1), first = std::min(len, cap_ - at);
+  std::memcpy(r->data() + at, bytes, first);
+  if (len > first) std::memcpy(r->data(), static_cast<const char*>(bytes) + first, len - first);
+  r->head.store(head + len, std::memory_order_release);
+}
+
+void ShmLink::dropPeer(int peer) {
+  out_[peer].queue.clear();
+  out_[peer].ring = nullptr;  // its segment stays mapped until the link goes
+  in_[peer].dead = true;
+}
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl

@@ -1,0 +1,111 @@
+// The shared-memory link: frames to the peers on this host through rings in
+// shared memory, for the network transport's point-to-point messages and
+// the steps of its collectives between ranks of one host (the segment of
+// ShmDomain runs the host-local collectives; this link carries what the
+// network transport would otherwise send over TCP loopback).
+//
+// Each rank owns one segment with an inbound ring per local peer (single
+// producer, single consumer); a frame is a FrameHeader and up to a quarter
+// of a ring of payload, written whole and then published by the ring's head,
+// so a reader never sees part of a frame, also from a writer that died. A
+// rank whose progress thread goes to sleep says so in its rings; a writer
+// that finds that flag rings the reader's doorbell, a FIFO in /dev/shm that
+// the reader's event loop watches (and the other way round when a writer
+// waits for space). The socket link still carries set-up and control frames,
+// and its closing still tells this rank that a local peer is gone; the peer's
+// ring is read to its end before the peer is failed.
+//
+// Set-up is collective among the ranks of a host; a rank that cannot make its
+// segment (no /dev/shm space, no FIFO support) publishes why, and its peers
+// send to it over TCP. Segment and FIFO are unlinked once every local peer
+// has opened them: nothing is left in /dev/shm, even after a crash.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accl/store.h"
+#include "transport/net/event_loop.h"
+#include "transport/net/frame_link.h"
+
+namespace accl {
+namespace core {
+namespace net {
+
+class ShmLink : public FrameLink, public EventHandler {
+ public:
+  struct Options {
+    int rank = 0;
+    int size = 1;
+    std::vector<bool> local;  // local[p]: rank p is on this host (not this rank)
+    uint64_t token = 0;       // the communicator's; names the segments
+    std::shared_ptr<Store> store;
+    Clock::time_point deadline;
+    std::string where;
+  };
+  // Null when no local peer can be served; *why then (or for the peers that
+  // cannot) says why. Throws Timeout if local peers never publish.
+  static std::unique_ptr<ShmLink> connect(const Options& o, FrameSink* sink, std::string* why);
+  ~ShmLink() override;
+
+  int doorbellFd() const { return bellFd_; }
+  size_t ringBytes() const { return cap_; }
+
+  const char* name() const override { return "shm"; }
+  bool serves(int peer) const override { return out_[peer].ring != nullptr; }
+  void send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
+            const OutPtr& m, Route route) override;
+  bool withdraw(const OutPtr& m) override;
+  void dropPeer(int peer) override;
+  bool poll() override;
+  bool arm() override;
+  void onEvents(uint32_t) override;  // the doorbell: drained; the loop then polls
+  // Reads what `peer` wrote to this rank up to now (before it is failed).
+  void drain(int peer);
+
+  struct Ring;  // shared-memory layout (shm_link.cc)
+  // For tests that play a broken peer: writes `bytes` raw into the ring to
+  // `peer` and publishes them (as a writer that ignores the format would).
+  void writeRawForTest(int peer, const void* bytes, size_t len);
+
+ private:
+  ShmLink() = default;
+  struct OutFrame {
+    FrameHeader hdr{};
+    const char* data = nullptr;
+    OutPtr msg;
+  };
+  struct Out {  // to one peer: its ring in the peer's segment, the frames waiting for space
+    Ring* ring = nullptr;
+    int bell = -1;
+    std::deque<OutFrame> queue;
+  };
+  struct In {  // from one peer: its ring in this rank's segment
+    Ring* ring = nullptr;
+    int bell = -1;  // the peer's doorbell (space freed)
+    bool dead = false;
+  };
+  // Writes queued frames to `peer` while they fit; true if any was written.
+  bool flush(int peer);
+  bool readFrom(int peer);
+  void ring(int fd);
+
+  Options o_;
+  FrameSink* sink_ = nullptr;
+  size_t cap_ = 0;       // bytes of each ring's data (a power of two)
+  size_t maxFrame_ = 0;  // payload bytes of one frame
+  void* seg_ = nullptr;  // this rank's segment (inbound rings)
+  size_t segBytes_ = 0;
+  std::vector<void*> peerSegs_;  // mapped segments of the peers (outbound rings)
+  int bellFd_ = -1;              // this rank's doorbell (read end, also held open for writing)
+  std::vector<Out> out_;
+  std::vector<In> in_;
+};
+
+}  // namespace net
+}  // namespace core
+}  // namespace accl
