@@ -1,12 +1,14 @@
 // The seam inside the network transport: NetTransport (matching, op
 // sessions, arrivals) above, the wires that carry its frames below. A frame
-// is a FrameHeader (wire.h) and up to one chunk of payload. Two links
+// is a FrameHeader (wire.h) and up to one chunk of payload. Three links
 // implement it as siblings:
 //   socket/  SocketLink: TCP connections, several streams per remote host;
 //            always present, it also carries set-up and control frames, and
 //            a closed socket is how a dead peer process is noticed;
 //   ibverbs/ VerbsLink: RC queue pairs (RDMA WRITE WITH IMMEDIATE), for the
-//            data of peers on other hosts where both ends have an RDMA port.
+//            data of peers on other hosts where both ends have an RDMA port;
+//   shm/     ShmLink: rings in shared memory, for the data of peers on this
+//            host.
 // A new link (another fabric, a GPU-direct path) implements FrameLink and
 // reports to a FrameSink; nothing above this seam changes.
 //
