@@ -176,7 +176,10 @@ def main():
                         algo, pred = pl.get((op, size), ("?", float("nan")))
                         chosen = forced[algo][size] if algo in forced else auto[size]
                         ratio, err = chosen / best, pred / chosen
-                        summary.append((spec, op, size, ratio, err))
+                        # accl-perf times back-to-back ops: a broadcast's root moves on once its
+                        # data is handed over, so consecutive broadcasts overlap and the figure is
+                        # their rate, not one op's latency, which is what the model predicts.
+                        summary.append((spec, op, size, ratio, err if op != "broadcast" else None))
                         print(f"{size:>10} " + " ".join(f"{forced[al][size]:>10.1f}" for al in CANDIDATES[op]) +
                               f" {SHORT.get(algo, algo):>8} {ratio:>8.2f} {pred:>10.1f} {err:>9.2f} {auto[size]:>10.1f}")
             except (RuntimeError, subprocess.SubprocessError) as e:
@@ -190,9 +193,14 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     if summary:
         within = sum(1 for s in summary if s[3] <= 1.10)
-        close = sum(1 for s in summary if 0.75 <= s[4] <= 1.25)
+        timed = [s for s in summary if s[4] is not None]
+        close = sum(1 for s in timed if 0.75 <= s[4] <= 1.25)
         print(f"\nsummary: the model's choice within 10 % of the best forced algorithm in {within} of "
-              f"{len(summary)} bands; prediction within +-25 % of the measured time in {close} of {len(summary)}")
+              f"{len(summary)} bands; prediction within +-25 % of the measured time in {close} of {len(timed)} "
+              f"(broadcast left out: accl-perf's back-to-back broadcasts overlap, the model predicts one)")
+        worst_pred = sorted(timed, key=lambda s: -abs(s[4] - 1))[:5]
+        print("worst predictions (link, op, bytes, predicted/measured): " +
+              "; ".join(f"{s[0]} {s[1]} {s[2]} {s[4]:.2f}" for s in worst_pred))
         worst = sorted(summary, key=lambda s: -s[3])[:5]
         print("worst choices (link, op, bytes, chosen/best): " +
               "; ".join(f"{s[0]} {s[1]} {s[2]} {s[3]:.2f}" for s in worst))

@@ -9,6 +9,7 @@
 // queue is bound, and "nfq_delay: N packets delayed, M dropped" at SIGTERM or
 // SIGINT. Packets it cannot hold (the queue is full) are dropped by the kernel,
 // as a real link's full buffer would.
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <libnetfilter_queue/libnetfilter_queue.h>
@@ -103,13 +104,17 @@ int main(int argc, char** argv) {
 
   char buf[4096] __attribute__((aligned));
   while (!stop) {
-    int timeoutMs = -1;
+    // To the nanosecond (ppoll): poll's whole milliseconds would turn a
+    // 0.1 ms delay into 1 ms.
+    struct timespec ts, *tsp = NULL;
     if (tail != head) {
-      uint64_t t = now(), d = due[head % CAPACITY];
-      timeoutMs = d <= t ? 0 : (int)((d - t + 999999) / 1000000);
+      uint64_t t = now(), d = due[head % CAPACITY], w = d <= t ? 0 : d - t;
+      ts.tv_sec = (time_t)(w / 1000000000u);
+      ts.tv_nsec = (long)(w % 1000000000u);
+      tsp = &ts;
     }
     struct pollfd p = {fd, POLLIN, 0};
-    int n = poll(&p, 1, timeoutMs);
+    int n = ppoll(&p, 1, tsp, NULL);
     if (n < 0 && errno != EINTR) {
       perror("nfq_delay: poll");
       return 1;

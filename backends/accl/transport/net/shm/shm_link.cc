@@ -90,7 +90,8 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
   std::unique_ptr<ShmLink> l(new ShmLink());
   l->o_ = o;
   l->sink_ = sink;
-  l->cap_ = rings <= 7 ? (1u << 20) : rings <= 15 ? (256u << 10) : (64u << 10);
+  // Per host: n (n - 1) rings; 12 MiB for 4 ranks, 28 MiB for 8, 60 MiB for 16.
+  l->cap_ = rings <= 3 ? (1u << 20) : rings <= 7 ? (512u << 10) : rings <= 15 ? (256u << 10) : (64u << 10);
   l->maxFrame_ = l->cap_ / 4;
   l->segBytes_ = segBytes(rings, l->cap_);
   l->out_.resize(o.size);
