@@ -15,7 +15,7 @@ and the time of the run where the group chose by itself; then how many bands
 meet each target. Sizes up to 32 KiB run 20x the iterations of the larger ones. A benchmark: figures, not a pass/fail test
 (exit 1 only when a run failed or results were wrong).
 
-  bench/model_check.py BUILD_DIR [--links 1gbit:0.1,1gbit:2,10gbit:0.1,10gbit:2]
+  bench/model_check.py BUILD_DIR [--links 1gbit:0.1,1gbit:2,10gbit:0.1,10gbit:2]  (RATE none: unshaped)
                        [--ranks-per-host 1] [--ops allreduce,broadcast,allgather,reduce_scatter]
                        [--max 16M] [--iters 10]
 
@@ -63,8 +63,9 @@ class Link:
         self.procs = []
         for i in (0, 1):
             ns = f"{PREFIX}{i}"
-            sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
-               "burst", "256kb", "latency", "200ms")
+            if rate != "none":  # none: the veth pair as it is
+                sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
+                   "burst", "256kb", "latency", "200ms")
             if delay_ms > 0:
                 log = tempfile.NamedTemporaryFile("w+", delete=False)
                 p = subprocess.Popen(["ip", "netns", "exec", ns, os.path.join(build, "bin", "accl_nfq_delay"),
@@ -124,7 +125,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("build")
     ap.add_argument("--links", default="1gbit:0.1,1gbit:2,10gbit:0.1,10gbit:2",
-                    help="RATE:DELAY_MS pairs (tc rate; delay added each way)")
+                    help="RATE:DELAY_MS pairs (tc rate, or none; delay added each way, 0: none)")
     ap.add_argument("--ranks-per-host", type=int, default=1)
     ap.add_argument("--ops", default="allreduce,broadcast,allgather,reduce_scatter")
     ap.add_argument("--max", type=size_arg, default=16 << 20)
@@ -172,8 +173,10 @@ def main():
                     print(f"{'bytes':>10} " + " ".join(f"{n:>10}" for n in names) +
                           f" {'choice':>8} {'vs best':>8} {'predicted':>10} {'pred/meas':>9} {'tuned run':>10}")
                     for size in sorted(auto):
+                        if (op, size) not in pl:
+                            continue  # a size --plan has no row for (0 bytes: 8 B split over 4 ranks)
                         best = min(forced[al][size] for al in CANDIDATES[op])
-                        algo, pred = pl.get((op, size), ("?", float("nan")))
+                        algo, pred = pl[(op, size)]
                         chosen = forced[algo][size] if algo in forced else auto[size]
                         ratio, err = chosen / best, pred / chosen
                         # accl-perf times back-to-back ops: a broadcast's root moves on once its

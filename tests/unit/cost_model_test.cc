@@ -72,6 +72,36 @@ TEST(CostModel, PredictionsFollowTheFormulasWorkedOutByHand) {
             std::string::npos);
 }
 
+TEST(CostModel, StepsWithinAHostCostTheLocalLink) {
+  CostModel m = fixed();
+  m.local() = LinkParams{1, 0.0001, 0.0005, 0.5};
+  const size_t n = 1000000;
+  // 4 ranks on 2 hosts (ranks 0,1 and 2,3): recursive doubling's first step
+  // (distance 1) stays on each host, the second crosses: (1 + 100 + 500) + (10 + 1000 + 500).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 4, 2), 601 + 1510);
+  // And the binomial broadcast alike: (1 + 100) + (10 + 1000).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Broadcast, Algo::Tree, n, 4, 2), 101 + 1010);
+  // The ring's slowest link crosses hosts: as with one rank per host.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::Ring, n, 4, 2), m.predictUs(Coll::Allreduce, Algo::Ring, n, 4));
+  // Direct allgather of 1e6 bytes: 2 blocks of 250000 over the link (10 + 2 + 500) beside 1 on the host (1 + 25).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Direct, n, 4, 2), 512);
+  // Gather of 1e6 bytes per rank: the root takes 2 blocks over the link (10 + 2 + 2000), 1 on the host (1 + 100).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Gather, Algo::Direct, n, 4, 2), 2012);
+  // One host per rank (hosts = 0 or = p): the link alone.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 4, 4), 3020);
+  // A cheap local link makes recursive doubling win where the link alone would pick the ring.
+  // 10000 bytes: ring 3 x (10 + 2500 x 0.0015) = 41.25 against 2 x (10 + 10 + 5) = 50 on the link alone,
+  // and against (1 + 1 + 5) + (10 + 10 + 5) = 32 with the first step on the host.
+  CostModel flat = fixed();
+  EXPECT_EQ(flat.best(Coll::ReduceScatter, 10000, 4), Algo::Ring);
+  EXPECT_EQ(m.best(Coll::ReduceScatter, 10000, 4, 2), Algo::RecursiveDoubling);
+  Layout l;
+  l.size = 4;
+  l.hosts = 2;
+  l.maxLocal = 2;
+  EXPECT_EQ(choose(Coll::ReduceScatter, 10000, l, AlgoOverrides{}, &m), Algo::RecursiveDoubling);
+}
+
 TEST(CostModel, BestIsTheLowestPredictionAndMovesWithTheParameters) {
   CostModel m = fixed();
   // Small: latency terms rule (RD 2 steps against ring's 6); large: bandwidth (ring moves 1.5 n, RD 2 n).
@@ -123,7 +153,15 @@ TEST(CostModel, TuningFileRoundTripsAndEachMalformedFieldIsNamed) {
   EXPECT_DOUBLE_EQ(back.link().betaUsPerB, 0.001);
   EXPECT_DOUBLE_EQ(back.link().gammaUsPerB, 0.0005);
   EXPECT_DOUBLE_EQ(back.link().overheadUs, 2);
+  EXPECT_DOUBLE_EQ(back.local().alphaUs, m.local().alphaUs);
   EXPECT_EQ(back.source(), "test");
+  // "local" is optional (defaults), but malformed when present.
+  EXPECT_NE(what([] {
+              CostModel::fromJson("{\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, "
+                                  "\"gamma_us_per_byte\": 0, \"overhead_us\": 0}, \"local\": {\"alpha_us\": 1}}",
+                                  "f");
+            }).find("local.beta_us_per_byte is missing"),
+            std::string::npos);
 
   EXPECT_NE(what([] { CostModel::fromJson("{nope", "f"); }).find("f: not JSON"), std::string::npos);
   EXPECT_NE(what([] { CostModel::fromJson("{\"version\": 1}", "f"); }).find("no object \"link\""), std::string::npos);

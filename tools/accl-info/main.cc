@@ -92,10 +92,11 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
   const LinkParams& p = model.link();
   std::printf("Plan of the accl backend: %d ranks on %d host(s)%s\n", ranks, hosts,
               l.uniform ? "" : " (uneven: hierarchical ops reduce to one rank per host)");
+  const LinkParams& h = model.local();
   std::printf("Cost model: %s\n  %s between hosts: alpha %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, "
-              "per-message overhead %.2f us\n",
+              "per-message overhead %.2f us\n  within a host: alpha %.2f us, bandwidth %.3f GB/s\n",
               model.source().c_str(), model.transport.c_str(), p.alphaUs, 1e-3 / p.betaUsPerB,
-              p.gammaUsPerB > 0 ? 1e-3 / p.gammaUsPerB : 0.0, p.overheadUs);
+              p.gammaUsPerB > 0 ? 1e-3 / p.gammaUsPerB : 0.0, p.overheadUs, h.alphaUs, 1e-3 / h.betaUsPerB);
   std::printf("Selection: %s\n", calibrated ? "by this model (ACCL_TUNING_FILE)"
                                             : "fixed size thresholds (no ACCL_TUNING_FILE); the predictions use "
                                               "the default model above");
@@ -114,11 +115,12 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
     for (size_t b = 8; b <= (size_t(1) << 30); b *= 8) {
       size_t bytes = c == Coll::Barrier ? 0 : b;
       Algo a = choose(c, bytes, l, overrides, m);
-      int peers = ranks;
+      int peers = ranks, onHosts = hosts;
       size_t exch = bytes;
       std::string name = toString(a);
       if (a == Algo::Hierarchical) {
         peers = hosts;
+        onHosts = 0;  // one rank per host (or per rail) between hosts
         if (c == Coll::Allreduce && l.uniform) exch = bytes / static_cast<size_t>(l.maxLocal);
         a = chooseInterHost(c, exch, hosts, overrides, m);
         name = std::string("hierarchical(shm+") + toString(a) + ")";
@@ -126,10 +128,12 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
       std::string all;
       for (Algo x : CostModel::candidates(c)) {
         char buf[64];
-        std::snprintf(buf, sizeof(buf), "%s%s %.1f", all.empty() ? "" : ", ", toString(x), model.predictUs(c, x, exch, peers));
+        std::snprintf(buf, sizeof(buf), "%s%s %.1f", all.empty() ? "" : ", ", toString(x),
+                      model.predictUs(c, x, exch, peers, onHosts));
         all += buf;
       }
-      std::printf("%-15s %12zu  %-36s %14.1f  %s\n", toString(c), bytes, name.c_str(), model.predictUs(c, a, exch, peers),
+      std::printf("%-15s %12zu  %-36s %14.1f  %s\n", toString(c), bytes, name.c_str(),
+                  model.predictUs(c, a, exch, peers, onHosts),
                   all.c_str());
       if (c == Coll::Barrier) break;
     }

@@ -4,8 +4,12 @@
 // (ACCL_TUNING_FILE).
 #include "calibrate.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <vector>
@@ -118,64 +122,133 @@ double reduceRate() {
 
 }  // namespace
 
-int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
-  int n = pg.size(), me = pg.rank();
-  int peer = a.peer < 0 ? n - 1 : a.peer;
-  if (n < 2 || peer <= 0 || peer >= n) {
-    if (me == 0)
-      std::fprintf(stderr, "accl-perf: --calibrate needs at least 2 ranks and a peer in 1..%d (got %d of %d ranks)\n",
-                   n - 1, peer, n);
-    return 2;
-  }
-  // Sizes from one small frame to several chunks: the latency from the
-  // smallest, the bandwidth from a least-squares line through the large ones.
-  std::vector<size_t> sizes = {8, 1024, 65536, 1u << 20, 4u << 20, 16u << 20};
-  std::vector<char> buf(sizes.back()), buf2(sizes.back());
-  std::vector<double> t, x;
-  for (size_t s : sizes) {
+namespace {
+
+struct Measured {
+  int peer = -1;
+  std::vector<double> oneWay, exchanged;  // us per size
+  double burst1 = 0, burst16 = 0;
+  accl::core::LinkParams params;
+};
+
+const std::vector<size_t>& sizes() {
+  // From one small frame to several chunks: the latency from the smallest,
+  // the bandwidth from a least-squares line through the large ones.
+  static const std::vector<size_t> s = {8, 1024, 65536, 1u << 20, 4u << 20, 16u << 20};
+  return s;
+}
+
+// Every rank calls it; rank 0 and `peer` measure, rank 0's figures count.
+Measured measure(accl::ProcessGroup& pg, int peer, double gamma) {
+  Measured r;
+  r.peer = peer;
+  std::vector<char> buf(sizes().back()), buf2(sizes().back());
+  for (size_t s : sizes()) {
     int iters = s <= 65536 ? 200 : s <= (1u << 20) ? 20 : 5;
     pingPong(pg, peer, buf, s, 3, 1);  // warm-up
-    t.push_back(pingPong(pg, peer, buf, s, iters, 5));
-    x.push_back(exchange(pg, peer, buf, buf2, s, iters, 5));
+    r.oneWay.push_back(pingPong(pg, peer, buf, s, iters, 5));
+    r.exchanged.push_back(exchange(pg, peer, buf, buf2, s, iters, 5));
   }
-  double b1 = burst(pg, peer, 1, 100, 5), b16 = burst(pg, peer, 16, 100, 5);
-  double gamma = reduceRate();
-  if (me != 0) {
-    pg.barrier()->wait();
-    return 0;
-  }
+  r.burst1 = burst(pg, peer, 1, 100, 5);
+  r.burst16 = burst(pg, peer, 16, 100, 5);
   // Bandwidth: slope of the exchange's time over the sizes >= 1 MiB (least
   // squares). The collectives' steps send and receive at once, and a link
   // (or the CPUs that drive TCP) may not carry both directions at the
   // one-way rate.
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   int m = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] < (1u << 20)) continue;
-    double xs = static_cast<double>(sizes[i]), y = x[i];
+  for (size_t i = 0; i < sizes().size(); ++i) {
+    if (sizes()[i] < (1u << 20)) continue;
+    double xs = static_cast<double>(sizes()[i]), y = r.exchanged[i];
     sx += xs, sy += y, sxx += xs * xs, sxy += xs * y, ++m;
   }
   double beta = (m * sxy - sx * sy) / (m * sxx - sx * sx);
-  if (!(beta > 0)) beta = x.back() / static_cast<double>(sizes.back());  // noise: the largest size alone
-  accl::core::CostModel model;
+  if (!(beta > 0)) beta = r.exchanged.back() / static_cast<double>(sizes().back());  // noise: the largest alone
+  r.params.alphaUs = r.oneWay.front();
+  r.params.betaUsPerB = beta;
+  r.params.gammaUsPerB = gamma;
+  r.params.overheadUs = std::max(0.0, (r.burst16 - r.burst1) / 15);
+  return r;
+}
+
+// This process's host, as the accl backend tells hosts apart: ACCL_HOSTID,
+// else the hostname and the network namespace.
+std::string hostKey() {
+  if (const char* id = std::getenv("ACCL_HOSTID"); id && *id) return id;
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  char ns[128] = {};
+  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+  return std::string(name) + "/" + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "");
+}
+
+nlohmann::json pointsJson(const Measured& m) {
+  nlohmann::json pts = nlohmann::json::array();
+  for (size_t i = 0; i < sizes().size(); ++i)
+    pts.push_back({{"bytes", sizes()[i]}, {"one_way_us", m.oneWay[i]}, {"exchange_us", m.exchanged[i]}});
+  return {{"between_ranks", {0, m.peer}}, {"ping_pong", pts}, {"burst_us", {{"1", m.burst1}, {"16", m.burst16}}}};
+}
+
+void print(const char* what, const Measured& m) {
+  std::printf("# %s: ranks 0 and %d\n#      bytes  one-way us  exchange us   model us\n", what, m.peer);
+  for (size_t i = 0; i < sizes().size(); ++i)
+    std::printf("%12zu  %10.2f  %11.2f %10.2f\n", sizes()[i], m.oneWay[i], m.exchanged[i],
+                m.params.alphaUs + static_cast<double>(sizes()[i]) * m.params.betaUsPerB);
+  std::printf("%s: alpha %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, per-message overhead %.2f us\n", what,
+              m.params.alphaUs, 1e-3 / m.params.betaUsPerB, 1e-3 / m.params.gammaUsPerB, m.params.overheadUs);
+}
+
+}  // namespace
+
+int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
+  int n = pg.size(), me = pg.rank();
+  if (n < 2 || (a.peer >= 0 && (a.peer == 0 || a.peer >= n))) {
+    if (me == 0)
+      std::fprintf(stderr, "accl-perf: --calibrate needs at least 2 ranks and a peer in 1..%d (got %d of %d ranks)\n",
+                   n - 1, a.peer, n);
+    return 2;
+  }
+  // Which ranks share rank 0's host: the link between hosts is measured with
+  // the last rank on another host (or --calibrate-peer), the link within a
+  // host with the first other rank on rank 0's.
+  const size_t kKey = 256;
+  std::string key = hostKey();
+  key.resize(kKey, '\0');
+  std::vector<char> keys(kKey * static_cast<size_t>(n));
+  pg.allgather(accl::Buffer(key.data(), kKey, accl::DataType::Uint8),
+               accl::Buffer(keys.data(), keys.size(), accl::DataType::Uint8))
+      ->wait();
+  auto sameHost = [&](int r) { return std::memcmp(&keys[0], &keys[kKey * static_cast<size_t>(r)], kKey) == 0; };
+  int remote = -1, local = -1;
+  for (int r = 1; r < n; ++r) {
+    if (!sameHost(r)) remote = r;
+    else if (local < 0) local = r;
+  }
+  int netPeer = a.peer >= 0 ? a.peer : remote >= 0 ? remote : n - 1;
+  double gamma = reduceRate();
+  Measured net = measure(pg, netPeer, gamma);
+  Measured loc;
+  bool haveLocal = local >= 0 && local != netPeer;
+  if (haveLocal) loc = measure(pg, local, gamma);
+  if (me != 0) {
+    pg.barrier()->wait();
+    return 0;
+  }
+  accl::core::CostModel model = accl::core::CostModel::defaults(a.transport, 0);
   model.transport = a.transport;
-  auto& l = model.link();
-  l.alphaUs = t.front();
-  l.betaUsPerB = beta;
-  l.gammaUsPerB = gamma;
-  l.overheadUs = std::max(0.0, (b16 - b1) / 15);
+  model.link() = net.params;
+  if (haveLocal) model.local() = loc.params;
+  else if (remote < 0) model.local() = net.params;  // one host: the same link
+  else model.local().gammaUsPerB = gamma;
   nlohmann::json j = nlohmann::json::parse(model.toJson());
-  nlohmann::json meas = nlohmann::json::array();
-  for (size_t i = 0; i < sizes.size(); ++i)
-    meas.push_back({{"bytes", sizes[i]}, {"one_way_us", t[i]}, {"exchange_us", x[i]}});
   j["measured"] = {{"backend", pg.backendName()},
                    {"ranks", n},
-                   {"between_ranks", {0, peer}},
-                   {"ping_pong", meas},
-                   {"burst_us", {{"1", b1}, {"16", b16}}},
+                   {"link", pointsJson(net)},
                    {"method", "alpha: one-way time of 8 B (half a round trip, best of 5 blocks); beta: least-squares "
-                              "slope over 1-16 MiB of the time of an exchange (both ranks send and receive at once); gamma: float32 sum of 16 MiB on one core; "
-                              "overhead: growth of a burst of 16 8-byte sends over 1, per message"}};
+                              "slope over 1-16 MiB of the time of an exchange (both ranks send and receive at once); "
+                              "gamma: float32 sum of 16 MiB on one core; overhead: growth of a burst of 16 8-byte "
+                              "sends over 1, per message"}};
+  if (haveLocal) j["measured"]["local"] = pointsJson(loc);
   std::ofstream f(a.file);
   f << j.dump(2) << "\n";
   f.close();
@@ -184,14 +257,15 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
     pg.barrier()->wait();
     return 1;
   }
-  std::printf("# calibration of the link between ranks 0 and %d (%s backend, recorded as %s)\n", peer,
-              pg.backendName().c_str(), a.transport.c_str());
-  std::printf("#      bytes  one-way us  exchange us   model us\n");
-  for (size_t i = 0; i < sizes.size(); ++i)
-    std::printf("%12zu  %10.2f  %11.2f %10.2f\n", sizes[i], t[i], x[i],
-                l.alphaUs + static_cast<double>(sizes[i]) * l.betaUsPerB);
-  std::printf("alpha %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, per-message overhead %.2f us\n", l.alphaUs,
-              1e-3 / l.betaUsPerB, 1e-3 / l.gammaUsPerB, l.overheadUs);
+  std::printf("# calibration (%s backend; the link between hosts recorded as %s)\n", pg.backendName().c_str(),
+              a.transport.c_str());
+  if (remote < 0 && a.peer < 0)
+    std::printf("# every rank is on rank 0's host: \"link\" is this host's transport, not a link between hosts\n");
+  print("between hosts", net);
+  if (haveLocal) print("within a host", loc);
+  else if (remote >= 0)
+    std::printf("within a host: no other rank on rank 0's host; the default (alpha %.1f us, %.2f GB/s) stays\n",
+                model.local().alphaUs, 1e-3 / model.local().betaUsPerB);
   std::printf("wrote %s: ACCL_TUNING_FILE=%s lets the accl backend choose by this model; accl-info --plan shows "
               "its choices\n",
               a.file.c_str(), a.file.c_str());

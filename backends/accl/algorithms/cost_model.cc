@@ -32,6 +32,30 @@ size_t ringPiece(size_t bytes) { return std::max<size_t>(256u << 10, (bytes + 15
 
 const char* kFields[] = {"alpha_us", "beta_us_per_byte", "gamma_us_per_byte", "overhead_us"};
 
+// The shared-memory link between ranks of a host, where not calibrated: a
+// thread hand-off on each side and two copies at a few GB/s.
+LinkParams defaultLocal(double gamma) { return LinkParams{15.0, 1.0 / 3000.0, gamma, 1.0}; }
+
+void readLink(const nlohmann::json& l, const std::string& where, const std::string& name, LinkParams* out) {
+  double* dst[] = {&out->alphaUs, &out->betaUsPerB, &out->gammaUsPerB, &out->overheadUs};
+  for (int i = 0; i < 4; ++i) {
+    if (!l.contains(kFields[i]) || !l[kFields[i]].is_number())
+      throw InvalidArgument(where + ": " + name + "." + kFields[i] + " is missing or not a number; accepted: a number >= 0");
+    double v = l[kFields[i]].get<double>();
+    if (!std::isfinite(v) || v < 0)
+      throw InvalidArgument(where + ": " + name + "." + kFields[i] + " = " + std::to_string(v) +
+                            "; accepted: a finite number >= 0");
+    *dst[i] = v;
+  }
+  if (out->betaUsPerB <= 0)
+    throw InvalidArgument(where + ": " + name + ".beta_us_per_byte must be > 0 (it is 1 / bandwidth)");
+}
+
+nlohmann::json linkJson(const LinkParams& p) {
+  return {{"alpha_us", p.alphaUs}, {"beta_us_per_byte", p.betaUsPerB}, {"gamma_us_per_byte", p.gammaUsPerB},
+          {"overhead_us", p.overheadUs}};
+}
+
 }  // namespace
 
 CostModel CostModel::defaults(const std::string& transport, double linkGbps) {
@@ -47,6 +71,7 @@ CostModel CostModel::defaults(const std::string& transport, double linkGbps) {
   // A reduction reads two inputs and writes one on one core: ~4 GB/s.
   m.net_.gammaUsPerB = 1.0 / 4000.0;
   m.net_.overheadUs = ib ? 0.5 : 3.0;
+  m.local_ = defaultLocal(m.net_.gammaUsPerB);
   std::ostringstream os;
   os << "defaults for " << m.transport << " at " << gbps << " Gbit/s"
      << (linkGbps > 0 ? " (the NIC's speed from the topology)" : " (link speed unknown: assumed)");
@@ -75,19 +100,13 @@ CostModel CostModel::fromJson(const std::string& text, const std::string& where)
       throw InvalidArgument(where + ": \"transport\" must be \"tcp\" or \"ib\"");
     m.transport = j["transport"].get<std::string>();
   }
-  const auto& l = j["link"];
-  double* dst[] = {&m.net_.alphaUs, &m.net_.betaUsPerB, &m.net_.gammaUsPerB, &m.net_.overheadUs};
-  for (int i = 0; i < 4; ++i) {
-    if (!l.contains(kFields[i]) || !l[kFields[i]].is_number())
-      throw InvalidArgument(where + ": link." + kFields[i] + " is missing or not a number; accepted: a number >= 0");
-    double v = l[kFields[i]].get<double>();
-    if (!std::isfinite(v) || v < 0)
-      throw InvalidArgument(where + ": link." + kFields[i] + " = " + std::to_string(v) +
-                            "; accepted: a finite number >= 0");
-    *dst[i] = v;
+  readLink(j["link"], where, "link", &m.net_);
+  m.local_ = defaultLocal(m.net_.gammaUsPerB);
+  if (j.contains("local")) {
+    if (!j["local"].is_object())
+      throw InvalidArgument(where + ": \"local\" must be an object with the fields of \"link\"");
+    readLink(j["local"], where, "local", &m.local_);
   }
-  if (m.net_.betaUsPerB <= 0)
-    throw InvalidArgument(where + ": link.beta_us_per_byte must be > 0 (it is 1 / bandwidth)");
   m.source_ = where;
   return m;
 }
@@ -104,10 +123,8 @@ std::string CostModel::toJson() const {
   nlohmann::json j;
   j["version"] = 1;
   j["transport"] = transport;
-  j["link"] = {{"alpha_us", net_.alphaUs},
-               {"beta_us_per_byte", net_.betaUsPerB},
-               {"gamma_us_per_byte", net_.gammaUsPerB},
-               {"overhead_us", net_.overheadUs}};
+  j["link"] = linkJson(net_);
+  j["local"] = linkJson(local_);
   return j.dump(2) + "\n";
 }
 
@@ -126,28 +143,55 @@ std::vector<Algo> CostModel::candidates(Coll c) {
   return {};
 }
 
-double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p) const {
+double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) const {
   if (p <= 1) return 0;
-  const double al = net_.alphaUs, be = net_.betaUsPerB, ga = net_.gammaUsPerB, o = net_.overheadUs;
-  const double n = static_cast<double>(bytes), P = p, L = ceilLog2(p);
+  // Ranks per host (blocks of consecutive ranks); 1: every rank on its own host.
+  const int L = hosts <= 0 || hosts >= p ? 1 : (p + hosts - 1) / hosts;
+  const LinkParams& N = net_;
+  const LinkParams& H = local_;
+  const double n = static_cast<double>(bytes), P = p;
   const double frac = (P - 1) / P;
   auto bad = [&]() -> double {
     throw InvalidArgument(std::string("cost model: ") + toString(c) + " has no algorithm " + toString(a));
   };
+  // Pairwise steps by distance 1, 2, 4, ... < q (recursive doubling, binomial
+  // trees): the pairs of a step with distance below the ranks per host stay
+  // on their host (blocks aligned to powers of two).
+  auto steps = [&](int q, double bytesPerStep, bool reduce) {
+    double t = 0;
+    for (int mask = 1; mask < q; mask <<= 1) {
+      const LinkParams& k = mask < L ? H : N;
+      t += k.alphaUs + bytesPerStep * k.betaUsPerB + (reduce ? bytesPerStep * k.gammaUsPerB : 0);
+    }
+    return t;
+  };
+  // Everyone to everyone at once, `block` bytes per message: the messages
+  // within the host and those between hosts go side by side.
+  auto direct = [&](double block, int messages) {
+    int inter = L == 1 ? messages : messages - (L - 1);
+    int intra = messages - inter;
+    double tn = inter > 0 ? N.alphaUs + (inter - 1) * N.overheadUs + inter * block * N.betaUsPerB : 0;
+    double th = intra > 0 ? H.alphaUs + (intra - 1) * H.overheadUs + intra * block * H.betaUsPerB : 0;
+    return std::max(tn, th);
+  };
+  // Rings and dissemination: some pair of every step crosses hosts, which
+  // sets the step's time (the link between hosts).
+  const double al = N.alphaUs, be = N.betaUsPerB, ga = N.gammaUsPerB;
   switch (c) {
     case Coll::Allreduce:
       if (a == Algo::Ring) return 2 * (P - 1) * al + 2 * frac * n * be + frac * n * ga;
       if (a == Algo::RecursiveDoubling) {
         // log2 of the largest power of two, each step the whole vector; the
-        // ranks beyond it fold in before and get the result after.
+        // ranks beyond it fold into a neighbour (on its host) before and get
+        // the result after.
         int q = floorPow2(p);
-        double steps = ceilLog2(q);
-        double extra = q == p ? 0 : 2 * (al + n * be) + n * ga;
-        return steps * (al + n * be + n * ga) + extra;
+        const LinkParams& f = L > 1 ? H : N;
+        double extra = q == p ? 0 : 2 * (f.alphaUs + n * f.betaUsPerB) + n * f.gammaUsPerB;
+        return steps(q, n, true) + extra;
       }
       return bad();
     case Coll::Broadcast:
-      if (a == Algo::Tree) return L * (al + n * be);
+      if (a == Algo::Tree) return steps(1 << ceilLog2(p), n, false);
       if (a == Algo::Ring) {
         size_t piece = ringPiece(bytes);
         double k = bytes == 0 ? 1 : std::ceil(n / static_cast<double>(piece));
@@ -156,37 +200,37 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p) const {
       }
       return bad();
     case Coll::Reduce:
-      if (a == Algo::Tree) return L * (al + n * be + n * ga);
+      if (a == Algo::Tree) return steps(1 << ceilLog2(p), n, true);
       return bad();
     case Coll::Allgather:  // n: the whole gathered vector
       if (a == Algo::Ring) return (P - 1) * (al + n / P * be);
-      if (a == Algo::Direct) return al + (P - 2) * o + frac * n * be;
+      if (a == Algo::Direct) return direct(n / P, p - 1);
       return bad();
     case Coll::ReduceScatter:  // n: the whole input vector
       if (a == Algo::Ring) return (P - 1) * (al + n / P * (be + ga));
       // The recursive-doubling variant is the whole allreduce, then a copy of
       // this rank's block (algorithms' reduce-scatter by recursive doubling).
-      if (a == Algo::RecursiveDoubling) return predictUs(Coll::Allreduce, Algo::RecursiveDoubling, bytes, p);
+      if (a == Algo::RecursiveDoubling) return predictUs(Coll::Allreduce, Algo::RecursiveDoubling, bytes, p, hosts);
       return bad();
     case Coll::Alltoall:  // n: all a rank sends
       if (a == Algo::Direct) return (P - 1) * (al + n / P * be);
       return bad();
     case Coll::Gather:
-    case Coll::Scatter:  // n: one rank's block; the root's link carries p - 1 of them
-      if (a == Algo::Direct) return al + (P - 2) * o + (P - 1) * n * be;
+    case Coll::Scatter:  // n: one rank's block; the root's links carry p - 1 of them
+      if (a == Algo::Direct) return direct(n, p - 1);
       return bad();
     case Coll::Barrier:
-      if (a == Algo::RecursiveDoubling) return L * al;
+      if (a == Algo::RecursiveDoubling) return ceilLog2(p) * al;
       return bad();
   }
   return bad();
 }
 
-Algo CostModel::best(Coll c, size_t bytes, int p) const {
+Algo CostModel::best(Coll c, size_t bytes, int p, int hosts) const {
   Algo bestA = Algo::Auto;
   double bestT = 0;
   for (Algo a : candidates(c)) {
-    double t = predictUs(c, a, bytes, p);
+    double t = predictUs(c, a, bytes, p, hosts);
     if (bestA == Algo::Auto || t < bestT) {
       bestA = a;
       bestT = t;

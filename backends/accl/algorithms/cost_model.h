@@ -46,22 +46,31 @@ class CostModel {
 
   const LinkParams& link() const { return net_; }
   LinkParams& link() { return net_; }
+  // Between ranks of one host (the shared-memory link of point-to-point and
+  // of the flat algorithms' steps there).
+  const LinkParams& local() const { return local_; }
+  LinkParams& local() { return local_; }
   const std::string& source() const { return source_; }
   void setSource(std::string s) { source_ = std::move(s); }
   std::string transport;  // the link the parameters describe: "tcp" or "ib"
 
   // Predicted time (microseconds) of algorithm `a` for `c` among `p` ranks
-  // (each on its own host) with `bytes` as choose() counts them (per rank;
-  // total for allgather, reduce_scatter and alltoall). Throws
-  // InvalidArgument for an algorithm `c` does not have.
-  double predictUs(Coll c, Algo a, size_t bytes, int p) const;
+  // on `hosts` hosts (0: one rank per host; else in blocks of p / hosts
+  // consecutive ranks, as launchers place them) with `bytes` as choose()
+  // counts them (per rank; total for allgather, reduce_scatter and
+  // alltoall). A step between ranks of one host costs the local link's
+  // time, one between hosts the link's; a step where any pair crosses hosts
+  // costs the latter. Throws InvalidArgument for an algorithm `c` does not
+  // have.
+  double predictUs(Coll c, Algo a, size_t bytes, int p, int hosts = 0) const;
   // The algorithms of `c` between hosts (Hierarchical excluded).
   static std::vector<Algo> candidates(Coll c);
   // The candidate with the lowest prediction (the earlier one on a tie).
-  Algo best(Coll c, size_t bytes, int p) const;
+  Algo best(Coll c, size_t bytes, int p, int hosts = 0) const;
 
  private:
   LinkParams net_;
+  LinkParams local_{15.0, 1.0 / 3000.0, 1.0 / 4000.0, 1.0};  // as defaults() sets it
   std::string source_;
 };
 

@@ -94,10 +94,10 @@ AlgoOverrides parseAlgoSpec(const std::string& spec) {
   return o;
 }
 
-Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, const CostModel* m) {
+Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, const CostModel* m, int hostCount) {
   Algo forced = o.algo[static_cast<int>(c)];
   if (forced != Algo::Auto && forced != Algo::Hierarchical) return forced;
-  if (m) return m->best(c, bytes, hosts);
+  if (m) return m->best(c, bytes, hosts, hostCount);
   switch (c) {
     case Coll::Allreduce:
       return (bytes <= kSmallAllreduce || hosts == 2) ? Algo::RecursiveDoubling : Algo::Ring;
@@ -115,10 +115,10 @@ Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const
   Algo forced = o.algo[static_cast<int>(c)];
   bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier;
   if (forced == Algo::Hierarchical)
-    return l.hierarchical() ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m);
+    return l.hierarchical() ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m, l.hosts);
   if (forced != Algo::Auto) return forced;
   if (hierOp && l.hierarchical()) return Algo::Hierarchical;
-  return chooseInterHost(c, bytes, l.size, o, m);
+  return chooseInterHost(c, bytes, l.size, o, m, l.hosts);
 }
 
 static std::vector<size_t> selectionProbes(const CostModel* m) {

@@ -44,8 +44,11 @@ AlgoOverrides parseAlgoSpec(const std::string& spec);
 // Between hosts, ACCL_ALGO's choice first; then, given a cost model (a
 // tuning file), the algorithm it predicts fastest; else fixed size thresholds.
 Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const CostModel* m = nullptr);
-// For hierarchical ops: the algorithm of the exchange between hosts.
-Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, const CostModel* m = nullptr);
+// The algorithm of an exchange among `hosts` ranks over the network (for
+// hierarchical ops, one rank per host); `hostCount`: the hosts they are on,
+// for the cost model (0: one rank per host).
+Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, const CostModel* m = nullptr,
+                     int hostCount = 0);
 
 // One line per op: which algorithm each size range gets (logged at INFO).
 std::string describeSelection(const Layout& l, const AlgoOverrides& o, const CostModel* m = nullptr);
