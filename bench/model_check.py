@@ -158,7 +158,7 @@ def main():
                                       os.path.join(build, "bin", "accl-perf"), "--backend", "accl", "--calibrate",
                                       tuning], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 print(f"\n## link {rate}, {delay} ms each way; {ranks} ranks on 2 hosts")
-                print("\n".join(l[4:] for l in cal.stdout.splitlines() if l.startswith("[0] alpha")))
+                print("\n".join(l[4:] for l in cal.stdout.splitlines() if l.startswith("[0] ") and "alpha" in l))
                 if cal.returncode != 0:
                     raise RuntimeError("calibration failed: " + cal.stdout[-2000:])
                 pl = plan(build, tuning, ranks, 2)
