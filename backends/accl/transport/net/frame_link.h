@@ -79,6 +79,23 @@ class FrameSink {
   virtual void onPeerFailed(FrameLink* link, int peer, const std::string& why) = 0;
 };
 
+// The receiving side of every link: a header that validateHeader passes, and
+// the link's own check (`linkBad`, empty if it passed), goes to the sink's
+// onHeader. Returns the landing; sets *bad (non-empty) where the frame is
+// refused instead, by either check or by the sink (ProtocolError).
+inline LandingPtr admitHeader(FrameSink& sink, int peer, const FrameHeader& h, std::string linkBad,
+                              std::string* bad) {
+  *bad = validateHeader(h);
+  if (bad->empty()) *bad = std::move(linkBad);
+  if (!bad->empty()) return nullptr;
+  try {
+    return sink.onHeader(peer, h);
+  } catch (const ProtocolError& e) {
+    *bad = e.what;
+  }
+  return nullptr;
+}
+
 class FrameLink {
  public:
   // Spread: the frames may go over any of the peer's channels, in any order

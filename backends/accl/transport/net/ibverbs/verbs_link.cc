@@ -69,15 +69,8 @@ void VerbsLink::dropPeer(int peer) {
 
 void VerbsLink::deliver(int peer, const FrameHeader& h, const char* payload) {
   if (refused_[peer]) return;
-  std::string bad = validateHeader(h);
-  LandingPtr l;
-  if (bad.empty()) {
-    try {
-      l = sink_->onHeader(peer, h);
-    } catch (const ProtocolError& e) {
-      bad = e.what;
-    }
-  }
+  std::string bad;
+  LandingPtr l = admitHeader(*sink_, peer, h, "", &bad);
   if (!bad.empty()) {
     ACCL_WARN("NET", where_ << ": refused frame from rank " << peer << " (verbs)" << ": " << bad);
     refused_[peer] = true;

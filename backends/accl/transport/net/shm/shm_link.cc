@@ -319,21 +319,14 @@ bool ShmLink::readFrom(int peer) {
   for (int n = 0; tail != head && n < 64 && !i.dead; ++n) {
     std::string bad;
     FrameHeader h{};
+    LandingPtr l;
     if (head - tail > cap_ || (head - tail) % 64 != 0) {
       bad = "ring counters out of range";
     } else {
       get(tail, reinterpret_cast<char*>(&h), sizeof(h));
-      bad = validateHeader(h);
-      if (bad.empty() && (h.len > maxFrame_ || sizeof(FrameHeader) + align64(h.len) > head - tail))
-        bad = "frame of " + std::to_string(h.len) + " bytes beyond what the ring published";
-    }
-    LandingPtr l;
-    if (bad.empty()) {
-      try {
-        l = sink_->onHeader(peer, h);
-      } catch (const ProtocolError& e) {
-        bad = e.what;
-      }
+      bool fits = h.len <= maxFrame_ && sizeof(FrameHeader) + align64(h.len) <= head - tail;
+      l = admitHeader(*sink_, peer, h,
+                      fits ? "" : "frame of " + std::to_string(h.len) + " bytes beyond what the ring published", &bad);
     }
     if (!bad.empty()) {
       ACCL_WARN("NET", o_.where << ": refused frame from rank " << peer << " (shared memory): " << bad);
