@@ -148,7 +148,7 @@ void broadcastRing(const Peers& g, void* buf, size_t bytes, int root) {
   int p = g.size(), me = g.me;
   if (p == 1) return;
   int v = mod(me - root, p);
-  size_t piece = std::max<size_t>(256u << 10, (bytes + 15) / 16);
+  size_t piece = broadcastRingPiece(bytes);
   char* b = static_cast<char*>(buf);
   int next = mod(me + 1, p), prev = mod(me - 1, p);
   uint32_t i = 0;

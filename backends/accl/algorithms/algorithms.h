@@ -4,6 +4,7 @@
 // kinds only; Avg and PremulSum scaling is the caller's.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataTyp
 // Binomial tree (log2 p steps) and pipelined chain (for large messages).
 void broadcastTree(const Peers& g, void* buf, size_t bytes, int root);
 void broadcastRing(const Peers& g, void* buf, size_t bytes, int root);
+// The chain's piece size for a message of `bytes` (the cost model counts its steps).
+inline size_t broadcastRingPiece(size_t bytes) { return std::max<size_t>(256u << 10, (bytes + 15) / 16); }
 // Binomial tree reduction to root; out is written at root only.
 void reduceTree(const Peers& g, const void* in, void* out, size_t count, DataType t, ReduceKind k,
                 int root);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accl/errors.h"
+#include "algorithms/algorithms.h"
 
 namespace accl {
 namespace core {
@@ -26,9 +27,6 @@ int floorPow2(int p) {
   while (q * 2 <= p) q *= 2;
   return q;
 }
-
-// The piece size of the pipelined chain broadcast (algorithms.cc).
-size_t ringPiece(size_t bytes) { return std::max<size_t>(256u << 10, (bytes + 15) / 16); }
 
 const char* kFields[] = {"alpha_us", "beta_us_per_byte", "gamma_us_per_byte", "overhead_us"};
 
@@ -193,7 +191,7 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
     case Coll::Broadcast:
       if (a == Algo::Tree) return steps(1 << ceilLog2(p), n, false);
       if (a == Algo::Ring) {
-        size_t piece = ringPiece(bytes);
+        size_t piece = algo::broadcastRingPiece(bytes);
         double k = bytes == 0 ? 1 : std::ceil(n / static_cast<double>(piece));
         double m = std::min(n, static_cast<double>(piece));
         return (P - 2 + k) * (al + m * be);
