@@ -43,10 +43,15 @@ def sh(*cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def netns(cmd):
+def netns(cmd, hosts=2):
     env = dict(os.environ, ACCL_NETNS_PREFIX=PREFIX, ACCL_NETNS_SUBNET=SUBNET)
-    subprocess.run([os.path.join(ROOT, "bench", "netns.sh"), cmd, "2"], check=cmd == "up", env=env,
+    subprocess.run([os.path.join(ROOT, "bench", "netns.sh"), cmd, str(hosts)], check=cmd == "up", env=env,
                    stdout=subprocess.DEVNULL)
+
+
+def hosts_arg(hosts):
+    """accl-run's --netns value for the first `hosts` namespace hosts."""
+    return ",".join(f"{PREFIX}{i}" for i in range(hosts))
 
 
 def size_arg(s):
@@ -57,11 +62,11 @@ def size_arg(s):
 
 
 class Link:
-    """Shapes the link of both namespace hosts: rate (tbf) and a delay each way."""
+    """Shapes the link of each namespace host: rate (tbf) and a delay each way."""
 
-    def __init__(self, build, rate, delay_ms, ipt):
+    def __init__(self, build, rate, delay_ms, ipt, hosts=2):
         self.procs = []
-        for i in (0, 1):
+        for i in range(hosts):
             ns = f"{PREFIX}{i}"
             if rate != "none":  # none: the veth pair as it is
                 sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
@@ -84,16 +89,18 @@ class Link:
             p.wait()
 
 
-def perf(build, env, op, max_bytes, iters, ranks):
-    """Out-of-place time (us) per size: 8 B - 32 KiB with 20x the iterations, then the rest."""
+def perf(build, env, op, max_bytes, iters, ranks, hosts=2, passes=None):
+    """Out-of-place time (us) per size: 8 B - 32 KiB with 20x the iterations, then the rest
+    (or the given (smallest, largest, iterations) passes, sizes x8)."""
     times = {}
-    small_max = min(max_bytes, 32768)
-    passes = [(8, small_max, iters * 20)]
-    if max_bytes > small_max:
-        passes.append((small_max * 8, max_bytes, iters))
+    if passes is None:
+        small_max = min(max_bytes, 32768)
+        passes = [(8, small_max, iters * 20)]
+        if max_bytes > small_max:
+            passes.append((small_max * 8, max_bytes, iters))
     for lo, hi, n in passes:
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
-            cmd = [os.path.join(build, "bin", "accl-run"), "-n", str(ranks), "--netns", f"{PREFIX}0,{PREFIX}1",
+            cmd = [os.path.join(build, "bin", "accl-run"), "-n", str(ranks), "--netns", hosts_arg(hosts),
                    "--master-addr", f"{SUBNET}.1", os.path.join(build, "bin", "accl-perf"), "--backend", "accl",
                    "--op", op, "-b", str(lo), "-e", str(hi), "-f", "8", "-n", str(n), "-w", "2", "-z", "1",
                    "-c", "1", "-J", out.name]
@@ -106,6 +113,19 @@ def perf(build, env, op, max_bytes, iters, ranks):
             raise RuntimeError(f"{op} {env}: {j['wrong']} wrong elements")
         times.update({x["size"]: x["out_of_place"]["time_us"] for x in j["results"]})
     return times
+
+
+def calibrate(build, tuning, ranks_per_host=1):
+    """accl-perf --calibrate on hosts 0 and 1 writes `tuning` (the link between them, and with 2 ranks per
+    host the one within a host too); prints the links."""
+    cal = subprocess.run([os.path.join(build, "bin", "accl-run"), "-n", str(2 * ranks_per_host), "--netns",
+                          hosts_arg(2),
+                          "--master-addr", f"{SUBNET}.1", os.path.join(build, "bin", "accl-perf"), "--backend",
+                          "accl", "--calibrate", tuning], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    print("\n".join(l[4:] for l in cal.stdout.splitlines() if l.startswith("[0] ") and "alpha" in l))
+    if cal.returncode != 0:
+        raise RuntimeError("calibration failed: " + cal.stdout[-2000:])
 
 
 def plan(build, tuning, ranks, hosts):
@@ -153,14 +173,8 @@ def main():
             link = Link(build, rate, float(delay), ipt)
             try:
                 tuning = os.path.join(tmp, f"tuning-{rate}-{delay}.json")
-                cal = subprocess.run([os.path.join(build, "bin", "accl-run"), "-n", "2", "--netns",
-                                      f"{PREFIX}0,{PREFIX}1", "--master-addr", f"{SUBNET}.1",
-                                      os.path.join(build, "bin", "accl-perf"), "--backend", "accl", "--calibrate",
-                                      tuning], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 print(f"\n## link {rate}, {delay} ms each way; {ranks} ranks on 2 hosts")
-                print("\n".join(l[4:] for l in cal.stdout.splitlines() if l.startswith("[0] ") and "alpha" in l))
-                if cal.returncode != 0:
-                    raise RuntimeError("calibration failed: " + cal.stdout[-2000:])
+                calibrate(build, tuning)
                 pl = plan(build, tuning, ranks, 2)
                 for op in ops:
                     forced = {al: perf(build, {"ACCL_ALGO": f"{op}:{al}"}, op, a.max, a.iters, ranks)

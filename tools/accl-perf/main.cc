@@ -4,6 +4,7 @@
 
 #include "../common/cli.h"
 #include "calibrate.h"
+#include "predict.h"
 
 #include <algorithm>
 #include <chrono>
@@ -438,6 +439,49 @@ int main(int argc, char** argv) {
   app.add_option("--calibrate-transport", cal.transport, "the link the calibration crosses, recorded in the file")
       ->check(CLI::IsMember({"tcp", "ib"}))
       ->capture_default_str();
+  accl_perf::PredictArgs pred;
+  auto* predOpt = app.add_option("--predict", pred.topology,
+                                 "instead of running: predict collective times and the data-parallel step overhead "
+                                 "on --nodes nodes from the cost model (--tuning) and a node's topology file (NCCL "
+                                 "or hwloc XML), or 'host' for the calibrated model as it is (validation here)")
+                      ->type_name("TOPOLOGY");
+  app.add_option("--nodes", pred.nodes, "--predict: node counts, N (1, 2, 4, ... N) or a list 1,2,3")
+      ->capture_default_str()
+      ->needs(predOpt);
+  app.add_option("--tuning", pred.tuning, "--predict: the tuning file (default: ACCL_TUNING_FILE; none: defaults)")
+      ->type_name("FILE")
+      ->needs(predOpt);
+  app.add_option("--nic-gbps", pred.nicGbps, "--predict: speed of one NIC in Gbit/s (where the file has none)")
+      ->check(CLI::PositiveNumber)
+      ->needs(predOpt);
+  app.add_option("--net-transport", pred.transport, "--predict: the transport between nodes (default: ib where "
+                                                     "the NICs have RDMA, else tcp)")
+      ->check(CLI::IsMember({"ib", "tcp"}))
+      ->needs(predOpt);
+  app.add_option("--intra-gbs", pred.intraGBs, "--predict: bus bandwidth of a ring within a node in GB/s "
+                                                "(default: from the topology)")
+      ->check(CLI::PositiveNumber)
+      ->needs(predOpt);
+  app.add_option("--ranks-per-node", pred.ranksPerNode, "--predict: ranks per node (default: one per GPU, else 1)")
+      ->check(CLI::Range(1, 4096))
+      ->needs(predOpt);
+  app.add_option("--predict-ops", pred.ops, "--predict: ops to predict (allreduce, allgather, reduce_scatter)")
+      ->capture_default_str()
+      ->needs(predOpt);
+  app.add_option("--step-ms", pred.stepMs, "--predict: compute time of one training step on one GPU, for the "
+                                            "speedup column")
+      ->check(CLI::PositiveNumber)
+      ->needs(predOpt);
+  app.add_option("--params", pred.params, "--predict: parameters whose gradients are allreduced (default: "
+                                           "BERT-Large with its pretraining heads)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->needs(predOpt);
+  app.add_option("--bucket", pred.bucketBytes, "--predict: DDP bucket size")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->needs(predOpt);
   if (int rc = accl_tools::parseCommandLine(app, argc, argv, "accl-perf"); rc >= 0) return rc;
   try {
     a.dtype = parseDataType(dtype == "float" ? "float32" : dtype == "double" ? "float64" : dtype);
@@ -454,6 +498,7 @@ int main(int argc, char** argv) {
     return 2;
 #endif
   }
+  if (!pred.topology.empty()) return accl_perf::predict(pred, a.minBytes, a.maxBytes, a.factor, a.json);
   const OpSpec* spec = findOp(a.op);  // --op accepts only the table's names
   if (a.redop != ReduceKind::Sum && a.redop != ReduceKind::Prod && a.redop != ReduceKind::Min && a.redop != ReduceKind::Max) {
     std::fprintf(stderr, "accl-perf: -o %s: accepted: sum, prod, min, max\n", toString(a.redop));
