@@ -28,7 +28,12 @@ assert j["local"]["beta_us_per_byte"] > 0, j  # one host: the same link
 assert [p["bytes"] for p in pp] == sorted(p["bytes"] for p in pp) and all(p["one_way_us"] > 0 for p in pp), pp
 # One-way time grows with size: 16 MiB takes longer than 8 B.
 assert pp[-1]["one_way_us"] > pp[0]["one_way_us"], pp
-print("tuning file ok:", l)
+# Both ranks share the host: the segment's allreduce was measured, and 16 MiB
+# takes longer than 8 B there too.
+s, seg = j["segment"], j["measured"]["segment"]["allreduce"]
+assert j["segment_ranks"] == 2 and s["alpha_us"] > 0 and s["beta_us_per_byte"] > 0, j
+assert seg[-1]["allreduce_us"] > seg[0]["allreduce_us"], seg
+print("tuning file ok:", l, "segment:", s)
 PY
 
 echo "== accl-info --plan with it"
@@ -36,6 +41,9 @@ ACCL_TUNING_FILE=$tmp/t.json "$b/bin/accl-info" --plan --ranks 4 --hosts 4 > "$t
 grep -q "Selection: by this model (ACCL_TUNING_FILE)" "$tmp/plan.log" || fail "--plan does not say the model chooses"
 grep -qE "^allreduce +8 +recursive_doubling" "$tmp/plan.log" || fail "--plan: 8 B allreduce between 4 hosts should be recursive doubling"
 head -12 "$tmp/plan.log"
+ACCL_TUNING_FILE=$tmp/t.json "$b/bin/accl-info" --plan --ranks 2 --hosts 1 > "$tmp/plan1.log" 2>&1 || fail "accl-info --plan (one host) exited $?"
+grep -q "shared segment: .*measured with 2 ranks" "$tmp/plan1.log" || fail "--plan does not show the measured segment"
+grep -qE "^allreduce +8 +shm " "$tmp/plan1.log" || fail "--plan: one host should run on the segment"
 
 echo "== 4 ranks, each its own host, ops chosen by the model, results checked"
 for op in allreduce broadcast allgather reduce_scatter; do

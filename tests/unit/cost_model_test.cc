@@ -209,3 +209,55 @@ TEST(CostModel, DefaultsComeFromTheTransportAndTheLinkSpeed) {
   EXPECT_LT(ib.link().alphaUs, tcp.link().alphaUs);
   EXPECT_NE(ib.source().find("assumed"), std::string::npos);
 }
+
+TEST(CostModel, LayoutPredictionIsWhatTheBackendRuns) {
+  CostModel m = fixed();
+  m.segment() = LinkParams{0.5, 0.0002, 0, 0};  // 5 GB/s per byte of the vector
+  m.setSegmentRanks(2);
+  const size_t n = 1 << 20;
+  std::string plan;
+  // One host: the shared segment, alpha + n beta for any op.
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, n, 4, 1, &plan), 0.5 + n * 0.0002);
+  EXPECT_EQ(plan, "shm");
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Barrier, 0, 4, 1), 0.5);
+  // 2 hosts x 2: reduce-scatter and allgather on the segment (two
+  // handshakes, one pass), and each local rank's half h exchanged between
+  // the 2 hosts: a 2-rank ring (2 alpha + h beta + h gamma / 2) beats
+  // recursive doubling (alpha + h beta + h gamma) at this reduction rate.
+  // Both halves cross at once over the host's one link: beta counts twice.
+  const double h = n / 2.0;
+  ASSERT_LT(2 * 10 + h * 0.001 + h / 2 * 0.0005, 10 + h * 0.001 + h * 0.0005);
+  double ring = 2 * 10 + h * 2 * 0.001 + h / 2 * 0.0005;
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, n, 4, 2, &plan), 2 * 0.5 + n * 0.0002 + ring);
+  EXPECT_EQ(plan, "hierarchical(shm+ring)");
+  // 6 ranks on 4 hosts is uneven: the whole vector between one rank per host.
+  double whole = m.predictUs(Coll::Allreduce, m.best(Coll::Allreduce, n, 4, 4), n, 4, 4);
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, n, 6, 4), 2 * 0.5 + n * 0.0002 + whole);
+  // Allgather is not hierarchical: the best flat algorithm on the layout.
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allgather, n, 4, 2, &plan),
+                   m.predictUs(Coll::Allgather, m.best(Coll::Allgather, n, 4, 2), n, 4, 2));
+  EXPECT_EQ(plan, toString(m.best(Coll::Allgather, n, 4, 2)));
+  // One rank per host: flat, as before.
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, n, 4, 4),
+                   m.predictUs(Coll::Allreduce, m.best(Coll::Allreduce, n, 4, 4), n, 4, 4));
+  EXPECT_EQ(m.predictLayoutUs(Coll::Allreduce, n, 1, 1), 0.0);
+
+  // The segment round-trips through the tuning file; malformed ones are named.
+  CostModel back = CostModel::fromJson(m.toJson(), "t");
+  EXPECT_DOUBLE_EQ(back.segment().betaUsPerB, 0.0002);
+  EXPECT_EQ(back.segmentRanks(), 2);
+  std::string link = "\"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, \"gamma_us_per_byte\": 0, \"overhead_us\": 0}";
+  EXPECT_NE(what([&] { CostModel::fromJson("{\"version\": 1, " + link + ", \"segment\": 3}", "f"); })
+                .find("\"segment\" must be an object"),
+            std::string::npos);
+  EXPECT_NE(what([&] {
+              CostModel::fromJson("{\"version\": 1, " + link + ", \"segment\": {\"alpha_us\": 1, \"beta_us_per_byte\": "
+                                  "0.001, \"gamma_us_per_byte\": 0, \"overhead_us\": 0}, \"segment_ranks\": 1}",
+                                  "f");
+            }).find("\"segment_ranks\" must be an integer 2 - 4096"),
+            std::string::npos);
+  // Without a segment in the file: the default, unmeasured.
+  CostModel plain = CostModel::fromJson("{\"version\": 1, " + link + "}", "f");
+  EXPECT_EQ(plain.segmentRanks(), 0);
+  EXPECT_GT(plain.segment().betaUsPerB, 0);
+}

@@ -47,7 +47,7 @@ TEST(Predict, NodeModelFromTopology) {
   auto t = load("nccl-azure-ndv4.xml");
   auto m = buildNodeModel(ndv4Args(), &t, CostModel::defaults("tcp", 0), false);
   EXPECT_EQ(m.ranksPerNode, 8);
-  EXPECT_FALSE(m.flat);
+  EXPECT_FALSE(m.hostMode);
   // 8 NICs x 200 Gbit/s = 200 GB/s per node, 90 % of it over verbs, split over 8 rails.
   EXPECT_NEAR(1.0 / m.rail.link().betaUsPerB, 200e3 * 0.9 / 8, 1e-6);
   EXPECT_EQ(m.rail.transport, "ib");
@@ -109,6 +109,28 @@ TEST(Predict, TwoLevelAllreduce) {
   EXPECT_EQ(predictOp(sm, Coll::Allreduce, n, 1).us, 0.0);
 }
 
+TEST(Predict, CpuNodesUseTheSegment) {
+  auto t = load("hand-two-rails.xml");  // no GPU, two NICs
+  PredictArgs a;
+  a.topology = "hand-two-rails.xml";
+  a.nicGbps = 100;
+  a.ranksPerNode = 2;
+  CostModel cm = CostModel::defaults("tcp", 0);
+  cm.segment() = accl::core::LinkParams{2.0, 1.0 / 5000, 0, 0};
+  auto m = buildNodeModel(a, &t, cm, false);
+  EXPECT_TRUE(m.segment);
+  EXPECT_DOUBLE_EQ(m.intra.betaUsPerB, 1.0 / 5000);
+  // 2 NICs of 100 Gbit/s (ib, 90 %) for 2 ranks: 11250 B/us per rail.
+  EXPECT_NEAR(1.0 / m.rail.link().betaUsPerB, 11250, 1e-6);
+  const size_t n = 8u << 20;
+  EXPECT_DOUBLE_EQ(predictOp(m, Coll::Allreduce, n, 1).us, 2 * 2.0 + n / 5000.0);
+  // 4 nodes: the segment's phases, then the half-vector exchange (not pipelined).
+  Algo inter = m.rail.best(Coll::Allreduce, n / 2, 4, 4);
+  double want = 2 * 2.0 + n / 5000.0 + m.rail.predictUs(Coll::Allreduce, inter, n / 2, 4, 4);
+  EXPECT_NEAR(predictOp(m, Coll::Allreduce, n, 4).us, want, want * 1e-9);
+  EXPECT_EQ(predictOp(m, Coll::Allreduce, n, 4).plan, std::string("shm(2) + ") + accl::core::toString(inter) + "(4 nodes)");
+}
+
 TEST(Predict, DataParallelStep) {
   auto t = load("nccl-azure-ndv4.xml");
   auto m = buildNodeModel(ndv4Args(), &t, CostModel::defaults("tcp", 0), false);
@@ -135,10 +157,15 @@ TEST(Predict, HostModeIsTheCostModel) {
   a.topology = "host";
   a.ranksPerNode = 2;
   auto m = buildNodeModel(a, nullptr, cm, true);
-  EXPECT_TRUE(m.flat);
+  EXPECT_TRUE(m.hostMode);
   for (size_t b : {size_t{8}, size_t{1} << 20, size_t{64} << 20}) {
-    Algo best = cm.best(Coll::Allreduce, b, 6, 3);
-    EXPECT_DOUBLE_EQ(predictOp(m, Coll::Allreduce, b, 3).us, cm.predictUs(Coll::Allreduce, best, b, 6, 3));
-    EXPECT_EQ(predictOp(m, Coll::Allreduce, b, 3).plan, accl::core::toString(best));
+    for (Coll c : {Coll::Allreduce, Coll::Allgather}) {
+      std::string plan;
+      EXPECT_DOUBLE_EQ(predictOp(m, c, b, 3).us, cm.predictLayoutUs(c, b, 6, 3, &plan));
+      EXPECT_EQ(predictOp(m, c, b, 3).plan, plan);
+    }
   }
+  // 3 hosts x 2: allreduce is hierarchical, allgather flat.
+  EXPECT_EQ(predictOp(m, Coll::Allreduce, 8, 3).plan.rfind("hierarchical(shm+", 0), 0u);
+  EXPECT_EQ(predictOp(m, Coll::Allgather, 8, 3).plan.find("hierarchical"), std::string::npos);
 }

@@ -93,21 +93,24 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
   std::printf("Plan of the accl backend: %d ranks on %d host(s)%s\n", ranks, hosts,
               l.uniform ? "" : " (uneven: hierarchical ops reduce to one rank per host)");
   const LinkParams& h = model.local();
+  const LinkParams& sg = model.segment();
   std::printf("Cost model: %s\n  %s between hosts: alpha %.2f us, bandwidth %.3f GB/s, reduction %.3f GB/s, "
-              "per-message overhead %.2f us\n  within a host: alpha %.2f us, bandwidth %.3f GB/s\n",
+              "per-message overhead %.2f us\n  within a host: alpha %.2f us, bandwidth %.3f GB/s\n"
+              "  shared segment: alpha %.2f us, %.3f GB/s of the vector (%s)\n",
               model.source().c_str(), model.transport.c_str(), p.alphaUs, 1e-3 / p.betaUsPerB,
-              p.gammaUsPerB > 0 ? 1e-3 / p.gammaUsPerB : 0.0, p.overheadUs, h.alphaUs, 1e-3 / h.betaUsPerB);
+              p.gammaUsPerB > 0 ? 1e-3 / p.gammaUsPerB : 0.0, p.overheadUs, h.alphaUs, 1e-3 / h.betaUsPerB,
+              sg.alphaUs, 1e-3 / sg.betaUsPerB,
+              model.segmentRanks() > 0 ? ("measured with " + std::to_string(model.segmentRanks()) + " ranks").c_str()
+                                       : "default");
   std::printf("Selection: %s\n", calibrated ? "by this model (ACCL_TUNING_FILE)"
                                             : "fixed size thresholds (no ACCL_TUNING_FILE); the predictions use "
                                               "the default model above");
   if (!algoSpec.empty()) std::printf("ACCL_ALGO=%s overrides the ops it names\n", algoSpec.c_str());
-  if (hosts == 1) {
-    std::printf("One host: every op runs on the shared segment; the model covers links between hosts.\n");
-    return 0;
-  }
   std::printf("Bytes: per rank (allreduce, broadcast, reduce, gather, scatter); the whole vector (allgather, "
-              "reduce_scatter, alltoall).\nHierarchical ops: the prediction is the exchange between hosts only "
-              "(one rank per host, or per rail); the shared-memory phases are not modelled.\n\n");
+              "reduce_scatter, alltoall).\n%s\n\n",
+              hosts == 1 ? "One host: every op runs on the shared segment (alpha + bytes / its rate)."
+                         : "Hierarchical ops: the segment's phases on each host, then the exchange between hosts "
+                           "(one rank per host, on its slice for allreduce).");
   std::printf("%-15s %12s  %-36s %14s  %s\n", "op", "bytes", "algorithm", "predicted us", "every candidate (us)");
   const CostModel* m = calibrated ? &model : nullptr;
   for (int ci = 0; ci < kNumColls; ++ci) {
@@ -125,16 +128,22 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
         a = chooseInterHost(c, exch, hosts, overrides, m);
         name = std::string("hierarchical(shm+") + toString(a) + ")";
       }
+      double predicted = 0;
       std::string all;
-      for (Algo x : CostModel::candidates(c)) {
+      if (a == Algo::Shm) {
+        predicted = model.segmentUs(c, bytes, false);
+        all = "-";
+      } else {
+        predicted = model.predictUs(c, a, exch, peers, onHosts);
+        if (name.rfind("hierarchical", 0) == 0) predicted += model.segmentUs(c, bytes, true);
+      }
+      for (Algo x : a == Algo::Shm ? std::vector<Algo>{} : CostModel::candidates(c)) {
         char buf[64];
         std::snprintf(buf, sizeof(buf), "%s%s %.1f", all.empty() ? "" : ", ", toString(x),
                       model.predictUs(c, x, exch, peers, onHosts));
         all += buf;
       }
-      std::printf("%-15s %12zu  %-36s %14.1f  %s\n", toString(c), bytes, name.c_str(),
-                  model.predictUs(c, a, exch, peers, onHosts),
-                  all.c_str());
+      std::printf("%-15s %12zu  %-36s %14.1f  %s\n", toString(c), bytes, name.c_str(), predicted, all.c_str());
       if (c == Coll::Barrier) break;
     }
   }

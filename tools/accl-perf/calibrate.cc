@@ -171,6 +171,55 @@ Measured measure(accl::ProcessGroup& pg, int peer, double gamma) {
   return r;
 }
 
+// The shared segment's allreduce among the ranks of rank 0's host
+// (`members`, a group of their own): time (us) per size, the best of 5
+// blocks. Every rank calls it; only members measure.
+struct SegmentMeasured {
+  int ranks = 0;
+  std::vector<double> us;  // per segmentSizes()
+  accl::core::LinkParams params;
+};
+
+const std::vector<size_t>& segmentSizes() {
+  static const std::vector<size_t> s = {8, 65536, 1u << 20, 4u << 20, 16u << 20};
+  return s;
+}
+
+SegmentMeasured measureSegment(accl::ProcessGroup& pg, const std::vector<int>& members) {
+  SegmentMeasured r;
+  r.ranks = static_cast<int>(members.size());
+  auto sub = pg.split(members);
+  if (sub) {
+    std::vector<float> buf(segmentSizes().back() / sizeof(float), 0.0f);  // sums stay 0: no overflow
+    for (size_t s : segmentSizes()) {
+      size_t count = std::max<size_t>(1, s / sizeof(float));
+      int iters = s <= 65536 ? 200 : s <= (1u << 20) ? 20 : 5;
+      double best = 1e300;
+      for (int rep = 0; rep < 6; ++rep) {  // the first block warms up
+        sub->barrier()->wait();
+        auto t0 = Clock::now();
+        for (int i = 0; i < iters; ++i)
+          sub->allreduce(Buffer(buf.data(), count, DataType::Float32))->wait();
+        if (rep > 0) best = std::min(best, seconds(t0, Clock::now()) / iters * 1e6);
+      }
+      r.us.push_back(best);
+    }
+    // alpha: the smallest; beta: least-squares slope over >= 1 MiB.
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int m = 0;
+    for (size_t i = 0; i < segmentSizes().size(); ++i) {
+      if (segmentSizes()[i] < (1u << 20)) continue;
+      double xs = static_cast<double>(segmentSizes()[i]), y = r.us[i];
+      sx += xs, sy += y, sxx += xs * xs, sxy += xs * y, ++m;
+    }
+    double beta = (m * sxy - sx * sy) / (m * sxx - sx * sx);
+    if (!(beta > 0)) beta = r.us.back() / static_cast<double>(segmentSizes().back());
+    r.params = accl::core::LinkParams{r.us.front(), beta, 0.0, 0.0};
+  }
+  pg.barrier()->wait();
+  return r;
+}
+
 // This process's host, as the accl backend tells hosts apart: ACCL_HOSTID,
 // else the hostname and the network namespace.
 std::string hostKey() {
@@ -230,6 +279,11 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   Measured loc;
   bool haveLocal = local >= 0 && local != netPeer;
   if (haveLocal) loc = measure(pg, local, gamma);
+  std::vector<int> hostRanks;
+  for (int r = 0; r < n; ++r)
+    if (sameHost(r)) hostRanks.push_back(r);
+  SegmentMeasured seg;
+  if (hostRanks.size() >= 2) seg = measureSegment(pg, hostRanks);
   if (me != 0) {
     pg.barrier()->wait();
     return 0;
@@ -240,6 +294,10 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   if (haveLocal) model.local() = loc.params;
   else if (remote < 0) model.local() = net.params;  // one host: the same link
   else model.local().gammaUsPerB = gamma;
+  if (seg.ranks >= 2) {
+    model.segment() = seg.params;
+    model.setSegmentRanks(seg.ranks);
+  }
   nlohmann::json j = nlohmann::json::parse(model.toJson());
   j["measured"] = {{"backend", pg.backendName()},
                    {"ranks", n},
@@ -249,6 +307,11 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
                               "gamma: float32 sum of 16 MiB on one core; overhead: growth of a burst of 16 8-byte "
                               "sends over 1, per message"}};
   if (haveLocal) j["measured"]["local"] = pointsJson(loc);
+  if (seg.ranks >= 2) {
+    nlohmann::json pts = nlohmann::json::array();
+    for (size_t i = 0; i < segmentSizes().size(); ++i) pts.push_back({{"bytes", segmentSizes()[i]}, {"allreduce_us", seg.us[i]}});
+    j["measured"]["segment"] = {{"ranks", seg.ranks}, {"allreduce", pts}};
+  }
   std::ofstream f(a.file);
   f << j.dump(2) << "\n";
   f.close();
@@ -266,6 +329,15 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   else if (remote >= 0)
     std::printf("within a host: no other rank on rank 0's host; the default (alpha %.1f us, %.2f GB/s) stays\n",
                 model.local().alphaUs, 1e-3 / model.local().betaUsPerB);
+  if (seg.ranks >= 2) {
+    std::printf("# shared segment: allreduce among the %d ranks of rank 0's host\n#      bytes  measured us   model us\n",
+                seg.ranks);
+    for (size_t i = 0; i < segmentSizes().size(); ++i)
+      std::printf("%12zu  %11.2f %10.2f\n", segmentSizes()[i], seg.us[i],
+                  seg.params.alphaUs + static_cast<double>(segmentSizes()[i]) * seg.params.betaUsPerB);
+    std::printf("shared segment: alpha %.2f us, bandwidth %.3f GB/s (%d ranks)\n", seg.params.alphaUs,
+                1e-3 / seg.params.betaUsPerB, seg.ranks);
+  }
   std::printf("wrote %s: ACCL_TUNING_FILE=%s lets the accl backend choose by this model; accl-info --plan shows "
               "its choices\n",
               a.file.c_str(), a.file.c_str());

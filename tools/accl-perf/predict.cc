@@ -93,11 +93,12 @@ std::vector<int> parseNodes(const std::string& s) {
 NodeModel buildNodeModel(const PredictArgs& a, const accl::topo::Topology* t, const CostModel& m, bool calibrated) {
   NodeModel nm;
   if (!t) {  // "host": the calibrated model as the accl backend uses it
-    nm.flat = true;
+    nm.hostMode = true;
     nm.ranksPerNode = a.ranksPerNode > 0 ? a.ranksPerNode : 1;
     nm.calibrated = m;
     nm.notes.push_back("link between hosts and within a host: " + m.source() +
-                       "; the accl backend's flat algorithms over all ranks, chosen by the cost model");
+                       "; what the accl backend runs on such hosts: the shared segment within a host, hierarchical "
+                       "allreduce across hosts, the model's flat algorithm otherwise");
     return nm;
   }
   const int gpus = static_cast<int>(t->gpus().size());
@@ -182,10 +183,15 @@ NodeModel buildNodeModel(const PredictArgs& a, const accl::topo::Topology* t, co
     nm.intra = LinkParams{kGpuStepUs, 1.0 / (gbs * 1e3), 0.0, 0.0};
     in << "; " << kGpuStepUs << " us per ring step assumed; reductions on the GPU not counted";
   } else {
-    nm.intra = calibrated ? m.local() : CostModel::defaults("tcp", 0).local();
+    // CPU ranks: the accl backend's shared segment (reduce-scatter and
+    // allgather there, around the exchange between nodes).
+    nm.segment = true;
+    nm.intra = m.segment();
     if (a.intraGBs > 0) nm.intra.betaUsPerB = 1.0 / (a.intraGBs * 1e3);
-    in << "shared memory: " << fmt("%.1f", nm.intra.alphaUs) << " us, " << fmt("%.2f", 1e-3 / nm.intra.betaUsPerB)
-       << " GB/s" << (calibrated ? " (" + m.source() + ")" : std::string(" (assumed)"));
+    in << "the shared segment: " << fmt("%.1f", nm.intra.alphaUs) << " us per handshake, "
+       << fmt("%.2f", 1e-3 / nm.intra.betaUsPerB) << " GB/s of the vector"
+       << (a.intraGBs > 0 ? " (--intra-gbs)"
+                          : calibrated && m.segmentRanks() > 0 ? " (" + m.source() + ")" : std::string(" (assumed)"));
   }
   nm.notes.push_back("within a node: " + std::to_string(G) + " rank(s) (" +
                      (a.ranksPerNode > 0 ? "--ranks-per-node" : gpus > 0 ? "one per GPU" : "no GPU") + "), " +
@@ -200,15 +206,17 @@ Prediction predictOp(const NodeModel& m, Coll c, size_t bytes, int nodes) {
     r.plan = "-";
     return r;
   }
-  if (m.flat) {
-    Algo a = m.calibrated.best(c, bytes, p, N);
-    r.us = m.calibrated.predictUs(c, a, bytes, p, N);
-    r.plan = accl::core::toString(a);
+  if (m.hostMode) {
+    r.us = m.calibrated.predictLayoutUs(c, bytes, p, N, &r.plan);
     return r;
   }
   const double n = static_cast<double>(bytes);
   double latI = 0, bwI = 0;
-  if (G > 1) {
+  if (G > 1 && m.segment) {
+    latI = (c == Coll::Allreduce ? 2 : 1) * m.intra.alphaUs;
+    bwI = n * m.intra.betaUsPerB;
+    r.plan = "shm(" + std::to_string(G) + ")";
+  } else if (G > 1) {
     const LinkParams& k = m.intra;
     const double frac = (G - 1.0) / G;
     if (c == Coll::Allreduce) {
@@ -231,7 +239,9 @@ Prediction predictOp(const NodeModel& m, Coll c, size_t bytes, int nodes) {
     r.plan += (r.plan.empty() ? "" : " + ") + std::string(accl::core::toString(a)) + "(" + std::to_string(N) +
               " nodes)";
   }
-  r.us = latI + latN + std::max(bwI, bwN);
+  // GPU rings pipeline with the exchange between nodes; the segment's
+  // phases come before and after it.
+  r.us = m.segment ? latI + bwI + latN + bwN : latI + latN + std::max(bwI, bwN);
   return r;
 }
 

@@ -8,8 +8,10 @@
 // hierarchical algorithms do: within the node (G ranks, a ring over the
 // intra-node link) and between nodes (N ranks, one per node, on each rank's
 // rail: the node's NIC bandwidth split over its G ranks, the algorithm the
-// cost model picks). The levels pipeline: their latencies add, the slower
-// level's transfer time sets the rest.
+// cost model picks). On GPUs the levels pipeline: their latencies add, the
+// slower level's transfer time sets the rest. On CPU nodes the intra level is
+// the accl backend's shared segment, whose phases run before and after the
+// exchange between nodes.
 #pragma once
 
 #include <cstddef>
@@ -34,9 +36,10 @@ using accl::core::LinkParams;
 struct NodeModel {
   int ranksPerNode = 1;
   LinkParams intra;     // between ranks of a node; beta = 1 / the ring's bus bandwidth
+  bool segment = false; // nodes without GPUs: the intra level is the shared segment (alpha + n beta)
   CostModel rail;       // between nodes, one rank per node on its share of the NICs
-  bool flat = false;    // "host" mode: the cost model as calibrated, flat algorithms over all ranks
-  CostModel calibrated; // flat mode's model
+  bool hostMode = false;    // "host" mode: the cost model as calibrated, what the accl backend runs
+  CostModel calibrated; // that mode's model (CostModel::predictLayoutUs)
   std::vector<std::string> notes;  // where each parameter came from
 };
 

@@ -33,6 +33,10 @@ const char* kFields[] = {"alpha_us", "beta_us_per_byte", "gamma_us_per_byte", "o
 // The shared-memory link between ranks of a host, where not calibrated: a
 // thread hand-off on each side and two copies at a few GB/s.
 LinkParams defaultLocal(double gamma) { return LinkParams{15.0, 1.0 / 3000.0, gamma, 1.0}; }
+// The shared segment's allreduce, where not calibrated: a flag handshake,
+// then each rank copies in, reduces its slice and copies out (about three
+// passes over the vector at a few GB/s).
+LinkParams defaultSegment() { return LinkParams{1.0, 1.0 / 3000.0, 0.0, 0.0}; }
 
 void readLink(const nlohmann::json& l, const std::string& where, const std::string& name, LinkParams* out) {
   double* dst[] = {&out->alphaUs, &out->betaUsPerB, &out->gammaUsPerB, &out->overheadUs};
@@ -70,6 +74,7 @@ CostModel CostModel::defaults(const std::string& transport, double linkGbps) {
   m.net_.gammaUsPerB = 1.0 / 4000.0;
   m.net_.overheadUs = ib ? 0.5 : 3.0;
   m.local_ = defaultLocal(m.net_.gammaUsPerB);
+  m.segment_ = defaultSegment();
   std::ostringstream os;
   os << "defaults for " << m.transport << " at " << gbps << " Gbit/s"
      << (linkGbps > 0 ? " (the NIC's speed from the topology)" : " (link speed unknown: assumed)");
@@ -105,6 +110,18 @@ CostModel CostModel::fromJson(const std::string& text, const std::string& where)
       throw InvalidArgument(where + ": \"local\" must be an object with the fields of \"link\"");
     readLink(j["local"], where, "local", &m.local_);
   }
+  if (j.contains("segment")) {
+    if (!j["segment"].is_object())
+      throw InvalidArgument(where + ": \"segment\" must be an object with the fields of \"link\"");
+    readLink(j["segment"], where, "segment", &m.segment_);
+    if (j.contains("segment_ranks")) {
+      if (!j["segment_ranks"].is_number_integer() || j["segment_ranks"].get<int64_t>() < 2 ||
+          j["segment_ranks"].get<int64_t>() > 4096)
+        throw InvalidArgument(where + ": \"segment_ranks\" must be an integer 2 - 4096 (the ranks the segment "
+                                      "was measured with)");
+      m.segmentRanks_ = static_cast<int>(j["segment_ranks"].get<int64_t>());
+    }
+  }
   m.source_ = where;
   return m;
 }
@@ -123,6 +140,8 @@ std::string CostModel::toJson() const {
   j["transport"] = transport;
   j["link"] = linkJson(net_);
   j["local"] = linkJson(local_);
+  j["segment"] = linkJson(segment_);
+  if (segmentRanks_ > 0) j["segment_ranks"] = segmentRanks_;
   return j.dump(2) + "\n";
 }
 
@@ -222,6 +241,45 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
       return bad();
   }
   return bad();
+}
+
+double CostModel::segmentUs(Coll c, size_t bytes, bool hierarchical) const {
+  // One pass over the vector at the measured rate (an allreduce's: each rank
+  // copies in, reduces its slice, copies out); a handshake per phase.
+  const double handshakes = hierarchical ? 2 : 1;
+  return handshakes * segment_.alphaUs + (c == Coll::Barrier ? 0 : static_cast<double>(bytes) * segment_.betaUsPerB);
+}
+
+double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan) const {
+  if (p <= 1) {
+    if (plan) *plan = "-";
+    return 0;
+  }
+  if (hosts <= 1) {  // every op on the shared segment
+    if (plan) *plan = "shm";
+    return segmentUs(c, bytes, false);
+  }
+  const bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier;
+  if (hierOp && hosts < p) {
+    // As the accl backend runs them: allreduce on even hosts reduce-scatters
+    // on the segment, exchanges each local rank's slice with its peers on
+    // the other hosts (all slices at once), and allgathers on the segment;
+    // the others (and uneven hosts) have one segment phase and one exchange
+    // of the whole vector between one rank per host.
+    const bool sliced = c == Coll::Allreduce && p % hosts == 0;
+    const int L = p / hosts;
+    size_t exch = sliced ? bytes / static_cast<size_t>(L) : bytes;
+    Algo a = best(c, exch, hosts, hosts);  // as the backend picks it
+    if (plan) *plan = std::string("hierarchical(shm+") + toString(a) + ")";
+    // The slices cross at once and share the host's link (the calibrated
+    // one): each gets 1/L of its bandwidth.
+    CostModel shared = *this;
+    if (sliced) shared.net_.betaUsPerB *= L;
+    return segmentUs(c, bytes, true) + shared.predictUs(c, a, exch, hosts, hosts);
+  }
+  Algo a = best(c, bytes, p, hosts);
+  if (plan) *plan = toString(a);
+  return predictUs(c, a, bytes, p, hosts);
 }
 
 Algo CostModel::best(Coll c, size_t bytes, int p, int hosts) const {

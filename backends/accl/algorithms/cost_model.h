@@ -50,6 +50,14 @@ class CostModel {
   // of the flat algorithms' steps there).
   const LinkParams& local() const { return local_; }
   LinkParams& local() { return local_; }
+  // The host's shared segment, where every op among the ranks of one host
+  // runs (and the phases on each host of a hierarchical op): an allreduce of
+  // n bytes there costs alpha + n * beta, measured with segmentRanks() ranks
+  // (accl-perf --calibrate with two or more ranks on rank 0's host).
+  const LinkParams& segment() const { return segment_; }
+  LinkParams& segment() { return segment_; }
+  int segmentRanks() const { return segmentRanks_; }
+  void setSegmentRanks(int r) { segmentRanks_ = r; }
   const std::string& source() const { return source_; }
   void setSource(std::string s) { source_ = std::move(s); }
   std::string transport;  // the link the parameters describe: "tcp" or "ib"
@@ -63,6 +71,18 @@ class CostModel {
   // costs the latter. Throws InvalidArgument for an algorithm `c` does not
   // have.
   double predictUs(Coll c, Algo a, size_t bytes, int p, int hosts = 0) const;
+  // What the accl backend runs for `c` among `p` ranks on `hosts` hosts
+  // (blocks of p / hosts consecutive ranks), and its predicted time: on one
+  // host, the shared segment; allreduce, broadcast and reduce with several
+  // ranks per host, the hierarchical op (segment phases on each host, and
+  // between hosts the best algorithm on one rank per host, each local rank
+  // on its slice for allreduce, the slices sharing the host's link);
+  // otherwise the best flat algorithm. `plan`,
+  // when given, names it ("shm", "hierarchical(shm+ring)", "ring").
+  double predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan = nullptr) const;
+  // The segment's share of it: the whole op on one host, or the phases on
+  // each host of a hierarchical op (`hierarchical`: two handshakes).
+  double segmentUs(Coll c, size_t bytes, bool hierarchical) const;
   // The algorithms of `c` between hosts (Hierarchical excluded).
   static std::vector<Algo> candidates(Coll c);
   // The candidate with the lowest prediction (the earlier one on a tie).
@@ -71,6 +91,8 @@ class CostModel {
  private:
   LinkParams net_;
   LinkParams local_{15.0, 1.0 / 3000.0, 1.0 / 4000.0, 1.0};  // as defaults() sets it
+  LinkParams segment_{1.0, 1.0 / 3000.0, 0.0, 0.0};            // as defaults() sets it
+  int segmentRanks_ = 0;                                       // 0: not measured
   std::string source_;
 };
 
