@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""Side-by-side allreduce comparison of every ACCL backend and the anchors
-(Open MPI's own MPI_Allreduce, torch.distributed's gloo), on this machine, in
-one run:  (a) 2 ranks on one host, (b) 4 ranks on one host, (c) 2 namespace
-hosts x 2 ranks over TCP. Writes a Markdown report with tables and PNG plots.
+"""Side-by-side comparison of every ACCL backend and the anchors, for every op,
+on this machine, in one run:  (a) 2 ranks on one host, (b) 4 ranks on one host,
+(c) 2 namespace hosts x 2 ranks over TCP. Anchors: Open MPI's own collectives
+(allreduce: bench/mpi_allreduce_bench.c, also over btl self,tcp on one host;
+the other ops: the raw MPI_* column of accl-vs-mpi, same processes as an ACCL
+group) and torch.distributed's gloo (allreduce). Writes a Markdown report with
+tables and PNG plots per setup and op.
 
     bench/compare.py [--build build] [--out docs] [--quick] [--setups a,b,c]
-                     [--backends accl,gloo,mpi] [--device cpu|cuda]
+                     [--ops allreduce,...] [--backends accl,gloo,mpi] [--device cpu|cuda]
 
 --device cuda (GPU hosts) measures the backends that take CUDA buffers (nccl)
 with one rank per GPU, without the CPU anchors. Needs root for (c) (network
@@ -70,12 +73,19 @@ def parse_lines(text):
     return rows
 
 
-def run_accl_perf(b, setup, backend, quick, device="cpu"):
+OPS = ["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "gather", "scatter",
+       "sendrecv"]
+MPI_NAME = {"allreduce": "MPI_Allreduce", "allgather": "MPI_Allgather", "reduce_scatter": "MPI_Reduce_scatter",
+            "broadcast": "MPI_Bcast", "reduce": "MPI_Reduce", "alltoall": "MPI_Alltoall", "gather": "MPI_Gather",
+            "scatter": "MPI_Scatter", "sendrecv": "MPI_Sendrecv"}
+
+
+def run_accl_perf(b, setup, backend, quick, device="cpu", op="allreduce"):
     rows = []
     for (lo, hi, f), iters in ((SMALL, 30 if quick else 200), (LARGE, 3 if quick else 8)):
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as j:
             path = j.name
-        args = [f"{b}/bin/accl-perf", "--backend", backend, "-b", str(lo), "-e", str(hi), "-f", str(f),
+        args = [f"{b}/bin/accl-perf", "--backend", backend, "--op", op, "-b", str(lo), "-e", str(hi), "-f", str(f),
                 "-n", str(iters), "-w", "3", "-c", "1", "-J", path, "--device", device]
         launch = setup.mpirun() if backend == "mpi" else setup.accl_run(b)
         sh(launch + args)
@@ -93,6 +103,20 @@ def run_anchor_mpi(b, setup, quick):
     rows = []
     for (lo, hi, f), iters in ((SMALL, 30 if quick else 200), (LARGE, 3 if quick else 8)):
         rows += parse_lines(sh(setup.mpirun() + [f"{b}/bin/mpi-allreduce-bench", str(lo), str(hi), str(f), str(iters), "3"]))
+    return rows
+
+
+def run_anchor_mpi_op(b, setup, quick, op):
+    """Open MPI's own collective for `op`: the raw MPI column of accl-vs-mpi (its ACCL
+    column is not used here; accl-perf measures the ACCL backends)."""
+    rows = []
+    for lo, hi, f in (SMALL, LARGE):
+        out = sh(setup.mpirun() + [f"{b}/bin/accl-vs-mpi", "--backend", "accl", "--op", op, "--min", str(lo),
+                                   "--max", str(hi), "--factor", str(f), "--reps", "1" if quick else "3"])
+        for line in out.splitlines():
+            p = line.split()
+            if len(p) == 9 and p[0] == op:
+                rows.append({"bytes": int(p[1]), "time_us": float(p[2]), "busbw": float(p[5])})
     return rows
 
 
@@ -123,10 +147,11 @@ def machine():
     return f"{model}, {os.cpu_count()} cores, {mem} GiB, Linux {platform.release()}"
 
 
-def plot(out, setup, results, metric, ylabel, logy):
+def plot(out, setup, results, metric, ylabel, logy, op="allreduce"):
     if not shutil.which("gnuplot"):
         return None
-    png = f"perf-{setup.key}-{metric}.png"
+    # allreduce keeps the names it always had
+    png = f"perf-{setup.key}-{metric}.png" if op == "allreduce" else f"perf-{setup.key}-{op}-{metric}.png"
     tmp = tempfile.mkdtemp()
     lines = []
     for i, (name, rows) in enumerate(results.items()):
@@ -137,7 +162,7 @@ def plot(out, setup, results, metric, ylabel, logy):
         lines.append(f"'{dat}' using 1:2 with linespoints lw 2 title '{name}' noenhanced")
     script = f"""set terminal pngcairo size 900,560 enhanced font 'Sans,11'
 set output '{os.path.join(out, png)}'
-set title '{setup.title}: float32 sum allreduce' noenhanced
+set title '{setup.title}: {op}, float32{" sum" if op in ("allreduce", "reduce_scatter", "reduce") else ""}' noenhanced
 set logscale x 2
 set xtics ("8 B" 8, "128 B" 128, "2 KiB" 2048, "32 KiB" 32768, "512 KiB" 524288, "8 MiB" 8388608, "128 MiB" 134217728)
 {'set logscale y' if logy else ''}
@@ -151,16 +176,62 @@ plot {', '.join(lines)}
     return png
 
 
+def report_op(out, s, op, res, memcpy):
+    """Markdown for one setup and op: busbw and time tables, ratios, plots."""
+    names = list(res)
+    sizes = sorted({r["bytes"] for rows in res.values() for r in rows})
+    by = {n: {r["bytes"]: r for r in res[n]} for n in names}
+    md = [f"#### {op}", "", "busbw (GB/s):", "",
+          "| size | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    for z in sizes:
+        md.append(f"| {z} | " + " | ".join(f"{by[n][z]['busbw']:.3f}" if z in by[n] else "-" for n in names) + " |")
+    md += ["", "time (us):", "", "| size | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    for z in sizes:
+        md.append(f"| {z} | " + " | ".join(f"{by[n][z]['time_us']:.1f}" if z in by[n] else "-" for n in names) + " |")
+
+    def ratio_table(ref, title):
+        others = [n for n in names if n != ref]
+        rows = ["", title, "", "| size | " + " | ".join(others) + " |", "|---:|" + "---:|" * len(others)]
+        for z in sizes:
+            cells = []
+            for n in others:
+                x, y = by[ref].get(z), by[n].get(z)
+                # from the times: exact where busbw rounds to 0.000
+                cells.append(f"{y['time_us'] / x['time_us']:.2f}" if x and y and x["time_us"] > 0 else "-")
+            rows.append(f"| {z} | " + " | ".join(cells) + " |")
+        return rows
+    if "ACCL accl" in by:
+        md += ratio_table("ACCL accl", "accl against each other column: busbw of accl / busbw of the column "
+                                       "(= time of the column / time of accl; >1 = accl faster):")
+    ref = next((n for n in names if n.startswith("Open MPI (")), None)
+    if ref:
+        md += ratio_table(ref, f"{ref} against each other column (busbw of Open MPI / busbw of the column, "
+                               "= time of the column / time of Open MPI):")
+    big = max(sizes)
+    md += ["", f"At {big} B, busbw as a fraction of one-thread memcpy ({memcpy.get(1, 0):.2f} GB/s; "
+           f"two threads: {memcpy.get(2, 0):.2f} GB/s): " +
+           ", ".join(f"{n} {by[n][big]['busbw'] / memcpy[1]:.2f}" for n in names if big in by[n]) + ".", ""]
+    for metric, label, logy in (("busbw", "bus bandwidth (GB/s)", False), ("time_us", f"time per {op} (us)", True)):
+        png = plot(out, s, res, metric, label, logy, op)
+        if png:
+            md += [f"![{s.title}, {op}: {label}]({png})", ""]
+    return md
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs"))
     ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     ap.add_argument("--setups", default="a,b,c")
+    ap.add_argument("--ops", default=",".join(OPS), help="comma-separated ops (default: all)")
     ap.add_argument("--backends", default="", help="comma-separated (default: every usable one for the device)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = ap.parse_args()
     b = os.path.abspath(a.build)
+    ops = a.ops.split(",")
+    if any(o not in OPS for o in ops):
+        sys.exit(f"compare.py: --ops: accepted: {', '.join(OPS)}")
     os.makedirs(a.out, exist_ok=True)
     usable = [l.split()[0] for l in sh([f"{b}/bin/accl-info", "--backends"]).splitlines()
               if len(l.split()) > 1 and l.split()[1] == "usable"]
@@ -182,19 +253,25 @@ def main():
         if any(s.hosts > 1 for s in setups):
             sh([os.path.join(ROOT, "bench", "netns.sh"), "up", "2"])
         for s in setups:
-            res = {}
-            for be in backends:
-                print(f"[{s.key}] accl-perf --backend {be}", file=sys.stderr, flush=True)
-                res[f"ACCL {be}"] = run_accl_perf(b, s, be, a.quick, a.device)
-            if cpu and os.path.exists(f"{b}/bin/mpi-allreduce-bench"):
-                print(f"[{s.key}] Open MPI MPI_Allreduce", file=sys.stderr, flush=True)
-                res["Open MPI (MPI_Allreduce)"] = run_anchor_mpi(b, s, a.quick)
-                if s.hosts == 1:
-                    res["Open MPI, btl self,tcp"] = run_anchor_mpi_tcp(b, s, a.quick)
-            if cpu and have_torch:
-                print(f"[{s.key}] torch gloo", file=sys.stderr, flush=True)
-                res["torch 1.13 gloo"] = run_anchor_torch(b, s, a.quick)
-            report[s.key] = (s, res)
+            per_op = {}
+            for op in ops:
+                res = {}
+                for be in backends:
+                    print(f"[{s.key}] {op}: accl-perf --backend {be}", file=sys.stderr, flush=True)
+                    res[f"ACCL {be}"] = run_accl_perf(b, s, be, a.quick, a.device, op)
+                if cpu and op == "allreduce" and os.path.exists(f"{b}/bin/mpi-allreduce-bench"):
+                    print(f"[{s.key}] Open MPI MPI_Allreduce", file=sys.stderr, flush=True)
+                    res["Open MPI (MPI_Allreduce)"] = run_anchor_mpi(b, s, a.quick)
+                    if s.hosts == 1:
+                        res["Open MPI, btl self,tcp"] = run_anchor_mpi_tcp(b, s, a.quick)
+                elif cpu and os.path.exists(f"{b}/bin/accl-vs-mpi"):
+                    print(f"[{s.key}] Open MPI {MPI_NAME[op]}", file=sys.stderr, flush=True)
+                    res[f"Open MPI ({MPI_NAME[op]})"] = run_anchor_mpi_op(b, s, a.quick, op)
+                if cpu and have_torch and op == "allreduce":
+                    print(f"[{s.key}] torch gloo", file=sys.stderr, flush=True)
+                    res["torch 1.13 gloo"] = run_anchor_torch(b, s, a.quick)
+                per_op[op] = res
+            report[s.key] = (s, per_op)
     finally:
         if any(s.hosts > 1 for s in setups):
             subprocess.run([os.path.join(ROOT, "bench", "netns.sh"), "down", "2"])
@@ -203,11 +280,15 @@ def main():
           "Generated by `bench/compare.py` (" + ("quick run" if a.quick else "full run") + f") on {datetime.date.today()}.",
           "", f"Machine: {machine()}. This machine is shared and noisy: compare the columns of one",
           "table (same run), not absolute numbers across runs.", "",
-          "Method: nccl-tests' definitions. float32 sum allreduce, out-of-place; time = average over",
-          "ranks of the mean over the timed iterations (small sizes: 200, large: 8, after 3 warm-up);",
-          "algbw = bytes / time; busbw = algbw x 2(n-1)/n. ACCL backends are measured with",
-          "`accl-perf` (results checked, `#wrong` 0); anchors with `bench/mpi_allreduce_bench.c`",
-          "(Open MPI's own `MPI_Allreduce`) and `bench/torch_gloo_bench.py` (`torch.distributed` gloo).",
+          "Method: nccl-tests' definitions. float32 (sum for the reductions), out-of-place; time =",
+          "average over ranks of the mean over the timed iterations (small sizes: 200, large: 8, after",
+          "3 warm-up); algbw = bytes / time; busbw = algbw x nccl-tests' factor (allreduce 2(n-1)/n;",
+          "allgather, reduce_scatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1).",
+          "ACCL backends are measured with `accl-perf --op` (results checked, `#wrong` 0). Anchors:",
+          "for allreduce `bench/mpi_allreduce_bench.c` (Open MPI's own `MPI_Allreduce`) and",
+          "`bench/torch_gloo_bench.py` (`torch.distributed` gloo); for the other ops the raw",
+          "`MPI_*` column of `accl-vs-mpi` (Open MPI's own collective, best of 3 repetitions, in",
+          "processes that also hold an ACCL group).",
           "Namespace hosts: `bench/netns.sh` (veth pairs on a bridge), ranks started with",
           "`accl-run --netns`, Open MPI with `bench/netns-mpirun` (`--mca btl self,tcp`).", "",
           f"Physical limit: memcpy {memcpy.get(1, 0):.2f} GB/s with one thread, {memcpy.get(2, 0):.2f} GB/s with two "
@@ -219,42 +300,10 @@ def main():
           "and above it MPI's non-blocking ones (`MPI_Iallreduce`, Open MPI's libnbc), polled",
           "against the deadline. The ACCL `gloo` backend and torch's gloo run the same",
           "library; their differences are mostly noise of this shared machine.", ""]
-    for key, (s, res) in report.items():
-        names = list(res)
-        sizes = sorted({r["bytes"] for rows in res.values() for r in rows})
-        by = {n: {r["bytes"]: r for r in res[n]} for n in names}
-        md += [f"### ({s.key}) {s.title}", "", "busbw (GB/s):", "",
-               "| size | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
-        for z in sizes:
-            md.append(f"| {z} | " + " | ".join(f"{by[n][z]['busbw']:.3f}" if z in by[n] else "-" for n in names) + " |")
-        md += ["", "time (us):", "", "| size | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
-        for z in sizes:
-            md.append(f"| {z} | " + " | ".join(f"{by[n][z]['time_us']:.1f}" if z in by[n] else "-" for n in names) + " |")
-        def ratio_table(ref, title):
-            others = [n for n in names if n != ref]
-            rows = ["", title, "", "| size | " + " | ".join(others) + " |", "|---:|" + "---:|" * len(others)]
-            for z in sizes:
-                cells = []
-                for n in others:
-                    x, y = by[ref].get(z), by[n].get(z)
-                    # from the times: exact where busbw rounds to 0.000
-                    cells.append(f"{y['time_us'] / x['time_us']:.2f}" if x and y and x["time_us"] > 0 else "-")
-                rows.append(f"| {z} | " + " | ".join(cells) + " |")
-            return rows
-        if "ACCL accl" in by:
-            md += ratio_table("ACCL accl", "accl against each other column: busbw of accl / busbw of the column "
-                                           "(= time of the column / time of accl; >1 = accl faster):")
-        ref = "Open MPI (MPI_Allreduce)"
-        if ref in by:
-            md += ratio_table(ref, f"{ref} against each other column (busbw of Open MPI / busbw of the column, = time of the column / time of Open MPI):")
-        big = max(sizes)
-        md += ["", f"At {big} B, busbw as a fraction of one-thread memcpy ({memcpy.get(1, 0):.2f} GB/s; "
-               f"two threads: {memcpy.get(2, 0):.2f} GB/s): " +
-               ", ".join(f"{n} {by[n][big]['busbw'] / memcpy[1]:.2f}" for n in names if big in by[n]) + ".", ""]
-        for metric, label, logy in (("busbw", "bus bandwidth (GB/s)", False), ("time_us", "time per allreduce (us)", True)):
-            png = plot(a.out, s, res, metric, label, logy)
-            if png:
-                md += [f"![{s.title}: {label}]({png})", ""]
+    for key, (s, per_op) in report.items():
+        md += [f"### ({s.key}) {s.title}", ""]
+        for op, res in per_op.items():
+            md += report_op(a.out, s, op, res, memcpy)
     md += ["### Reproduce", "", "```sh", "scripts/build.sh", "bench/compare.py            # as root, writes docs/performance.md and docs/perf-*.png",
            "bench/compare.py --quick --setups a   # a one-minute smoke run",
            "bench/compare.py --device cuda --setups a --out /tmp/gpu   # GPU host: nccl, one rank per GPU", "```", END]
