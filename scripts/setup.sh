@@ -23,6 +23,7 @@ PACKAGES=(
   dpkg-dev fakeroot lintian         # packaging/: .deb packages (dpkg-shlibdeps) and their checks
   debootstrap                       # packaging tests: clean Debian roots to install into
   clang libclang-rt-14-dev          # libFuzzer harnesses (bench/fuzz.sh, tests/fuzz)
+  gnuplot-nox iperf3                # bench/: compare.py's plots, limits_check.py's raw link rate
 )
 
 # torch 2.x for torch_accl's second build and tests, pinned: an unpinned

@@ -124,6 +124,20 @@ double reduceRate() {
 
 namespace {
 
+// Time per byte (us): the least-squares slope of `us` over the sizes of at
+// least 1 MiB; where noise makes it <= 0, the largest size's time alone.
+double slopeFrom1MiB(const std::vector<size_t>& sizes, const std::vector<double>& us) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int m = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < (1u << 20)) continue;
+    double xs = static_cast<double>(sizes[i]), y = us[i];
+    sx += xs, sy += y, sxx += xs * xs, sxy += xs * y, ++m;
+  }
+  double beta = (m * sxy - sx * sy) / (m * sxx - sx * sx);
+  return beta > 0 ? beta : us.back() / static_cast<double>(sizes.back());
+}
+
 struct Measured {
   int peer = -1;
   std::vector<double> oneWay, exchanged;  // us per size
@@ -151,21 +165,11 @@ Measured measure(accl::ProcessGroup& pg, int peer, double gamma) {
   }
   r.burst1 = burst(pg, peer, 1, 100, 5);
   r.burst16 = burst(pg, peer, 16, 100, 5);
-  // Bandwidth: slope of the exchange's time over the sizes >= 1 MiB (least
-  // squares). The collectives' steps send and receive at once, and a link
-  // (or the CPUs that drive TCP) may not carry both directions at the
-  // one-way rate.
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  int m = 0;
-  for (size_t i = 0; i < sizes().size(); ++i) {
-    if (sizes()[i] < (1u << 20)) continue;
-    double xs = static_cast<double>(sizes()[i]), y = r.exchanged[i];
-    sx += xs, sy += y, sxx += xs * xs, sxy += xs * y, ++m;
-  }
-  double beta = (m * sxy - sx * sy) / (m * sxx - sx * sx);
-  if (!(beta > 0)) beta = r.exchanged.back() / static_cast<double>(sizes().back());  // noise: the largest alone
+  // Bandwidth: slope of the exchange's time over the sizes >= 1 MiB. The
+  // collectives' steps send and receive at once, and a link (or the CPUs
+  // that drive TCP) may not carry both directions at the one-way rate.
   r.params.alphaUs = r.oneWay.front();
-  r.params.betaUsPerB = beta;
+  r.params.betaUsPerB = slopeFrom1MiB(sizes(), r.exchanged);
   r.params.gammaUsPerB = gamma;
   r.params.overheadUs = std::max(0.0, (r.burst16 - r.burst1) / 15);
   return r;
@@ -204,17 +208,8 @@ SegmentMeasured measureSegment(accl::ProcessGroup& pg, const std::vector<int>& m
       }
       r.us.push_back(best);
     }
-    // alpha: the smallest; beta: least-squares slope over >= 1 MiB.
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    int m = 0;
-    for (size_t i = 0; i < segmentSizes().size(); ++i) {
-      if (segmentSizes()[i] < (1u << 20)) continue;
-      double xs = static_cast<double>(segmentSizes()[i]), y = r.us[i];
-      sx += xs, sy += y, sxx += xs * xs, sxy += xs * y, ++m;
-    }
-    double beta = (m * sxy - sx * sy) / (m * sxx - sx * sx);
-    if (!(beta > 0)) beta = r.us.back() / static_cast<double>(segmentSizes().back());
-    r.params = accl::core::LinkParams{r.us.front(), beta, 0.0, 0.0};
+    // alpha: the smallest; beta: the slope over >= 1 MiB.
+    r.params = accl::core::LinkParams{r.us.front(), slopeFrom1MiB(segmentSizes(), r.us), 0.0, 0.0};
   }
   pg.barrier()->wait();
   return r;

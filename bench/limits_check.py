@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""How close the accl backend comes to this machine's limits, each measured in
+the same run:
+
+  within a host   allreduce of 2 ranks (16 - 128 MiB) against the memory-bandwidth
+                  limit derived from accl-memcpy-bench's two-thread copy rate;
+  between hosts   sendrecv and allreduce (16 - 128 MiB) between 2 namespace hosts
+                  (bench/netns.sh, TCP over a veth pair) against iperf3's rate
+                  between the same namespaces.
+
+The memory limit of a 2-rank allreduce of n bytes: each rank reduces one half
+(reads its own and the peer's input of that half and writes the result into its
+output: 3 x n/2) and copies the other half of the result from the peer's output
+(reads and writes n/2: 2 x n/2), 2.5 n per rank and 5 n in all. The two cores'
+memory traffic is at most 2 bytes per byte copied at the two-thread copy rate,
+so limit = 2 x copy rate / 5 (GB/s of the vector, which is busbw for 2 ranks).
+
+iperf3's rate is one TCP stream for --seconds; ACCL's busbw is nccl-tests'
+(sendrecv: bytes / time, allreduce: 2(n-1)/n x bytes / time). A benchmark:
+figures, not a pass/fail test; --runs repeats the whole in one invocation.
+
+    bench/limits_check.py BUILD_DIR [--runs 3] [--seconds 5]
+
+Needs root and iperf3 (scripts/setup.sh installs it). Uses namespaces accll0/1 on 10.74.0.0/24.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREFIX, SUBNET = "accll", "10.74.0"
+
+
+def netns(cmd):
+    env = dict(os.environ, ACCL_NETNS_PREFIX=PREFIX, ACCL_NETNS_SUBNET=SUBNET)
+    subprocess.run([os.path.join(ROOT, "bench", "netns.sh"), cmd, "2"], check=cmd == "up", env=env,
+                   stdout=subprocess.DEVNULL)
+
+
+def memcpy_rate(build):
+    """Two-thread copy rate (GB/s) of 64 MiB, the last line accl-memcpy-bench prints for 2 threads."""
+    out = subprocess.run([os.path.join(build, "bin", "accl-memcpy-bench")], capture_output=True, text=True,
+                         check=True).stdout
+    rates = {int(l.split()[0]): float(l.split()[2]) for l in out.splitlines() if len(l.split()) == 3}
+    return rates[1], rates[2]
+
+
+def perf(build, op, hosts, iters=5):
+    """busbw (GB/s) per size, 16 - 128 MiB, 2 ranks (on one host, or one per namespace host)."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [os.path.join(build, "bin", "accl-run"), "-n", "2"]
+        if hosts == 2:
+            cmd += ["--netns", f"{PREFIX}0,{PREFIX}1", "--master-addr", f"{SUBNET}.1"]
+        cmd += [os.path.join(build, "bin", "accl-perf"), "--backend", "accl", "--op", op, "-b", "16M", "-e", "128M",
+                "-f", "2", "-n", str(iters), "-w", "2", "-c", "1", "-J", out.name]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+        if r.returncode != 0:
+            raise RuntimeError(f"accl-perf {op}: exit {r.returncode}: {r.stdout[-1500:]}{r.stderr[-500:]}")
+        j = json.load(open(out.name))
+    if j["wrong"]:
+        raise RuntimeError(f"accl-perf {op}: {j['wrong']} wrong elements")
+    return {x["size"]: x["out_of_place"]["busbw"] for x in j["results"]}
+
+
+def iperf(seconds):
+    """GB/s of one TCP stream from host 1 to host 0 (iperf3's receiver figure)."""
+    server = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}0", "iperf3", "-s", "-1", "-B", f"{SUBNET}.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):  # until the server listens
+            r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}1", "iperf3", "-c", f"{SUBNET}.1", "-t",
+                                str(seconds), "-J"], capture_output=True, text=True)
+            if r.returncode == 0:
+                return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 8e9
+            time.sleep(0.1)
+        raise RuntimeError("iperf3 did not connect: " + r.stdout[-500:] + r.stderr[-500:])
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("build")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=5, help="length of each iperf3 measurement")
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    if os.geteuid() != 0 or not shutil.which("iperf3"):
+        print("limits_check.py: needs root and iperf3 (scripts/setup.sh installs it)")
+        return 2
+    netns("down")
+    netns("up")
+    try:
+        for run in range(1, a.runs + 1):
+            one, two = memcpy_rate(build)
+            limit = 2 * two / 5
+            ar = perf(build, "allreduce", 1)
+            print(f"\n## run {run}\nwithin a host: copy {one:.2f} GB/s (1 thread), {two:.2f} GB/s (2 threads); "
+                  f"2-rank allreduce limit 2 x {two:.2f} / 5 = {limit:.2f} GB/s")
+            print("  allreduce busbw / limit: " + ", ".join(f"{b >> 20} MiB {bw:.2f} GB/s = {bw / limit:.2f}"
+                                                           for b, bw in sorted(ar.items())))
+            link = iperf(a.seconds)
+            sr = perf(build, "sendrecv", 2)
+            ar2 = perf(build, "allreduce", 2)
+            print(f"between 2 namespace hosts: iperf3 {link:.2f} GB/s ({link * 8:.1f} Gbit/s)")
+            for name, res in (("sendrecv", sr), ("allreduce", ar2)):
+                print(f"  {name} busbw / iperf3: " + ", ".join(f"{b >> 20} MiB {bw:.2f} GB/s = {bw / link:.2f}"
+                                                            for b, bw in sorted(res.items())))
+            sys.stdout.flush()
+    except (RuntimeError, subprocess.SubprocessError) as e:
+        print(f"FAILED: {e}")
+        return 1
+    finally:
+        netns("down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
