@@ -15,8 +15,10 @@ output: 3 x n/2) and copies the other half of the result from the peer's output
 memory traffic is at most 2 bytes per byte copied at the two-thread copy rate,
 so limit = 2 x copy rate / 5 (GB/s of the vector, which is busbw for 2 ranks).
 
-iperf3's rate is one TCP stream for --seconds; ACCL's busbw is nccl-tests'
-(sendrecv: bytes / time, allreduce: 2(n-1)/n x bytes / time). A benchmark:
+iperf3's rate is one TCP stream for --seconds, one way, and each way with a stream
+in both directions at once (--bidir: with 2 ranks, sendrecv and every allreduce
+step send both ways at once); ACCL's busbw is nccl-tests' (sendrecv: bytes /
+time, allreduce: 2(n-1)/n x bytes / time). A benchmark:
 figures, not a pass/fail test; --runs repeats the whole in one invocation.
 
     bench/limits_check.py BUILD_DIR [--runs 3] [--seconds 5]
@@ -67,21 +69,22 @@ def perf(build, op, hosts, iters=5):
     return {x["size"]: x["out_of_place"]["busbw"] for x in j["results"]}
 
 
-def iperf(seconds):
-    """GB/s of one TCP stream from host 1 to host 0 (iperf3's receiver figure)."""
-    server = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}0", "iperf3", "-s", "-1", "-B", f"{SUBNET}.1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(50):  # until the server listens
-            r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}1", "iperf3", "-c", f"{SUBNET}.1", "-t",
-                                str(seconds), "-J"], capture_output=True, text=True)
-            if r.returncode == 0:
-                return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 8e9
-            time.sleep(0.1)
-        raise RuntimeError("iperf3 did not connect: " + r.stdout[-500:] + r.stderr[-500:])
-    finally:
-        server.kill()
-        server.wait()
+def iperf(seconds, bidir=False):
+    """GB/s of one TCP stream from host 1 to host 0 (iperf3's receiver figure); with `bidir`,
+    of each direction while one stream runs each way (the mean of the two). The server runs
+    in host 0 (see main); a try that fails (the server not listening yet, or busy) is repeated."""
+    for _ in range(50):
+        r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}1", "iperf3", "-c", f"{SUBNET}.1", "-t",
+                            str(seconds), "-J"] + (["--bidir"] if bidir else []), capture_output=True, text=True)
+        j = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+        end = j.get("end", {})
+        if r.returncode == 0 and "sum_received" in end and not j.get("error"):
+            bps = end["sum_received"]["bits_per_second"]
+            if bidir:
+                bps = (bps + end["sum_received_bidir_reverse"]["bits_per_second"]) / 2
+            return bps / 8e9
+        time.sleep(0.2)
+    raise RuntimeError("iperf3 did not measure: " + r.stdout[-500:] + r.stderr[-500:])
 
 
 def main():
@@ -96,6 +99,8 @@ def main():
         return 2
     netns("down")
     netns("up")
+    server = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}0", "iperf3", "-s", "-B", f"{SUBNET}.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for run in range(1, a.runs + 1):
             one, two = memcpy_rate(build)
@@ -106,17 +111,23 @@ def main():
             print("  allreduce busbw / limit: " + ", ".join(f"{b >> 20} MiB {bw:.2f} GB/s = {bw / limit:.2f}"
                                                            for b, bw in sorted(ar.items())))
             link = iperf(a.seconds)
+            both = iperf(a.seconds, bidir=True)
             sr = perf(build, "sendrecv", 2)
             ar2 = perf(build, "allreduce", 2)
-            print(f"between 2 namespace hosts: iperf3 {link:.2f} GB/s ({link * 8:.1f} Gbit/s)")
+            print(f"between 2 namespace hosts: iperf3 {link:.2f} GB/s ({link * 8:.1f} Gbit/s) one way, "
+                  f"{both:.2f} GB/s each way with both at once")
+            # With 2 ranks, sendrecv and the allreduce's steps send both ways at once.
             for name, res in (("sendrecv", sr), ("allreduce", ar2)):
-                print(f"  {name} busbw / iperf3: " + ", ".join(f"{b >> 20} MiB {bw:.2f} GB/s = {bw / link:.2f}"
-                                                            for b, bw in sorted(res.items())))
+                print(f"  {name} busbw / iperf3 one way | both ways: " +
+                      ", ".join(f"{b >> 20} MiB {bw:.2f} GB/s = {bw / link:.2f} | {bw / both:.2f}"
+                                for b, bw in sorted(res.items())))
             sys.stdout.flush()
     except (RuntimeError, subprocess.SubprocessError) as e:
         print(f"FAILED: {e}")
         return 1
     finally:
+        server.kill()
+        server.wait()
         netns("down")
     return 0
 
