@@ -178,8 +178,10 @@ plot {', '.join(lines)}
 
 def report_op(out, s, op, res, memcpy):
     """Markdown for one setup and op: busbw and time tables, ratios, plots."""
-    names = list(res)
-    sizes = sorted({r["bytes"] for rows in res.values() for r in rows})
+    names = [n for n in res if res[n]]
+    sizes = sorted({r["bytes"] for n in names for r in res[n]})
+    if not sizes:
+        return [f"#### {op}", "", "Nothing measured.", ""]
     by = {n: {r["bytes"]: r for r in res[n]} for n in names}
     md = [f"#### {op}", "", "busbw (GB/s):", "",
           "| size | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
@@ -212,7 +214,7 @@ def report_op(out, s, op, res, memcpy):
            f"two threads: {memcpy.get(2, 0):.2f} GB/s): " +
            ", ".join(f"{n} {by[n][big]['busbw'] / memcpy[1]:.2f}" for n in names if big in by[n]) + ".", ""]
     for metric, label, logy in (("busbw", "bus bandwidth (GB/s)", False), ("time_us", f"time per {op} (us)", True)):
-        png = plot(out, s, res, metric, label, logy, op)
+        png = plot(out, s, {n: res[n] for n in names}, metric, label, logy, op)
         if png:
             md += [f"![{s.title}, {op}: {label}]({png})", ""]
     return md
@@ -248,6 +250,7 @@ def main():
                           Setup("c", "2 namespace hosts x 2 ranks, TCP", 4, 2)) if s.key in a.setups.split(",")]
     memcpy = {int(l.split()[0]): float(l.split()[2]) for l in sh([f"{b}/bin/accl-memcpy-bench"]).splitlines()}
     report = {}
+    failures = []
     have_torch = subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode == 0
     try:
         if any(s.hosts > 1 for s in setups):
@@ -256,20 +259,28 @@ def main():
             per_op = {}
             for op in ops:
                 res = {}
+
+                def measure(name, fn, *args):
+                    # One failed measurement (e.g. Open MPI's daemons not starting in a
+                    # namespace) leaves its column out and is listed; the run goes on.
+                    print(f"[{s.key}] {op}: {name}", file=sys.stderr, flush=True)
+                    try:
+                        res[name] = fn(*args)
+                    except (RuntimeError, subprocess.SubprocessError) as e:
+                        first = next((l for l in str(e).splitlines() if l.strip()), "?")
+                        print(f"[{s.key}] {op}: {name} FAILED: {first}", file=sys.stderr, flush=True)
+                        failures.append(f"({s.key}) {op}, {name}: {first[:300]}")
+
                 for be in backends:
-                    print(f"[{s.key}] {op}: accl-perf --backend {be}", file=sys.stderr, flush=True)
-                    res[f"ACCL {be}"] = run_accl_perf(b, s, be, a.quick, a.device, op)
+                    measure(f"ACCL {be}", run_accl_perf, b, s, be, a.quick, a.device, op)
                 if cpu and op == "allreduce" and os.path.exists(f"{b}/bin/mpi-allreduce-bench"):
-                    print(f"[{s.key}] Open MPI MPI_Allreduce", file=sys.stderr, flush=True)
-                    res["Open MPI (MPI_Allreduce)"] = run_anchor_mpi(b, s, a.quick)
+                    measure("Open MPI (MPI_Allreduce)", run_anchor_mpi, b, s, a.quick)
                     if s.hosts == 1:
-                        res["Open MPI, btl self,tcp"] = run_anchor_mpi_tcp(b, s, a.quick)
+                        measure("Open MPI, btl self,tcp", run_anchor_mpi_tcp, b, s, a.quick)
                 elif cpu and os.path.exists(f"{b}/bin/accl-vs-mpi"):
-                    print(f"[{s.key}] Open MPI {MPI_NAME[op]}", file=sys.stderr, flush=True)
-                    res[f"Open MPI ({MPI_NAME[op]})"] = run_anchor_mpi_op(b, s, a.quick, op)
+                    measure(f"Open MPI ({MPI_NAME[op]})", run_anchor_mpi_op, b, s, a.quick, op)
                 if cpu and have_torch and op == "allreduce":
-                    print(f"[{s.key}] torch gloo", file=sys.stderr, flush=True)
-                    res["torch 1.13 gloo"] = run_anchor_torch(b, s, a.quick)
+                    measure("torch 1.13 gloo", run_anchor_torch, b, s, a.quick)
                 per_op[op] = res
             report[s.key] = (s, per_op)
     finally:
@@ -300,6 +311,9 @@ def main():
           "and above it MPI's non-blocking ones (`MPI_Iallreduce`, Open MPI's libnbc), polled",
           "against the deadline. The ACCL `gloo` backend and torch's gloo run the same",
           "library; their differences are mostly noise of this shared machine.", ""]
+    if failures:
+        md += ["Not measured in this run (the measurement failed; its column is left out):", ""]
+        md += [f"- {f}" for f in failures] + [""]
     for key, (s, per_op) in report.items():
         md += [f"### ({s.key}) {s.title}", ""]
         for op, res in per_op.items():
