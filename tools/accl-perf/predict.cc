@@ -272,6 +272,9 @@ int predict(const PredictArgs& a, size_t minBytes, size_t maxBytes, double facto
       while (std::getline(ss, tok, ',')) ops.push_back(parseOp(tok));
     }
     if (a.params <= 0) throw InvalidArgument("--params must be > 0");
+    if (!(factor > 1) || minBytes > maxBytes)
+      throw InvalidArgument("--predict: sizes -b " + std::to_string(minBytes) + " -e " + std::to_string(maxBytes) +
+                            " -f " + std::to_string(factor) + "; accepted: -b <= -e and a factor -f > 1");
     std::string tuning = a.tuning;
     if (tuning.empty()) {
       const char* e = std::getenv("ACCL_TUNING_FILE");
