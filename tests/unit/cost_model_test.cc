@@ -233,6 +233,9 @@ TEST(CostModel, LayoutPredictionIsWhatTheBackendRuns) {
   // 6 ranks on 4 hosts is uneven: the whole vector between one rank per host.
   double whole = m.predictUs(Coll::Allreduce, m.best(Coll::Allreduce, n, 4, 4), n, 4, 4);
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, n, 6, 4), 2 * 0.5 + n * 0.0002 + whole);
+  // A hierarchical broadcast uses the segment once (after the exchange).
+  double bc = m.predictUs(Coll::Broadcast, m.best(Coll::Broadcast, n, 2, 2), n, 2, 2);
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Broadcast, n, 4, 2), 0.5 + n * 0.0002 + bc);
   // Allgather is not hierarchical: the best flat algorithm on the layout.
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allgather, n, 4, 2, &plan),
                    m.predictUs(Coll::Allgather, m.best(Coll::Allgather, n, 4, 2), n, 4, 2));

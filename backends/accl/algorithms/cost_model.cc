@@ -245,8 +245,10 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
 
 double CostModel::segmentUs(Coll c, size_t bytes, bool hierarchical) const {
   // One pass over the vector at the measured rate (an allreduce's: each rank
-  // copies in, reduces its slice, copies out); a handshake per phase.
-  const double handshakes = hierarchical ? 2 : 1;
+  // copies in, reduces its slice, copies out); a handshake per phase. In a
+  // hierarchical allreduce or barrier the segment runs before and after the
+  // exchange between hosts; in a broadcast (after) or reduce (before), once.
+  const double handshakes = hierarchical && (c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1;
   return handshakes * segment_.alphaUs + (c == Coll::Barrier ? 0 : static_cast<double>(bytes) * segment_.betaUsPerB);
 }
 
@@ -264,8 +266,9 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     // As the accl backend runs them: allreduce on even hosts reduce-scatters
     // on the segment, exchanges each local rank's slice with its peers on
     // the other hosts (all slices at once), and allgathers on the segment;
-    // the others (and uneven hosts) have one segment phase and one exchange
-    // of the whole vector between one rank per host.
+    // on uneven hosts it reduces on the segment, exchanges the whole vector
+    // between one rank per host and broadcasts on the segment; broadcast and
+    // reduce have one segment phase and one exchange of the whole vector.
     const bool sliced = c == Coll::Allreduce && p % hosts == 0;
     const int L = p / hosts;
     size_t exch = sliced ? bytes / static_cast<size_t>(L) : bytes;

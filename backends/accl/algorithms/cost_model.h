@@ -81,7 +81,8 @@ class CostModel {
   // when given, names it ("shm", "hierarchical(shm+ring)", "ring").
   double predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan = nullptr) const;
   // The segment's share of it: the whole op on one host, or the phases on
-  // each host of a hierarchical op (`hierarchical`: two handshakes).
+  // each host of a hierarchical op (two handshakes for allreduce and
+  // barrier, which use the segment before and after the exchange).
   double segmentUs(Coll c, size_t bytes, bool hierarchical) const;
   // The algorithms of `c` between hosts (Hierarchical excluded).
   static std::vector<Algo> candidates(Coll c);
