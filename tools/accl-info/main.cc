@@ -118,29 +118,22 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
     for (size_t b = 8; b <= (size_t(1) << 30); b *= 8) {
       size_t bytes = c == Coll::Barrier ? 0 : b;
       Algo a = choose(c, bytes, l, overrides, m);
-      int peers = ranks, onHosts = hosts;
-      size_t exch = bytes;
+      // Each candidate's prediction: for a hierarchical op the whole op with
+      // that algorithm between hosts, as CostModel::hierarchicalUs counts it.
+      const bool hier = a == Algo::Hierarchical;
       std::string name = toString(a);
-      if (a == Algo::Hierarchical) {
-        peers = hosts;
-        onHosts = 0;  // one rank per host (or per rail) between hosts
-        if (c == Coll::Allreduce && l.uniform) exch = bytes / static_cast<size_t>(l.maxLocal);
-        a = chooseInterHost(c, exch, hosts, overrides, m);
+      if (hier) {
+        a = chooseInterHost(c, CostModel::hierarchicalSlice(c, bytes, ranks, hosts), hosts, overrides, m);
         name = std::string("hierarchical(shm+") + toString(a) + ")";
       }
-      double predicted = 0;
-      std::string all;
-      if (a == Algo::Shm) {
-        predicted = model.segmentUs(c, bytes, false);
-        all = "-";
-      } else {
-        predicted = model.predictUs(c, a, exch, peers, onHosts);
-        if (name.rfind("hierarchical", 0) == 0) predicted += model.segmentUs(c, bytes, true);
-      }
+      auto predict = [&](Algo x) {
+        return hier ? model.hierarchicalUs(c, x, bytes, ranks, hosts) : model.predictUs(c, x, bytes, ranks, hosts);
+      };
+      double predicted = a == Algo::Shm ? model.segmentUs(c, bytes, false) : predict(a);
+      std::string all = a == Algo::Shm ? "-" : "";
       for (Algo x : a == Algo::Shm ? std::vector<Algo>{} : CostModel::candidates(c)) {
         char buf[64];
-        std::snprintf(buf, sizeof(buf), "%s%s %.1f", all.empty() ? "" : ", ", toString(x),
-                      model.predictUs(c, x, exch, peers, onHosts));
+        std::snprintf(buf, sizeof(buf), "%s%s %.1f", all.empty() ? "" : ", ", toString(x), predict(x));
         all += buf;
       }
       std::printf("%-15s %12zu  %-36s %14.1f  %s\n", toString(c), bytes, name.c_str(), predicted, all.c_str());

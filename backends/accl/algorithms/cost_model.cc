@@ -252,6 +252,16 @@ double CostModel::segmentUs(Coll c, size_t bytes, bool hierarchical) const {
   return handshakes * segment_.alphaUs + (c == Coll::Barrier ? 0 : static_cast<double>(bytes) * segment_.betaUsPerB);
 }
 
+size_t CostModel::hierarchicalSlice(Coll c, size_t bytes, int p, int hosts) {
+  return c == Coll::Allreduce && hosts > 0 && p % hosts == 0 ? bytes / static_cast<size_t>(p / hosts) : bytes;
+}
+
+double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const {
+  CostModel shared = *this;
+  if (c == Coll::Allreduce && p % hosts == 0) shared.net_.betaUsPerB *= p / hosts;  // the slices share the link
+  return segmentUs(c, bytes, true) + shared.predictUs(c, inter, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);
+}
+
 double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan) const {
   if (p <= 1) {
     if (plan) *plan = "-";
@@ -269,16 +279,9 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     // on uneven hosts it reduces on the segment, exchanges the whole vector
     // between one rank per host and broadcasts on the segment; broadcast and
     // reduce have one segment phase and one exchange of the whole vector.
-    const bool sliced = c == Coll::Allreduce && p % hosts == 0;
-    const int L = p / hosts;
-    size_t exch = sliced ? bytes / static_cast<size_t>(L) : bytes;
-    Algo a = best(c, exch, hosts, hosts);  // as the backend picks it
+    Algo a = best(c, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);  // as the backend picks it
     if (plan) *plan = std::string("hierarchical(shm+") + toString(a) + ")";
-    // The slices cross at once and share the host's link (the calibrated
-    // one): each gets 1/L of its bandwidth.
-    CostModel shared = *this;
-    if (sliced) shared.net_.betaUsPerB *= L;
-    return segmentUs(c, bytes, true) + shared.predictUs(c, a, exch, hosts, hosts);
+    return hierarchicalUs(c, a, bytes, p, hosts);
   }
   Algo a = best(c, bytes, p, hosts);
   if (plan) *plan = toString(a);

@@ -80,6 +80,14 @@ class CostModel {
   // otherwise the best flat algorithm. `plan`,
   // when given, names it ("shm", "hierarchical(shm+ring)", "ring").
   double predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan = nullptr) const;
+  // A hierarchical op with `inter` between hosts: the segment's phases and
+  // the exchange of hierarchicalSlice() bytes among one rank per host (the
+  // slices of an allreduce on even hosts cross at once and share the host's
+  // link: each gets 1/L of its bandwidth).
+  double hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const;
+  // What one rank of a hierarchical op exchanges between hosts: its slice of
+  // an allreduce on even hosts (p / hosts ranks each), else the whole vector.
+  static size_t hierarchicalSlice(Coll c, size_t bytes, int p, int hosts);
   // The segment's share of it: the whole op on one host, or the phases on
   // each host of a hierarchical op (two handshakes for allreduce and
   // barrier, which use the segment before and after the exchange).
