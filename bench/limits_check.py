@@ -34,14 +34,15 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_check as mc  # noqa: E402  (the namespace hosts)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX, SUBNET = "accll", "10.74.0"
 
 
 def netns(cmd):
-    env = dict(os.environ, ACCL_NETNS_PREFIX=PREFIX, ACCL_NETNS_SUBNET=SUBNET)
-    subprocess.run([os.path.join(ROOT, "bench", "netns.sh"), cmd, "2"], check=cmd == "up", env=env,
-                   stdout=subprocess.DEVNULL)
+    mc.netns(cmd, 2, PREFIX, SUBNET)
 
 
 def memcpy_rate(build):

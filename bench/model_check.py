@@ -43,8 +43,8 @@ def sh(*cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def netns(cmd, hosts=2):
-    env = dict(os.environ, ACCL_NETNS_PREFIX=PREFIX, ACCL_NETNS_SUBNET=SUBNET)
+def netns(cmd, hosts=2, prefix=PREFIX, subnet=SUBNET):
+    env = dict(os.environ, ACCL_NETNS_PREFIX=prefix, ACCL_NETNS_SUBNET=subnet)
     subprocess.run([os.path.join(ROOT, "bench", "netns.sh"), cmd, str(hosts)], check=cmd == "up", env=env,
                    stdout=subprocess.DEVNULL)
 
