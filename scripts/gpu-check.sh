@@ -10,7 +10,10 @@
 #      backend (every op, results checked, a corrupted element caught), and
 #      torch_accl's CUDA suite (the staged path ordered after the current
 #      stream, DDP on device tensors; the nccl path where there are 2 GPUs);
-#   2. the BERT example through its entry script (examples/bert/run_pretraining.sh)
+#   2. bench/torch_cuda_bench.py on 2 ranks: all_reduce of device tensors
+#      staged through host memory (ACCL_TORCH_CUDA=stage) against torch's gloo
+#      on the same tensors, beside the host copies any staging needs;
+#   3. the BERT example through its entry script (examples/bert/run_pretraining.sh)
 #      on the GPUs, AMP on: BACKEND=nccl, BACKEND=accl (device tensors go where
 #      ACCL_TORCH_CUDA's auto choice sends them) and BACKEND=accl with
 #      ACCL_TORCH_CUDA=stage; one process per GPU, STEPS (default 12) steps of
@@ -57,6 +60,11 @@ stage ctest env ACCL_REQUIRE_GPU=1 ctest -V -L gpu
 pydir=$(sed -n 's/^[^=]*=[^=]*=//p' torch-builds.txt | head -1)
 cd "$src"
 ngpu=$("$py" -c 'import torch; print(torch.cuda.device_count())')
+# Device tensors staged through host memory against torch's gloo on the same
+# tensors, and the copies any staging needs (2 ranks; they share a GPU on a
+# host with one).
+stage cuda-bench env ACCL_TORCH_CUDA=stage PYTHONPATH="$pydir" "$BUILD_DIR/bin/accl-run" -n 2 \
+  "$py" bench/torch_cuda_bench.py --min 64K --max 256M
 for run in nccl accl accl-stage; do
   backend=${run%-stage}
   env=(); [ "$run" = accl-stage ] && env=(ACCL_TORCH_CUDA=stage)

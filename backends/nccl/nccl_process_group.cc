@@ -163,7 +163,16 @@ void NcclProcessGroup::ensureComm(Clock::time_point deadline) {
     comm_ = nullptr;
     throw RemoteError(what + ": NCCL error: " + ncclGetErrorString(r));
   }
-  settle(what, deadline);
+  try {
+    settle(what, deadline);
+  } catch (const InvalidArgument& err) {
+    // NCCL refuses a communicator with two ranks on one GPU; say what to do.
+    std::string m = err.what();
+    if (m.find("Duplicate GPU") == std::string::npos) throw;
+    throw InvalidArgument(m + "; NCCL takes one rank per GPU: give each rank a device of its own "
+                              "(torch.cuda.set_device(LOCAL_RANK), or CUDA_VISIBLE_DEVICES per rank), or "
+                              "run fewer ranks on this host");
+  }
   if ((e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)) != cudaSuccess ||
       (e = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming)) != cudaSuccess ||
       (e = cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(int))) != cudaSuccess)

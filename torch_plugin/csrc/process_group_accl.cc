@@ -117,7 +117,7 @@ class Staging {
     at::Tensor use = t;
     bool direct = t.is_contiguous() && pg_.supportsDevice(deviceOf(t));
     if (!direct) {
-      use = pg_.supportsDevice(deviceOf(t)) ? t.contiguous() : t.to(at::kCPU).contiguous();
+      use = pg_.supportsDevice(deviceOf(t)) ? t.contiguous() : toHost(t);
       if (use.data_ptr() == t.data_ptr()) use = use.clone();
       if (out) back_.emplace_back(t, use);
     }
@@ -129,7 +129,7 @@ class Staging {
   // needs flat), on a device the backend addresses.
   at::Tensor flat(const at::Tensor& like, int64_t numel) {
     auto opts = like.options();
-    if (!pg_.supportsDevice(deviceOf(like))) opts = opts.device(at::kCPU);
+    if (!pg_.supportsDevice(deviceOf(like))) opts = opts.device(at::kCPU).pinned_memory(like.is_cuda());
     at::Tensor f = at::empty({numel}, opts);
     keep_.push_back(f);
     return f;
@@ -137,6 +137,19 @@ class Staging {
   accl::Buffer bufferOfFlat(const at::Tensor& f, const char* what) {
     auto m = mapDtype(f, what);
     return accl::Buffer(f.data_ptr(), static_cast<size_t>(f.numel() * m.factor), m.dtype, deviceOf(f));
+  }
+  // A contiguous host copy of `t`. A device tensor is copied into page-locked
+  // memory from torch's caching host allocator (reused across ops, as for
+  // torch's own pinned tensors): the DMA engine copies it at the link's rate
+  // both ways, where pageable memory goes through the driver's bounce buffer
+  // at a fraction of it. The copies run on the current stream and return
+  // once done (non_blocking false), as the collective reads the host copy
+  // at once and the caller's tensor holds the result when the op completes.
+  static at::Tensor toHost(const at::Tensor& t) {
+    if (!t.is_cuda()) return t.contiguous();
+    at::Tensor h = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+    h.copy_(t);
+    return h;
   }
   // Work after completion: copy staged outputs back (on the completing
   // thread, under the stream and grad mode AcclWork::onDone sets).

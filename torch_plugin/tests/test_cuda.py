@@ -12,6 +12,13 @@ import torch.distributed as dist
 from cluster import Cluster, spawn
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def nccl_usable():
+    # Asked inside a test, never at import: spawned ranks import this module
+    # before they set their environment, and ACCL reads it once.
+    import torch_accl
+    return any(b["name"] == "nccl" and b["usable"] for b in torch_accl.backends())
 needs_gpu = pytest.mark.skipif(GPUS < 1, reason="no CUDA device on this host (torch.cuda.is_available() is False)")
 needs_2_gpus = pytest.mark.skipif(GPUS < 2, reason=f"{GPUS} CUDA device(s) here; NCCL refuses two ranks on one "
                                                    "GPU, so the nccl path needs two")
@@ -39,7 +46,7 @@ def path_with(env):
 
 
 def test_without_a_usable_nccl_device_tensors_are_staged_and_the_reason_given():
-    if GPUS >= 2:
+    if nccl_usable():
         pytest.skip("this host can run the nccl path")
     p = path_with({})
     assert p.startswith("stage (ACCL's nccl backend is not usable here: "), p
@@ -50,7 +57,7 @@ def test_stage_is_chosen_by_the_variable():
 
 
 def test_nccl_demanded_where_it_cannot_run_says_what_is_accepted():
-    if GPUS >= 2:
+    if nccl_usable():
         pytest.skip("this host can run the nccl path")
     p = path_with({"ACCL_TORCH_CUDA": "NCCL"})
     assert p.startswith("error: ") and "ACCL_TORCH_CUDA=nccl, but ACCL's nccl backend is not usable here" in p, p
@@ -137,6 +144,44 @@ def test_staged_device_tensors_follow_the_current_stream():
 @needs_2_gpus
 def test_device_tensors_through_the_nccl_backend():
     check_device_ops(run_2_ranks("nccl", _device_ops), 2)
+
+
+@needs_gpu
+def test_device_tensors_through_the_nccl_backend_on_one_rank():
+    # What a host with one GPU can check of the nccl path: the route, the
+    # group's own store, the stream and the futures' devices.
+    if not nccl_usable():
+        pytest.skip("ACCL's nccl backend is not usable here (built without NCCL?)")
+    c = Cluster(1, env={"ACCL_TORCH_CUDA": "nccl"})
+    try:
+        check_device_ops(c.run(_device_ops), 1)
+    finally:
+        c.close()
+
+
+def _shared_gpu(ctx):
+    torch.cuda.set_device(0)
+    x = torch.full((8,), ctx.rank + 1.0, device="cuda:0")
+    try:
+        dist.all_reduce(x)
+    except Exception as e:  # noqa: BLE001
+        return "error: " + str(e)
+    return x.cpu().tolist()
+
+
+@needs_gpu
+def test_two_ranks_on_one_gpu_through_nccl_fail_clearly_or_reduce():
+    # NCCL refuses two ranks of a communicator on one GPU: every rank must get
+    # an error that says what to do, at once, not a hang or a crash. (An NCCL
+    # that accepts it must reduce correctly.)
+    if not nccl_usable():
+        pytest.skip("ACCL's nccl backend is not usable here (built without NCCL?)")
+    res = run_2_ranks("nccl", _shared_gpu)
+    for out in res:
+        if isinstance(out, str):
+            assert "NCCL" in out and "one rank per GPU" in out and "LOCAL_RANK" in out, out
+        else:
+            assert out == [3.0] * 8, out
 
 
 def _ddp_cuda(ctx):
