@@ -18,6 +18,8 @@
 #      ACCL_TORCH_CUDA's auto choice sends them) and BACKEND=accl with
 #      ACCL_TORCH_CUDA=stage; one process per GPU, STEPS (default 12) steps of
 #      CONFIG (default large), printing the time per step and peak GPU memory.
+# The BERT runs read examples/bert/data/kjv.txt, which pretrain.py makes with
+# Debian's bible-kjv package: install it or copy the file from another machine.
 # The build dependencies must be installed first (scripts/setup.sh does it on
 # Debian and Ubuntu). Logs: ${BUILD_DIR}/gpu-check/. Exit status: 0 when every
 # stage passed.
