@@ -181,6 +181,74 @@ TEST(Matcher, AReceivePostedWhileItsMessageArrivesCompletesWithTheLastFrame) {
   EXPECT_EQ(rx.m.heldCount(), 0u);
 }
 
+// Posted while its message arrives, out of order and in the middle of a
+// frame's reads: what came before is copied once, and every later byte lands
+// straight in the receive's buffer (the held copy is not used again).
+TEST(Matcher, AReceivePostedMidMessageTakesTheRestStraightIntoItsBuffer) {
+  FakeLink link(1, 1000);
+  Receiver rx;
+  auto src = randomBytes(10 * 1000 + 321, 4);
+  sendOp(link, 3, 1, src);
+  std::reverse(link.wire.begin(), link.wire.end());  // as several streams give
+  rx.deliver(link.wire[0]);
+  rx.deliver(link.wire[1]);
+  std::vector<char> dst(src.size(), 0);
+  auto r = opRecv(1, 3, 1, dst);
+  // The third frame: its first 300 bytes are read into the held copy, the
+  // receive is posted, then the rest of the frame is read.
+  rx.deliver(link.wire[2], 300, [&] {
+    rx.m.post(r);
+    EXPECT_FALSE(r->done);
+    EXPECT_EQ(rx.m.heldCount(), 0u);
+  });
+  for (size_t i = 3; i < link.wire.size(); ++i) {
+    const auto& f = link.wire[i];
+    LandingPtr l = rx.onHeader(f.from, f.h);
+    ASSERT_TRUE(l);
+    EXPECT_EQ(l->base, dst.data()) << "frame " << i << " does not land in the receive's buffer";
+    std::memcpy(l->base + f.h.offset, f.payload.data(), f.payload.size());
+    EXPECT_FALSE(r->done);
+    rx.onFrame(f.from, f.h, l);
+  }
+  EXPECT_TRUE(r->done);
+  EXPECT_EQ(r->failure, Failure::None);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(rx.m.heldCount(), 0u);
+  EXPECT_EQ(rx.m.postedCount(), 0u);
+}
+
+// Big held messages reuse the buffers of earlier ones (a larger one for a
+// smaller message, several at once, one taken mid-message): every receive
+// gets its own message's bytes.
+TEST(Matcher, HeldMessagesThatReuseEarlierBuffersKeepTheirBytes) {
+  FakeLink link(1, 64 << 10);
+  Receiver rx;
+  const size_t sizes[] = {1 << 20, 700 << 10, 1 << 20, 300 << 10, 2 << 20, 1 << 20};
+  for (unsigned round = 0; round < 2; ++round) {
+    std::vector<std::vector<char>> src, dst;
+    for (unsigned i = 0; i < 6; ++i) {
+      src.push_back(randomBytes(sizes[i], 10 * round + i));
+      dst.emplace_back(sizes[i], 0);
+      sendOp(link, 20 + round, i, src.back());
+    }
+    // Messages 0-4 arrive whole before their receives; message 5 half.
+    size_t halfOf5 = link.wire.size() - (sizes[5] / (64 << 10)) / 2;
+    for (size_t i = 0; i < halfOf5; ++i) rx.deliver(link.wire[i]);
+    std::vector<RequestPtr> rs;
+    for (unsigned i = 0; i < 6; ++i) {
+      rs.push_back(opRecv(1, 20 + round, i, dst[i]));
+      rx.m.post(rs.back());
+    }
+    for (size_t i = halfOf5; i < link.wire.size(); ++i) rx.deliver(link.wire[i]);
+    link.wire.clear();
+    for (unsigned i = 0; i < 6; ++i) {
+      EXPECT_TRUE(rs[i]->done) << "round " << round << ", message " << i;
+      EXPECT_EQ(dst[i], src[i]) << "round " << round << ", message " << i;
+    }
+    EXPECT_EQ(rx.m.heldCount(), 0u);
+  }
+}
+
 TEST(Matcher, OpStepsMatchOnlyTheirPeerAndKey) {
   FakeLink from1(1, 64), from2(2, 64);
   Receiver rx;

@@ -26,6 +26,7 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
     if (h.total != in.total || h.offset + h.len > in.total)
       throw ProtocolError{"inconsistent message length (" + std::to_string(h.total) + " bytes, the message has " +
                           std::to_string(in.total) + ")"};
+    if (in.held && in.base == in.held.get()) in.heldFrames.emplace_back(h.offset, h.len);
     return it->second;
   }
   // Tagged messages travel in order on one channel: a frame past the first
@@ -51,8 +52,9 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
       in->base = r->buf;
     }
   } else {
-    in->held.resize(h.total);
-    in->base = in->held.data();
+    holdBuffer(*in, h.total);
+    in->base = in->held.get();
+    in->heldFrames.emplace_back(h.offset, h.len);
     held_.push_back(in);
   }
   if (in->total > 0) active_[Key{peer, s, h.key}] = in;
@@ -68,16 +70,6 @@ void Matcher::landed(const FrameHeader& h, Inbound& in) {
     in.req->done = true;  // a failed receive is done already: no change
     in.req.reset();
     in.base = nullptr;
-    return;
-  }
-  if (in.waiter) {
-    RequestPtr r = std::move(in.waiter);
-    if (!r->done) {
-      if (in.total) std::memcpy(r->buf, in.held.data(), in.total);
-      r->done = true;
-    }
-    auto hit = std::find_if(held_.begin(), held_.end(), [&](const InboundPtr& u) { return u.get() == &in; });
-    if (hit != held_.end()) held_.erase(hit);
   }
 }
 
@@ -89,31 +81,72 @@ void Matcher::takeHeld(const RequestPtr& r, const InboundPtr& u) {
     return;
   }
   if (u->got == u->total) {
-    if (u->total) std::memcpy(r->buf, u->held.data(), u->total);
+    if (u->total) std::memcpy(r->buf, u->held.get(), u->total);
     r->done = true;
+    releaseBuffer(*u);
     return;
   }
-  u->waiter = r;  // still arriving: it stays held until its last frame
+  // Still arriving: what its announced frames brought so far (the bytes of a
+  // frame still being read included) is copied, and the rest lands straight
+  // in the receive's buffer. The link looks at `base` before each read, and
+  // reads under the lock this runs under, so no byte goes to the old place
+  // after the copy.
+  for (auto& f : u->heldFrames) std::memcpy(r->buf + f.first, u->held.get() + f.first, f.second);
+  u->req = r;
+  u->base = r->buf;
+  releaseBuffer(*u);
+  u->heldFrames.clear();
+}
+
+void Matcher::holdBuffer(Inbound& in, size_t n) {
+  if (n == 0) return;
+  // The smallest spare that fits.
+  auto best = spares_.end();
+  for (auto it = spares_.begin(); it != spares_.end(); ++it)
+    if (it->second >= n && (best == spares_.end() || it->second < best->second)) best = it;
+  if (best != spares_.end()) {
+    in.held = std::move(best->first);
+    in.heldCap = best->second;
+    spares_.erase(best);
+    return;
+  }
+  in.held.reset(new char[n]);  // not value-initialised: pages are touched as bytes land
+  in.heldCap = n;
+}
+
+void Matcher::releaseBuffer(Inbound& in) {
+  if (in.held && in.heldCap >= kSpareMinBytes) {
+    if (spares_.size() == kSpares) {  // the smaller one goes
+      auto small = spares_[0].second <= spares_[1].second ? spares_.begin() : spares_.begin() + 1;
+      if (small->second >= in.heldCap) {
+        in.held.reset();
+        in.heldCap = 0;
+        return;
+      }
+      spares_.erase(small);
+    }
+    spares_.emplace_back(std::move(in.held), in.heldCap);
+  }
+  in.held.reset();
+  in.heldCap = 0;
 }
 
 void Matcher::post(const RequestPtr& r) {
   auto it = std::find_if(held_.begin(), held_.end(), [&](const InboundPtr& u) {
-    return u->waiter == nullptr && !u->dropped && matches(*r, u->peer, u->space, u->key);
+    return !u->dropped && matches(*r, u->peer, u->space, u->key);
   });
   if (it == held_.end()) {
     posted_.push_back(r);
     return;
   }
   InboundPtr u = *it;
-  if (u->got == u->total || u->total != r->len) held_.erase(it);
+  held_.erase(it);
   takeHeld(r, u);
 }
 
 void Matcher::withdraw(const RequestPtr& r) {
   auto pit = std::find(posted_.begin(), posted_.end(), r);
   if (pit != posted_.end()) posted_.erase(pit);
-  for (auto& u : held_)
-    if (u->waiter == r) u->waiter.reset();
   for (auto& kv : active_)
     if (kv.second->req == r) kv.second->drop();
 }

@@ -34,10 +34,13 @@ struct Inbound : Landing {
   OpDesc desc{};
   size_t total = 0;
   size_t got = 0;
-  RequestPtr req;          // the receive it lands in (null: held or discarded)
-  std::vector<char> held;  // unmatched: the bytes, until a receive takes them
-  RequestPtr waiter;       // a receive that took it while it was still arriving
-  bool dropped = false;    // discarded: its bytes go nowhere, no receive takes it
+  RequestPtr req;                 // the receive it lands in (null: held or discarded)
+  std::unique_ptr<char[]> held;   // unmatched: the bytes, until a receive takes them
+  size_t heldCap = 0;             // its size (a reused buffer may be larger than the message)
+  // The frames announced while held (offset, length): what a receive posted
+  // while the message is still arriving copies before the rest lands in it.
+  std::vector<std::pair<size_t, size_t>> heldFrames;
+  bool dropped = false;           // discarded: its bytes go nowhere, no receive takes it
 
   void drop() {
     dropped = true;
@@ -77,7 +80,15 @@ class Matcher {
     return r.space == s && r.key == key && (r.peer == peer || (s == Space::Tagged && r.peer == -1));
   }
   void takeHeld(const RequestPtr& r, const InboundPtr& u);
+  // Buffers of held messages: big ones are kept for the next (at most
+  // kSpares), since a fresh allocation of that size is a new mapping whose
+  // every page the kernel faults in and zeroes while the bytes arrive.
+  void holdBuffer(Inbound& in, size_t n);
+  void releaseBuffer(Inbound& in);
+  static constexpr size_t kSpareMinBytes = 256 << 10;
+  static constexpr size_t kSpares = 2;
 
+  std::vector<std::pair<std::unique_ptr<char[]>, size_t>> spares_;
   std::deque<RequestPtr> posted_;  // in order of posting
   std::deque<InboundPtr> held_;    // in order of arrival
   std::map<Key, InboundPtr> active_;  // messages with bytes still to come
