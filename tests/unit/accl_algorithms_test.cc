@@ -128,6 +128,48 @@ TEST_P(Sizes, AllreduceRingMatchesReferenceAndTalksOnlyToTheRightNeighbour) {
   }
 }
 
+// Steps from 1 MiB go in pieces (ids step + (piece << 16)) whose reduction
+// overlaps the next piece's transfer: the results stay exact (ring) and
+// bitwise identical on every rank (recursive doubling, folded ranks included),
+// and uneven blocks (a count that p does not divide) are cut alike on both
+// sides of every message.
+TEST_P(Sizes, LargeStepsGoInPiecesWithTheSameResults) {
+  int p = GetParam();
+  if (p == 1) return;
+  size_t count = (3u << 20) / 8 * p + 5;  // 3 MiB blocks of int64 per rank for the ring, plus a remainder
+  auto ringLog = run(p, [&](const Peers& g) {
+    std::vector<int64_t> b(count);
+    for (size_t i = 0; i < count; ++i) b[i] = val(g.me, i);
+    algo::allreduceRing(g, b.data(), count, DataType::Int64, ReduceKind::Sum);
+    for (size_t i = 0; i < count; ++i) {
+      int64_t want = 0;
+      for (int r = 0; r < p; ++r) want += val(r, i);
+      ASSERT_EQ(b[i], want) << "rank " << g.me << " element " << i;
+    }
+  });
+  size_t pieces = 0;
+  for (auto& [src, dst, step, len] : ringLog) pieces += step >= (1u << 16);
+  EXPECT_GT(pieces, 0u) << "no step went in pieces";
+  size_t fcount = (5u << 20) / 4 + 3;  // 5 MiB of float32
+  std::vector<std::vector<float>> results(p);
+  auto rdLog = run(p, [&](const Peers& g) {
+    std::vector<float> b(fcount);
+    for (size_t i = 0; i < fcount; ++i) b[i] = 1.0f / (1 + g.me * 3 + i % 1000);  // inexact sums
+    algo::allreduceRecursiveDoubling(g, b.data(), fcount, DataType::Float32, ReduceKind::Sum);
+    results[g.me] = std::move(b);
+  });
+  for (int r = 1; r < p; ++r)
+    EXPECT_EQ(std::memcmp(results[r].data(), results[0].data(), fcount * 4), 0) << "rank " << r;
+  for (size_t i = 0; i < fcount; i += 4099) {
+    double want = 0;
+    for (int r = 0; r < p; ++r) want += 1.0 / (1 + r * 3 + i % 1000);
+    EXPECT_NEAR(results[0][i], want, 1e-5 * p) << "element " << i;
+  }
+  pieces = 0;
+  for (auto& [src, dst, step, len] : rdLog) pieces += step >= (1u << 16);
+  EXPECT_GT(pieces, 0u) << "no step went in pieces";
+}
+
 TEST_P(Sizes, AllreduceRecursiveDoublingIsBitwiseIdenticalEverywhere) {
   int p = GetParam();
   std::vector<std::vector<float>> results(p);

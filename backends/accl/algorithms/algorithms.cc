@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "accl/internal/reduce_kernels.h"
 
@@ -14,6 +15,54 @@ namespace {
 
 int mod(int a, int p) { return ((a % p) + p) % p; }
 
+// A step of a reduction: sends `sendBytes` from `send` to peer `to` (unless
+// `to` is -1), receives `count` elements from peer `from` and
+// reduces them into `acc` (acc = theirs op acc when `theirsFirst`, else acc op
+// theirs: the same operand order on both sides gives identical bits). A large
+// message goes in pieces (ids step + (piece << 16)) cut by exchangePiece() of
+// its own size, so that sender and receiver cut it alike; each piece received
+// lands in one of two scratch halves, and while the transport moves the next
+// pieces this thread reduces the last. `send` may overlap `acc` where piece i
+// of both is the same range (the exchange of recursive doubling): piece i has
+// been sent when its reduction starts.
+void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, size_t sendBytes, int from, char* acc,
+                    size_t count, DataType t, ReduceKind k, bool theirsFirst) {
+  size_t es = dataTypeSize(t), bytes = count * es;
+  size_t pieceR = exchangePiece(bytes, es), pieceS = exchangePiece(sendBytes, es);
+  size_t nRecv = bytes ? (bytes + pieceR - 1) / pieceR : 1;
+  size_t nSend = to < 0 ? 0 : sendBytes ? (sendBytes + pieceS - 1) / pieceS : 1;
+  size_t n = std::max(nRecv, nSend);
+  std::unique_ptr<char[]> tmp(bytes ? new char[nRecv > 1 ? 2 * pieceR : bytes] : nullptr);
+  auto post = [&](size_t i) {
+    uint32_t id = step + static_cast<uint32_t>(i << 16);
+    if (i < nSend) g.send(to, id, send + i * pieceS, std::min(pieceS, sendBytes - i * pieceS));
+    if (i < nRecv) g.recv(from, id, tmp.get() + (i % 2) * pieceR, std::min(pieceR, bytes - i * pieceR));
+  };
+  post(0);
+  g.wait();
+  for (size_t i = 0; i < n; ++i) {
+    // Piece i has arrived (and left); the next moves while it is reduced.
+    if (i + 1 < n) post(i + 1);
+    if (i < nRecv && bytes) {
+      size_t lo = i * pieceR, len = std::min(pieceR, bytes - lo);
+      char* a = acc + lo;
+      const char* theirs = tmp.get() + (i % 2) * pieceR;
+      if (theirsFirst) internal::reduce(a, theirs, a, len / es, t, k);
+      else internal::reduce(a, a, theirs, len / es, t, k);
+    }
+    if (i + 1 < n) g.wait();
+  }
+}
+
+// Sends `bytes` to peer `to` cut as sendRecvReduce's receiver cuts them.
+void sendInPieces(const Peers& g, uint32_t step, int to, const char* buf, size_t bytes, size_t es) {
+  size_t piece = exchangePiece(bytes, es);
+  size_t n = bytes ? (bytes + piece - 1) / piece : 1;
+  for (size_t i = 0; i < n; ++i)
+    g.send(to, step + static_cast<uint32_t>(i << 16), buf + i * piece, std::min(piece, bytes - i * piece));
+  g.wait();
+}
+
 }  // namespace
 
 void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& counts, DataType t,
@@ -22,16 +71,12 @@ void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& c
   if (p == 1) return;
   size_t es = dataTypeSize(t);
   auto d = prefixSums(counts);
-  size_t maxc = *std::max_element(counts.begin(), counts.end());
-  std::vector<char> tmp(maxc * es);
   char* w = static_cast<char*>(work);
   int right = mod(me + 1, p), left = mod(me - 1, p);
   for (int s = 0; s < p - 1; ++s) {
     int sendBlk = mod(me - s - 1, p), recvBlk = mod(me - s - 2, p);
-    g.send(right, s, w + d[sendBlk] * es, counts[sendBlk] * es);
-    g.recv(left, s, tmp.data(), counts[recvBlk] * es);
-    g.wait();
-    internal::reduce(w + d[recvBlk] * es, w + d[recvBlk] * es, tmp.data(), counts[recvBlk], t, k);
+    sendRecvReduce(g, s, right, w + d[sendBlk] * es, counts[sendBlk] * es, left, w + d[recvBlk] * es,
+                   counts[recvBlk], t, k, false);
   }
 }
 
@@ -79,7 +124,6 @@ void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataTyp
   if (p == 1) return;
   size_t es = dataTypeSize(t), bytes = count * es;
   char* b = static_cast<char*>(buf);
-  std::vector<char> tmp(bytes);
   int pof2 = 1;
   while (pof2 * 2 <= p) pof2 *= 2;
   int rem = p - pof2;
@@ -90,14 +134,11 @@ void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataTyp
   int newRank;
   if (me < 2 * rem) {
     if (me % 2 == 0) {
-      g.send(me + 1, step, b, bytes);
-      g.wait();
+      sendInPieces(g, step, me + 1, b, bytes, es);
       newRank = -1;
     } else {
-      g.recv(me - 1, step, tmp.data(), bytes);
-      g.wait();
       // Lower rank's data first, as the partner would order it.
-      internal::reduce(b, tmp.data(), b, count, t, k);
+      sendRecvReduce(g, step, -1, nullptr, 0, me - 1, b, count, t, k, true);
       newRank = me / 2;
     }
   } else {
@@ -108,12 +149,8 @@ void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataTyp
     for (int mask = 1; mask < pof2; mask <<= 1, ++step) {
       int pn = newRank ^ mask;
       int partner = pn < rem ? pn * 2 + 1 : pn + rem;
-      g.send(partner, step, b, bytes);
-      g.recv(partner, step, tmp.data(), bytes);
-      g.wait();
       // Same operand order on both sides (lower rank first): identical bits.
-      if (partner < me) internal::reduce(b, tmp.data(), b, count, t, k);
-      else internal::reduce(b, b, tmp.data(), count, t, k);
+      sendRecvReduce(g, step, partner, b, bytes, partner, b, count, t, k, partner < me);
     }
   }
   if (me < 2 * rem) {

@@ -28,6 +28,15 @@ void broadcastTree(const Peers& g, void* buf, size_t bytes, int root);
 void broadcastRing(const Peers& g, void* buf, size_t bytes, int root);
 // The chain's piece size for a message of `bytes` (the cost model counts its steps).
 inline size_t broadcastRingPiece(size_t bytes) { return std::max<size_t>(256u << 10, (bytes + 15) / 16); }
+// The piece size of a reduction step of `bytes` (elements of `es` bytes):
+// steps from 1 MiB go in pieces of bytes / 8, 256 KiB to 4 MiB, so that the
+// reduction of one piece overlaps the transfer of the next; smaller steps go
+// whole (the returned size is then at least `bytes`).
+inline size_t exchangePiece(size_t bytes, size_t es) {
+  if (bytes < (1u << 20)) return std::max<size_t>(bytes, es);
+  size_t p = std::min<size_t>(4u << 20, std::max<size_t>(256u << 10, bytes / 8));
+  return p - p % es;
+}
 // Binomial tree reduction to root; out is written at root only.
 void reduceTree(const Peers& g, const void* in, void* out, size_t count, DataType t, ReduceKind k,
                 int root);
