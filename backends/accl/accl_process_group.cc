@@ -394,9 +394,9 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
     }
     host_->broadcast(out, bytes, 0, d, deadline);
   } else {
-    if (in != out && bytes) std::memcpy(out, in, bytes);
-    if (a == Algo::Ring) algo::allreduceRing(flat(), out, count, t, k);
-    else algo::allreduceRecursiveDoubling(flat(), out, count, t, k);
+    // Out of place without a copy first: the first step reads `in`.
+    if (a == Algo::Ring) algo::allreduceRing(flat(), in, out, count, t, k);
+    else algo::allreduceRecursiveDoubling(flat(), in, out, count, t, k);
   }
   internal::finishReduce(op, out, count, t, size());
 }

@@ -17,16 +17,18 @@ int mod(int a, int p) { return ((a % p) + p) % p; }
 
 // A step of a reduction: sends `sendBytes` from `send` to peer `to` (unless
 // `to` is -1), receives `count` elements from peer `from` and
-// reduces them into `acc` (acc = theirs op acc when `theirsFirst`, else acc op
-// theirs: the same operand order on both sides gives identical bits). A large
+// reduces them with `mine` into `acc` (acc = theirs op mine when
+// `theirsFirst`, else mine op theirs: the same operand order on both sides
+// gives identical bits; `mine` is `acc` in place, or the caller's input at
+// an out-of-place op's first step). A large
 // message goes in pieces (ids step + (piece << 16)) cut by exchangePiece() of
 // its own size, so that sender and receiver cut it alike; each piece received
 // lands in one of two scratch halves, and while the transport moves the next
 // pieces this thread reduces the last. `send` may overlap `acc` where piece i
 // of both is the same range (the exchange of recursive doubling): piece i has
 // been sent when its reduction starts.
-void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, size_t sendBytes, int from, char* acc,
-                    size_t count, DataType t, ReduceKind k, bool theirsFirst) {
+void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, size_t sendBytes, int from,
+                    const char* mine, char* acc, size_t count, DataType t, ReduceKind k, bool theirsFirst) {
   size_t es = dataTypeSize(t), bytes = count * es;
   size_t pieceR = exchangePiece(bytes, es), pieceS = exchangePiece(sendBytes, es);
   size_t nRecv = bytes ? (bytes + pieceR - 1) / pieceR : 1;
@@ -46,9 +48,10 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
     if (i < nRecv && bytes) {
       size_t lo = i * pieceR, len = std::min(pieceR, bytes - lo);
       char* a = acc + lo;
+      const char* m = mine + lo;
       const char* theirs = tmp.get() + (i % 2) * pieceR;
-      if (theirsFirst) internal::reduce(a, theirs, a, len / es, t, k);
-      else internal::reduce(a, a, theirs, len / es, t, k);
+      if (theirsFirst) internal::reduce(a, theirs, m, len / es, t, k);
+      else internal::reduce(a, m, theirs, len / es, t, k);
     }
     if (i + 1 < n) g.wait();
   }
@@ -65,17 +68,25 @@ void sendInPieces(const Peers& g, uint32_t step, int to, const char* buf, size_t
 
 }  // namespace
 
-void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& counts, DataType t,
+void reduceScattervRing(const Peers& g, const void* in, void* out, const std::vector<size_t>& counts, DataType t,
                         ReduceKind k) {
   int p = g.size(), me = g.me;
-  if (p == 1) return;
   size_t es = dataTypeSize(t);
   auto d = prefixSums(counts);
-  char* w = static_cast<char*>(work);
+  const char* i = static_cast<const char*>(in);
+  char* o = static_cast<char*>(out);
+  if (p == 1) {
+    if (in != out && counts[0]) std::memcpy(o, i, counts[0] * es);
+    return;
+  }
   int right = mod(me + 1, p), left = mod(me - 1, p);
+  // Step s reduces block me - s - 2, which this rank has not touched before:
+  // its own part comes from `in`; what it sends after the first step is the
+  // block it reduced into `out` the step before.
   for (int s = 0; s < p - 1; ++s) {
     int sendBlk = mod(me - s - 1, p), recvBlk = mod(me - s - 2, p);
-    sendRecvReduce(g, s, right, w + d[sendBlk] * es, counts[sendBlk] * es, left, w + d[recvBlk] * es,
+    const char* src = (s == 0 ? i : o) + d[sendBlk] * es;
+    sendRecvReduce(g, s, right, src, counts[sendBlk] * es, left, i + d[recvBlk] * es, o + d[recvBlk] * es,
                    counts[recvBlk], t, k, false);
   }
 }
@@ -106,11 +117,14 @@ void allgathervDirect(const Peers& g, void* out, const std::vector<size_t>& byte
   if (p > 1) g.wait();
 }
 
-void allreduceRing(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k) {
+void allreduceRing(const Peers& g, const void* in, void* buf, size_t count, DataType t, ReduceKind k) {
   int p = g.size();
-  if (p == 1) return;
+  if (p == 1) {
+    if (in != buf && count) std::memcpy(buf, in, count * dataTypeSize(t));
+    return;
+  }
   auto counts = equalParts(count, p);
-  reduceScattervRing(g, buf, counts, t, k);
+  reduceScattervRing(g, in, buf, counts, t, k);
   size_t es = dataTypeSize(t);
   std::vector<size_t> bytes(p);
   for (int i = 0; i < p; ++i) bytes[i] = counts[i] * es;
@@ -119,11 +133,16 @@ void allreduceRing(const Peers& g, void* buf, size_t count, DataType t, ReduceKi
   allgathervRing(g2, buf, bytes);
 }
 
-void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k) {
+void allreduceRecursiveDoubling(const Peers& g, const void* in, void* buf, size_t count, DataType t, ReduceKind k) {
   int p = g.size(), me = g.me;
-  if (p == 1) return;
   size_t es = dataTypeSize(t), bytes = count * es;
   char* b = static_cast<char*>(buf);
+  // This rank's data: the input until its first reduction, then `buf`.
+  const char* cur = static_cast<const char*>(in);
+  if (p == 1) {
+    if (cur != b && bytes) std::memcpy(b, cur, bytes);
+    return;
+  }
   int pof2 = 1;
   while (pof2 * 2 <= p) pof2 *= 2;
   int rem = p - pof2;
@@ -134,11 +153,12 @@ void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataTyp
   int newRank;
   if (me < 2 * rem) {
     if (me % 2 == 0) {
-      sendInPieces(g, step, me + 1, b, bytes, es);
+      sendInPieces(g, step, me + 1, cur, bytes, es);
       newRank = -1;
     } else {
       // Lower rank's data first, as the partner would order it.
-      sendRecvReduce(g, step, -1, nullptr, 0, me - 1, b, count, t, k, true);
+      sendRecvReduce(g, step, -1, nullptr, 0, me - 1, cur, b, count, t, k, true);
+      cur = b;
       newRank = me / 2;
     }
   } else {
@@ -150,7 +170,8 @@ void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataTyp
       int pn = newRank ^ mask;
       int partner = pn < rem ? pn * 2 + 1 : pn + rem;
       // Same operand order on both sides (lower rank first): identical bits.
-      sendRecvReduce(g, step, partner, b, bytes, partner, b, count, t, k, partner < me);
+      sendRecvReduce(g, step, partner, cur, bytes, partner, cur, b, count, t, k, partner < me);
+      cur = b;
     }
   }
   if (me < 2 * rem) {

@@ -21,8 +21,16 @@ namespace algo {
 // steps of the whole vector, plus one step each way for the ranks beyond the
 // largest power of two (latency-optimal). Both give bitwise-identical results
 // on every rank.
-void allreduceRing(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k);
-void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k);
+// Out of place (`in` may be `buf`): the first step reads this rank's data
+// from `in` and writes its reduction into `buf`, so no copy precedes them.
+void allreduceRing(const Peers& g, const void* in, void* buf, size_t count, DataType t, ReduceKind k);
+void allreduceRecursiveDoubling(const Peers& g, const void* in, void* buf, size_t count, DataType t, ReduceKind k);
+inline void allreduceRing(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k) {
+  allreduceRing(g, buf, buf, count, t, k);
+}
+inline void allreduceRecursiveDoubling(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k) {
+  allreduceRecursiveDoubling(g, buf, buf, count, t, k);
+}
 // Binomial tree (log2 p steps) and pipelined chain (for large messages).
 void broadcastTree(const Peers& g, void* buf, size_t bytes, int root);
 void broadcastRing(const Peers& g, void* buf, size_t bytes, int root);
@@ -45,10 +53,15 @@ void reduceTree(const Peers& g, const void* in, void* out, size_t count, DataTyp
 // everyone to everyone.
 void allgathervRing(const Peers& g, void* out, const std::vector<size_t>& bytes);
 void allgathervDirect(const Peers& g, void* out, const std::vector<size_t>& bytes);
-// work holds sum(counts) elements (this rank's contribution) and is used as
-// scratch; on return, this rank's block of work holds the reduction.
-void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& counts, DataType t,
+// in holds sum(counts) elements (this rank's contribution); out, of the same
+// size, is scratch (it may be in): on return, this rank's block of out holds
+// the reduction.
+void reduceScattervRing(const Peers& g, const void* in, void* out, const std::vector<size_t>& counts, DataType t,
                         ReduceKind k);
+inline void reduceScattervRing(const Peers& g, void* work, const std::vector<size_t>& counts, DataType t,
+                               ReduceKind k) {
+  reduceScattervRing(g, work, work, counts, t, k);
+}
 // Pairwise exchange in p-1 steps. in and out must not overlap.
 void alltoallvPairwise(const Peers& g, const void* in, const std::vector<size_t>& sendBytes, void* out,
                        const std::vector<size_t>& recvBytes);
