@@ -296,9 +296,9 @@ void MpiProcessGroup::collective(const Call& c, const char* mpiName, Blocking&& 
     guardTimeoutMs_.store(c.timeout.count(), std::memory_order_relaxed);
     guardOp_.store(static_cast<int>(c.op), std::memory_order_relaxed);
     guardMpiName_.store(mpiName, std::memory_order_relaxed);
-    guardDeadlineNs_.store(steadyNs() + c.timeout.count() * 1000000, std::memory_order_release);
+    guardActive_.store(c.seq + 1, std::memory_order_release);
     int rc = blocking();
-    guardDeadlineNs_.store(0, std::memory_order_release);
+    guardActive_.store(0, std::memory_order_release);
     if (rc != MPI_SUCCESS) throw RemoteError(describe(c) + ": " + mpiName + ": MPI error: " + mpiError(rc));
     return;
   }
@@ -313,11 +313,23 @@ void MpiProcessGroup::collective(const Call& c, const char* mpiName, Blocking&& 
 
 void MpiProcessGroup::guardLoop() {
   std::unique_lock<std::mutex> lk(guardMu_);
+  uint64_t seen = 0;  // the call the guard is timing, and since when it has seen it
+  int64_t since = 0;
   while (!guardStop_) {
-    // Checked 10 times a second: the abort comes at most ~0.1 s after the deadline.
+    // Checked 10 times a second, from the first tick that sees a call: the
+    // abort comes 0-0.2 s after its deadline.
     guardCv_.wait_for(lk, std::chrono::milliseconds(100));
-    int64_t deadline = guardDeadlineNs_.load(std::memory_order_acquire);
-    if (guardStop_ || deadline == 0 || steadyNs() < deadline) continue;
+    uint64_t active = guardActive_.load(std::memory_order_acquire);
+    if (guardStop_ || active == 0) {
+      seen = 0;
+      continue;
+    }
+    if (active != seen) {
+      seen = active;
+      since = steadyNs();
+      continue;
+    }
+    if (steadyNs() - since < guardTimeoutMs_.load(std::memory_order_relaxed) * 1000000) continue;
     Call c{};
     c.seq = guardSeq_.load(std::memory_order_relaxed);
     c.count = guardCount_.load(std::memory_order_relaxed);
@@ -325,8 +337,7 @@ void MpiProcessGroup::guardLoop() {
     c.timeout = std::chrono::milliseconds(guardTimeoutMs_.load(std::memory_order_relaxed));
     c.op = static_cast<OpType>(guardOp_.load(std::memory_order_relaxed));
     const char* mpiName = guardMpiName_.load(std::memory_order_relaxed);
-    if (guardDeadlineNs_.load(std::memory_order_acquire) != deadline ||
-        guardSeq_.load(std::memory_order_relaxed) != c.seq)
+    if (guardActive_.load(std::memory_order_acquire) != active || c.seq + 1 != active)
       continue;  // that call has ended (a torn copy): look again at the next tick
     std::string msg = describe(c) + ": timed out after " + std::to_string(c.timeout.count()) + " ms in " +
                       mpiName +

@@ -83,10 +83,12 @@ class MpiProcessGroup : public ProcessGroup {
   std::atomic<uint64_t> seq_{0};
   size_t inlineBytes_ = 0;    // ACCL_MPI_BLOCKING_BYTES: ops up to it run on the calling thread
   size_t blockingBytes_ = 0;  // the same, 0 when MPI serializes calls: ops up to it call blocking MPI
-  // The blocking call in progress (deadline 0: none), read by the guard.
-  std::atomic<int64_t> guardDeadlineNs_{0};
-  // Its description, each field atomic (relaxed): the guard re-reads the
-  // deadline and sequence number after them and skips a torn copy.
+  // The blocking call in progress (0: none; else its sequence number + 1),
+  // read by the guard, which times it from the first tick that sees it: the
+  // call reads no clock.
+  std::atomic<uint64_t> guardActive_{0};
+  // Its description, each field atomic (relaxed): the guard re-reads
+  // guardActive_ after them and skips a torn copy.
   std::atomic<uint64_t> guardSeq_{0}, guardCount_{0}, guardTraceId_{0};
   std::atomic<int64_t> guardTimeoutMs_{0};
   std::atomic<int> guardOp_{0};
