@@ -96,6 +96,19 @@ std::vector<std::tuple<int, int, uint32_t, size_t>> run(int n, const std::functi
 
 int64_t val(int r, size_t i) { return static_cast<int64_t>((r + 1) * 1000003 + i * 7919) % 100003 - 50000; }
 
+// Ring allreduce of int64 values on this rank, checked element by element
+// against the sum over every rank's inputs.
+void ringAllreduceIsExact(const Peers& g, size_t count) {
+  std::vector<int64_t> b(count);
+  for (size_t i = 0; i < count; ++i) b[i] = val(g.me, i);
+  algo::allreduceRing(g, b.data(), count, DataType::Int64, ReduceKind::Sum);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t want = 0;
+    for (int r = 0; r < g.size(); ++r) want += val(r, i);
+    ASSERT_EQ(b[i], want) << "rank " << g.me << " element " << i;
+  }
+}
+
 int ceilLog2(int p) {
   int k = 0;
   while ((1 << k) < p) ++k;
@@ -109,16 +122,7 @@ class Sizes : public ::testing::TestWithParam<int> {};
 TEST_P(Sizes, AllreduceRingMatchesReferenceAndTalksOnlyToTheRightNeighbour) {
   int p = GetParam();
   for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000)}) {
-    auto log = run(p, [&](const Peers& g) {
-      std::vector<int64_t> b(count);
-      for (size_t i = 0; i < count; ++i) b[i] = val(g.me, i);
-      algo::allreduceRing(g, b.data(), count, DataType::Int64, ReduceKind::Sum);
-      for (size_t i = 0; i < count; ++i) {
-        int64_t want = 0;
-        for (int r = 0; r < p; ++r) want += val(r, i);
-        ASSERT_EQ(b[i], want) << "rank " << g.me << " element " << i;
-      }
-    });
+    auto log = run(p, [&](const Peers& g) { ringAllreduceIsExact(g, count); });
     std::vector<int> sends(p);
     for (auto& [src, dst, step, len] : log) {
       EXPECT_EQ(dst, (src + 1) % p);
@@ -136,16 +140,7 @@ TEST_P(Sizes, AllreduceRingMatchesReferenceAndTalksOnlyToTheRightNeighbour) {
 TEST_P(Sizes, LargeStepsGoInPiecesWithTheSameResults) {
   int p = GetParam();
   size_t count = (3u << 20) / 8 * p + 5;  // 3 MiB blocks of int64 per rank for the ring, plus a remainder
-  auto ringLog = run(p, [&](const Peers& g) {
-    std::vector<int64_t> b(count);
-    for (size_t i = 0; i < count; ++i) b[i] = val(g.me, i);
-    algo::allreduceRing(g, b.data(), count, DataType::Int64, ReduceKind::Sum);
-    for (size_t i = 0; i < count; ++i) {
-      int64_t want = 0;
-      for (int r = 0; r < p; ++r) want += val(r, i);
-      ASSERT_EQ(b[i], want) << "rank " << g.me << " element " << i;
-    }
-  });
+  auto ringLog = run(p, [&](const Peers& g) { ringAllreduceIsExact(g, count); });
   size_t pieces = 0;
   for (auto& [src, dst, step, len] : ringLog) pieces += step >= (1u << 16);
   if (p > 1) {
