@@ -589,6 +589,7 @@ std::shared_ptr<Work> AcclProcessGroup::doSend(Buffer buf, int dst, const SendOp
   std::string what = context("send to rank " + std::to_string(dst) + " (tag " + std::to_string(o.tag) + ", " +
                              std::to_string(bytes) + " bytes)");
   auto work = internal::makeWork(what);
+  if (auto hook = net_->waiterHook(dst)) work->setWaitHook(std::move(hook));
   tracePointToPoint(dst);
   net_->postTagged(true, dst, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;
@@ -599,6 +600,7 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   std::string what = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
                              " (tag " + std::to_string(o.tag) + ", " + std::to_string(bytes) + " bytes)");
   auto work = internal::makeWork(what);
+  if (auto hook = net_->waiterHook(src == kAnySource ? -1 : src)) work->setWaitHook(std::move(hook));
   tracePointToPoint(src);
   net_->postTagged(false, src, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;

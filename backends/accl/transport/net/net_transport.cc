@@ -1,6 +1,7 @@
 #include "transport/net/net_transport.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -39,6 +40,7 @@ NetTransport::NetTransport(Options o)
       receiving_(o_.size, 0),
       busySince_(o_.size),
       lastHeard_(o_.size) {
+  gate_->t = this;  // no waiter hook exists before this constructor returns
   auto deadline = Clock::now() + o_.timeout;
   sockets_ = std::make_unique<SocketLink>(static_cast<const SocketLink::Options&>(o_), static_cast<FrameSink*>(this),
                                           deadline);
@@ -55,6 +57,10 @@ NetTransport::NetTransport(Options o)
 }
 
 NetTransport::~NetTransport() {
+  {
+    std::unique_lock<std::shared_mutex> g(gate_->m);  // waits out a waiter's poll
+    gate_->t = nullptr;
+  }
   sayFarewell();
   stop_ = true;
   loop_->wake();
@@ -172,6 +178,41 @@ void NetTransport::setupIb(Clock::time_point deadline) {
 }
 
 // ---------------------------------------------------------------- progress
+
+std::function<void(Work&)> NetTransport::waiterHook(int peer) {
+  bool fast = false;
+  for (int p = 0; p < o_.size && !fast; ++p)
+    if (p != o_.rank && (peer < 0 || p == peer)) fast = overShm(p) || overIb(p);
+  if (!fast) return nullptr;
+  std::weak_ptr<WaiterGate> wg = gate_;
+  return [wg](Work& w) {
+    auto g = wg.lock();
+    if (!g) return;
+    std::shared_lock<std::shared_mutex> lk(g->m);
+    if (g->t) g->t->progressForWaiter(w);
+  };
+}
+
+void NetTransport::progressForWaiter(Work& w) {
+  // As long as the progress thread keeps polling after a frame (kSpinShm):
+  // a reply that takes longer is not worth a core.
+  auto until = Clock::now() + std::chrono::microseconds(100);
+  for (;;) {
+    std::vector<std::function<void()>> completions;
+    {
+      // The progress thread may be polling: then it completes the Work.
+      std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+      if (lk.owns_lock() && !stop_) {
+        if (shm_) shm_->poll();
+        if (verbs_) verbs_->poll();
+        if (!tagged_.empty()) completions = reapTagged();
+      }
+    }
+    for (auto& f : completions) f();
+    if (w.isCompleted() || Clock::now() >= until) return;
+    sched_yield();
+  }
+}
 
 void NetTransport::progressLoop() {
   // With verbs, completions are polled while they keep coming (and a short

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,6 +93,15 @@ class NetTransport : public Transport, private FrameSink {
   void postTagged(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
                   std::shared_ptr<Work> work, std::string what);
 
+  // For a point-to-point Work with `peer` (-1: any source), set before the
+  // Work is handed out: a thread that waits on it polls the shared-memory and
+  // verbs links itself for a short while (completing whatever finished),
+  // instead of sleeping until the progress thread has done it and woken it:
+  // two thread wake-ups less per message. Null where no such link serves
+  // the peer (TCP: the wait would only burn a core). Harmless once the
+  // transport is gone.
+  std::function<void(Work&)> waiterHook(int peer);
+
   // For waits outside this transport (shared memory): throws RemoteError if
   // one of `peers` failed or any peer aborted the current op; detects mismatch.
   void checkPeers(const std::vector<int>& peers);
@@ -157,6 +167,15 @@ class NetTransport : public Transport, private FrameSink {
   // arriving / landed.
   void noteArriving(int peer, size_t len);
   void noteLanded(int peer);
+
+  // waiterHook's poll loop, and what keeps it off a destroyed transport
+  // (the destructor takes the gate exclusively and clears it).
+  void progressForWaiter(Work& w);
+  struct WaiterGate {
+    std::shared_mutex m;
+    NetTransport* t = nullptr;
+  };
+  std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
 
   void setupIb(Clock::time_point deadline);
   void setupShm(Clock::time_point deadline);
