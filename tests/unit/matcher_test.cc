@@ -368,6 +368,29 @@ TEST(Matcher, AWithdrawnReceiveIsNeverWrittenAgainEvenInTheMiddleOfAFrame) {
   EXPECT_EQ(r->failure, Failure::Remote);
 }
 
+// A receive that took over a held message mid-arrival, then withdrawn: the
+// rest of the message goes nowhere, neither to its buffer nor anywhere else.
+TEST(Matcher, AReceiveThatTookOverAHeldMessageIsNeverWrittenAfterItsWithdrawal) {
+  FakeLink link(1, 1000);
+  Receiver rx;
+  auto src = randomBytes(4000, 15);
+  sendOp(link, 8, 2, src);
+  rx.deliver(link.wire[0]);
+  std::vector<char> dst(4000, 'x');
+  auto r = opRecv(1, 8, 2, dst);
+  rx.m.post(r);  // takes over: frame 0 copied, the rest would land in dst
+  rx.deliver(link.wire[1], 300, [&] {
+    r->fail(Failure::Remote, "the op failed");
+    rx.m.withdraw(r);
+  });
+  rx.deliver(link.wire[2]);
+  rx.deliver(link.wire[3]);
+  EXPECT_TRUE(std::equal(src.begin(), src.begin() + 1300, dst.begin()));
+  EXPECT_EQ(std::vector<char>(dst.begin() + 1300, dst.end()), std::vector<char>(2700, 'x'));
+  EXPECT_EQ(r->failure, Failure::Remote);
+  EXPECT_EQ(rx.m.heldCount(), 0u);
+}
+
 TEST(Matcher, ZeroLengthMessagesCompleteWithTheirHeader) {
   FakeLink link(1, 100);
   Receiver rx;
