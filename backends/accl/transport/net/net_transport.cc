@@ -186,26 +186,28 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer) {
   if (!fast) return nullptr;
   std::weak_ptr<WaiterGate> wg = gate_;
   return [wg](Work& w) {
-    auto g = wg.lock();
-    if (!g) return;
-    std::shared_lock<std::shared_mutex> lk(g->m);
-    if (g->t) g->t->progressForWaiter(w);
+    if (auto g = wg.lock()) progressForWaiter(*g, w);
   };
 }
 
-void NetTransport::progressForWaiter(Work& w) {
+void NetTransport::progressForWaiter(WaiterGate& g, Work& w) {
   // As long as the progress thread keeps polling after a frame (kSpinShm):
   // a reply that takes longer is not worth a core.
   auto until = Clock::now() + std::chrono::microseconds(100);
   for (;;) {
     std::vector<std::function<void()>> completions;
     {
+      // The gate is held only while polling, not while completions run (one
+      // may destroy the group, whose destructor takes the gate).
+      std::shared_lock<std::shared_mutex> gl(g.m);
+      NetTransport* t = g.t;
+      if (!t) return;
       // The progress thread may be polling: then it completes the Work.
-      std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
-      if (lk.owns_lock() && !stop_) {
-        if (shm_) shm_->poll();
-        if (verbs_) verbs_->poll();
-        if (!tagged_.empty()) completions = reapTagged();
+      std::unique_lock<std::mutex> lk(t->mu_, std::try_to_lock);
+      if (lk.owns_lock() && !t->stop_) {
+        if (t->shm_) t->shm_->poll();
+        if (t->verbs_) t->verbs_->poll();
+        if (!t->tagged_.empty()) completions = t->reapTagged();
       }
     }
     for (auto& f : completions) f();

@@ -168,13 +168,13 @@ class NetTransport : public Transport, private FrameSink {
   void noteArriving(int peer, size_t len);
   void noteLanded(int peer);
 
-  // waiterHook's poll loop, and what keeps it off a destroyed transport
-  // (the destructor takes the gate exclusively and clears it).
-  void progressForWaiter(Work& w);
+  // What keeps waiterHook's poll off a destroyed transport (the destructor
+  // takes the gate exclusively and clears it), and the poll loop.
   struct WaiterGate {
     std::shared_mutex m;
     NetTransport* t = nullptr;
   };
+  static void progressForWaiter(WaiterGate& g, Work& w);
   std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
 
   void setupIb(Clock::time_point deadline);
