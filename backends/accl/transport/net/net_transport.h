@@ -94,12 +94,12 @@ class NetTransport : public Transport, private FrameSink {
                   std::shared_ptr<Work> work, std::string what);
 
   // For a point-to-point Work with `peer` (-1: any source), set before the
-  // Work is handed out: a thread that waits on it polls the shared-memory and
-  // verbs links itself for a short while (completing whatever finished),
-  // instead of sleeping until the progress thread has done it and woken it:
-  // two thread wake-ups less per message. Null where no such link serves
-  // the peer (TCP: the wait would only burn a core). Harmless once the
-  // transport is gone.
+  // Work is handed out: a thread that waits on it polls the shared-memory
+  // link itself once before it sleeps (completing whatever finished): a
+  // message already there costs no wake-up of the progress thread and of
+  // the waiter. Null where that link does not serve the peer
+  // (over TCP the wait would only burn a core; verbs is left to the progress
+  // thread). Harmless once the transport is gone.
   std::function<void(Work&)> waiterHook(int peer);
 
   // For waits outside this transport (shared memory): throws RemoteError if

@@ -349,18 +349,23 @@ bool ShmLink::readFrom(int peer) {
   return any;
 }
 
-bool ShmLink::poll() {
+bool ShmLink::poll() { return pollRings(true); }
+bool ShmLink::pollAsGuest() { return pollRings(false); }
+
+bool ShmLink::pollRings(bool owner) {
   bool any = false;
   for (int p = 0; p < o_.size; ++p) {
     In& i = in_[p];
     if (!i.ring || i.dead) continue;
-    if (i.ring->readerAsleep.load(std::memory_order_relaxed)) i.ring->readerAsleep.store(0, std::memory_order_relaxed);
+    if (owner && i.ring->readerAsleep.load(std::memory_order_relaxed))
+      i.ring->readerAsleep.store(0, std::memory_order_relaxed);
     any = readFrom(p) || any;
   }
   for (int p = 0; p < o_.size; ++p) {
     Out& o = out_[p];
     if (!o.ring || o.queue.empty()) continue;
-    if (o.ring->writerWaiting.load(std::memory_order_relaxed)) o.ring->writerWaiting.store(0, std::memory_order_relaxed);
+    if (owner && o.ring->writerWaiting.load(std::memory_order_relaxed))
+      o.ring->writerWaiting.store(0, std::memory_order_relaxed);
     any = flush(p) || any;
   }
   return any;

@@ -63,6 +63,11 @@ class ShmLink : public FrameLink, public EventHandler {
   void dropPeer(int peer) override;
   bool poll() override;
   bool arm() override;
+  // poll() for a thread other than the progress loop (a waiter on a
+  // point-to-point op): reads and flushes alike, but leaves the loop's
+  // asleep/waiting flags alone, so that a loop that armed them and sleeps
+  // still gets its doorbell when the next frame comes.
+  bool pollAsGuest();
   void onEvents(uint32_t) override;  // the doorbell: drained; the loop then polls
   // Reads what `peer` wrote to this rank up to now (before it is failed).
   void drain(int peer);
@@ -73,6 +78,7 @@ class ShmLink : public FrameLink, public EventHandler {
   void writeRawForTest(int peer, const void* bytes, size_t len);
 
  private:
+  bool pollRings(bool owner);
   ShmLink() = default;
   struct OutFrame {
     FrameHeader hdr{};
