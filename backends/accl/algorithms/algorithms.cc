@@ -20,19 +20,23 @@ int mod(int a, int p) { return ((a % p) + p) % p; }
 // reduces them with `mine` into `acc` (acc = theirs op mine when
 // `theirsFirst`, else mine op theirs: the same operand order on both sides
 // gives identical bits; `mine` is `acc` in place, or the caller's input at
-// an out-of-place op's first step). A large
-// message goes in pieces (ids step + (piece << 16)) cut by exchangePiece() of
-// its own size, so that sender and receiver cut it alike; each piece received
+// an out-of-place op's first step). A large message goes in pieces (ids
+// step + (piece << 16)) cut by exchangePiece() of its own size, so that
+// sender and receiver cut it alike; each piece received
 // lands in one of two scratch halves, and while the transport moves the next
 // pieces this thread reduces the last. `send` may overlap `acc` where piece i
 // of both is the same range (the exchange of recursive doubling): piece i has
 // been sent when its reduction starts.
+// How many pieces of `piece` bytes a message of `bytes` goes in (an empty
+// message is one frame).
+size_t pieceCount(size_t bytes, size_t piece) { return bytes ? (bytes + piece - 1) / piece : 1; }
+
 void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, size_t sendBytes, int from,
                     const char* mine, char* acc, size_t count, DataType t, ReduceKind k, bool theirsFirst) {
   size_t es = dataTypeSize(t), bytes = count * es;
   size_t pieceR = exchangePiece(bytes, es), pieceS = exchangePiece(sendBytes, es);
-  size_t nRecv = bytes ? (bytes + pieceR - 1) / pieceR : 1;
-  size_t nSend = to < 0 ? 0 : sendBytes ? (sendBytes + pieceS - 1) / pieceS : 1;
+  size_t nRecv = pieceCount(bytes, pieceR);
+  size_t nSend = to < 0 ? 0 : pieceCount(sendBytes, pieceS);
   size_t n = std::max(nRecv, nSend);
   std::unique_ptr<char[]> tmp(bytes ? new char[nRecv > 1 ? 2 * pieceR : bytes] : nullptr);
   auto post = [&](size_t i) {
@@ -60,7 +64,7 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
 // Sends `bytes` to peer `to` cut as sendRecvReduce's receiver cuts them.
 void sendInPieces(const Peers& g, uint32_t step, int to, const char* buf, size_t bytes, size_t es) {
   size_t piece = exchangePiece(bytes, es);
-  size_t n = bytes ? (bytes + piece - 1) / piece : 1;
+  size_t n = pieceCount(bytes, piece);
   for (size_t i = 0; i < n; ++i)
     g.send(to, step + static_cast<uint32_t>(i << 16), buf + i * piece, std::min(piece, bytes - i * piece));
   g.wait();

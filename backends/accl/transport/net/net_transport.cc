@@ -179,9 +179,10 @@ void NetTransport::setupIb(Clock::time_point deadline) {
 // ---------------------------------------------------------------- progress
 
 std::function<void(Work&)> NetTransport::waiterHook(int peer) {
-  bool fast = false;
-  for (int p = 0; p < o_.size && !fast; ++p)
-    if (p != o_.rank && (peer < 0 || p == peer)) fast = overShm(p);
+  // A named peer is one lookup (this runs for every point-to-point op); any
+  // source, whether some peer is served by the rings.
+  bool fast = peer >= 0 && overShm(peer);
+  for (int p = 0; peer < 0 && p < o_.size && !fast; ++p) fast = p != o_.rank && overShm(p);
   if (!fast) return nullptr;
   std::weak_ptr<WaiterGate> wg = gate_;
   return [wg](Work& w) {
