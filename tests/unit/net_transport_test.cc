@@ -214,5 +214,54 @@ TEST_P(NetTransport, AWaiterThatPollsGetsItsMessagesAndSurvivesTheTransportsEnd)
   }
 }
 
+// While waiters get their messages by polling (the progress thread then
+// neither spins nor takes doorbells, and looks every millisecond), what no
+// one waits for still arrives on its own, and a waiter whose message comes
+// after its poll gave up still gets it: rounds of quick exchanges (which put
+// the loop in that mode), then a receive nobody waits on, then a late send.
+TEST_P(NetTransport, MessagesNoOneWaitsForStillArriveWhileWaitersPoll) {
+  Pair p;
+  connect(p, GetParam());
+  ASSERT_FALSE(HasFatalFailure());
+  auto tagged = [&](int from, bool send, void* buf, size_t len, int tag) {
+    auto w = std::make_shared<Work>("p2p test");
+    if (auto h = p.t[from]->waiterHook(1 - from)) w->setWaitHook(h);
+    p.t[from]->postTagged(send, 1 - from, tag, buf, len, Clock::now() + 20s, w, "p2p test");
+    return w;
+  };
+  for (int round = 0; round < 30; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    for (int i = 0; i < 50; ++i) {
+      int a = round * 100 + i, b = -1;
+      auto r = tagged(1, false, &b, sizeof(b), i);
+      auto s = tagged(0, true, &a, sizeof(a), i);
+      s->wait();
+      r->wait();
+      ASSERT_EQ(b, a);
+    }
+    std::vector<int> src(1 + round * 997 % 100000, round), dst(src.size(), -1);
+    auto r = tagged(1, false, dst.data(), dst.size() * sizeof(int), 1000);
+    auto s = tagged(0, true, src.data(), src.size() * sizeof(int), 1000);
+    if (round % 2 == 0) {
+      // Nobody waits on the receive: it completes all the same.
+      auto until = Clock::now() + 10s;
+      while (!r->isCompleted() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      ASSERT_TRUE(r->isCompleted());
+      EXPECT_NO_THROW(s->wait());
+    } else {
+      // The send comes after the waiter's poll gave up.
+      auto late = tagged(1, false, dst.data(), dst.size() * sizeof(int), 1001);
+      std::thread waiter([&] { EXPECT_NO_THROW(late->wait()); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      auto s2 = tagged(0, true, src.data(), src.size() * sizeof(int), 1001);
+      waiter.join();
+      EXPECT_NO_THROW(s2->wait());
+      EXPECT_NO_THROW(s->wait());
+      EXPECT_NO_THROW(r->wait());
+    }
+    ASSERT_EQ(dst, src);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm"),
                          [](const auto& info) { return info.param; });

@@ -27,9 +27,12 @@ struct SegHeader {
   uint32_t magic;
   uint32_t rings;
   uint64_t cap;
-  char pad[48];
+  // Threads of the owner that poll its rings while they wait (guests): while
+  // there are any, writers ring no doorbell (a guest reads the frame).
+  alignas(64) std::atomic<uint32_t> guests;
+  char pad[60];
 };
-static_assert(sizeof(SegHeader) == 64, "layout");
+static_assert(sizeof(SegHeader) == 128, "layout");
 
 size_t align64(size_t n) { return (n + 63) & ~size_t(63); }
 
@@ -122,6 +125,7 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
       } else {
         l->seg_ = p;
         auto* h = new (p) SegHeader();
+        h->guests.store(0, std::memory_order_relaxed);
         h->rings = static_cast<uint32_t>(rings);
         h->cap = l->cap_;
         for (int i = 0; i < rings; ++i) new (ringAt(p, i, l->cap_)) Ring();
@@ -298,7 +302,10 @@ bool ShmLink::flush(int peer) {
     // Either the reader sees the new head after saying it sleeps, or this
     // sees that it sleeps (a fence on each side).
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (r->readerAsleep.load(std::memory_order_relaxed) && r->readerAsleep.exchange(0)) ring(o.bell);
+    if (r->readerAsleep.load(std::memory_order_relaxed) &&
+        static_cast<SegHeader*>(peerSegs_[peer])->guests.load(std::memory_order_relaxed) == 0 &&
+        r->readerAsleep.exchange(0))
+      ring(o.bell);
   }
   return any;
 }
@@ -349,6 +356,41 @@ bool ShmLink::readFrom(int peer) {
   return any;
 }
 
+void ShmLink::guestBegin() {
+  if (!seg_) return;
+  static_cast<SegHeader*>(seg_)->guests.fetch_add(1);  // seq_cst: before any read of a ring's head
+}
+
+void ShmLink::guestEnd(bool served) {
+  if (!seg_) return;
+  if (served) {
+    lazyUntil_.store((Clock::now() + std::chrono::milliseconds(10)).time_since_epoch().count(),
+                     std::memory_order_relaxed);
+  } else if (lazyUntil_.load(std::memory_order_relaxed) != 0) {
+    // This waiter sleeps now: its message must wake the loop.
+    lazyUntil_.store(0);
+    if (loopLazy_.load()) ring(bellFd_);
+  }
+  static_cast<SegHeader*>(seg_)->guests.fetch_sub(1);
+  // A writer that saw this guest rang no doorbell: a frame it published
+  // before this is seen here (a full fence on each side), one after it is
+  // rung for. Wake the loop if it sleeps on such a frame.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int p = 0; p < o_.size; ++p) {
+    Ring* r = in_[p].ring;
+    if (!r || in_[p].dead) continue;
+    if (r->head.load(std::memory_order_acquire) != r->tail.load(std::memory_order_relaxed) &&
+        r->readerAsleep.load(std::memory_order_relaxed) && r->readerAsleep.exchange(0)) {
+      ring(bellFd_);
+      return;
+    }
+  }
+}
+
+bool ShmLink::guestsActive() const {
+  return seg_ && static_cast<const SegHeader*>(seg_)->guests.load(std::memory_order_relaxed) != 0;
+}
+
 bool ShmLink::poll() { return pollRings(true); }
 bool ShmLink::pollAsGuest() { return pollRings(false); }
 
@@ -371,9 +413,13 @@ bool ShmLink::pollRings(bool owner) {
   return any;
 }
 
-bool ShmLink::arm() {
+bool ShmLink::arm(bool lazy) {
+  // Against guestEnd(false): either that guest sees the loop lazy (and rings
+  // it), or the loop sees it gave up (and asks for doorbells).
+  loopLazy_.store(lazy);
+  if (lazy && lazyUntil_.load() == 0) loopLazy_.store(lazy = false);
   for (int p = 0; p < o_.size; ++p) {
-    if (in_[p].ring && !in_[p].dead) in_[p].ring->readerAsleep.store(1, std::memory_order_relaxed);
+    if (!lazy && in_[p].ring && !in_[p].dead) in_[p].ring->readerAsleep.store(1, std::memory_order_relaxed);
     if (out_[p].ring && !out_[p].queue.empty()) out_[p].ring->writerWaiting.store(1, std::memory_order_relaxed);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -21,6 +21,7 @@
 // has opened them: nothing is left in /dev/shm, even after a crash.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -62,12 +63,27 @@ class ShmLink : public FrameLink, public EventHandler {
   bool withdraw(const OutPtr& m) override;
   void dropPeer(int peer) override;
   bool poll() override;
-  bool arm() override;
+  bool arm() override { return arm(false); }
+  // lazy: the loop will look again within a millisecond; no doorbell for
+  // frames to read (see guestsServed).
+  bool arm(bool lazy);
   // poll() for a thread other than the progress loop (a waiter on a
   // point-to-point op): reads and flushes alike, but leaves the loop's
   // asleep/waiting flags alone, so that a loop that armed them and sleeps
   // still gets its doorbell when the next frame comes.
   bool pollAsGuest();
+  // Around a guest's polls: while one polls, writers to this rank ring no
+  // doorbell; the end wakes the loop for a frame that came meanwhile.
+  // `served`: the guest got what it waited for (else it gives up and sleeps:
+  // the loop must then get doorbells again, and is woken to re-arm).
+  void guestBegin();
+  void guestEnd(bool served);
+  bool guestsActive() const;
+  // Whether guests were served lately (10 ms): the loop may then sleep
+  // without doorbells for frames, at most a millisecond at a time.
+  bool guestsServed(Clock::time_point now) const {
+    return now.time_since_epoch().count() < lazyUntil_.load(std::memory_order_relaxed);
+  }
   void onEvents(uint32_t) override;  // the doorbell: drained; the loop then polls
   // Reads what `peer` wrote to this rank up to now (before it is failed).
   void drain(int peer);
@@ -102,6 +118,8 @@ class ShmLink : public FrameLink, public EventHandler {
 
   Options o_;
   FrameSink* sink_ = nullptr;
+  std::atomic<Clock::rep> lazyUntil_{0};
+  std::atomic<bool> loopLazy_{false};  // the loop sleeps without doorbells
   size_t cap_ = 0;       // bytes of each ring's data (a power of two)
   size_t maxFrame_ = 0;  // payload bytes of one frame
   void* seg_ = nullptr;  // this rank's segment (inbound rings)
