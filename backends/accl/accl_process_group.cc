@@ -134,6 +134,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.ibWanted = ibOn;
   to.ibRequired = ibOn && !tcpOn;
   to.shmWanted = shmOn;
+  to.shmCma = settings::shmCma.get() != "off";
   to.remote.resize(size);
   for (int r = 0; r < size; ++r) to.remote[r] = layout_.hostOf[r] != layout_.myHost;
   to.ib.device = nic.rdmaDevice;
@@ -589,7 +590,7 @@ std::shared_ptr<Work> AcclProcessGroup::doSend(Buffer buf, int dst, const SendOp
   std::string what = context("send to rank " + std::to_string(dst) + " (tag " + std::to_string(o.tag) + ", " +
                              std::to_string(bytes) + " bytes)");
   auto work = internal::makeWork(what);
-  if (auto hook = net_->waiterHook(dst)) work->setWaitHook(std::move(hook));
+  if (auto hook = net_->waiterHook(dst, bytes)) work->setWaitHook(std::move(hook));
   tracePointToPoint(dst);
   net_->postTagged(true, dst, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;
@@ -600,7 +601,7 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   std::string what = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
                              " (tag " + std::to_string(o.tag) + ", " + std::to_string(bytes) + " bytes)");
   auto work = internal::makeWork(what);
-  if (auto hook = net_->waiterHook(src == kAnySource ? -1 : src)) work->setWaitHook(std::move(hook));
+  if (auto hook = net_->waiterHook(src == kAnySource ? -1 : src, bytes)) work->setWaitHook(std::move(hook));
   tracePointToPoint(src);
   net_->postTagged(false, src, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
   return work;

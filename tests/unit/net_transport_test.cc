@@ -5,6 +5,8 @@
 // port is ACTIVE (tests/rdma runs it inside a soft-RoCE guest).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -53,12 +55,15 @@ void connect(Pair& p, const std::string& link) {
   // signal disposition of the process (SA_RESTORER is glibc's own flag).
   SignalSnapshot before;
   auto store = std::make_shared<HashStore>();
+  // Names the shared-memory segments: unique across test processes that run at once.
+  static uint64_t next = static_cast<uint64_t>(getpid()) << 32;
+  uint64_t token = ++next;
   auto make = [&](int rank) {
     net::NetTransport::Options o;
     o.rank = rank;
     o.size = 2;
     o.nstreams = {1, 1};
-    o.token = 0x5eed;
+    o.token = token;
     const char* ifs = getenv("ACCL_SOCKET_IFNAME");
     o.ifSpec = ifs ? ifs : "lo";
     o.timeout = 20s;

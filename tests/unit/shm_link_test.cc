@@ -1,11 +1,14 @@
 // The shared-memory link alone, two ranks as two threads of one process and
 // a sink that records what arrives: frames intact and in order through many
-// wrap-arounds of a ring (messages larger than the ring included), frames a
+// wrap-arounds of a ring (messages larger than the ring included), with and
+// without single copy (process_vm_readv of the sender's buffer), frames a
 // broken writer publishes refused with a protocol error that fails only that
 // peer, the doorbell that wakes a sleeping reader, and withdrawal.
 #include <gtest/gtest.h>
 
 #include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <map>
@@ -62,9 +65,10 @@ struct PairOfLinks {
   Sink sink[2];
   std::unique_ptr<ShmLink> link[2];
   std::string why[2];
-  PairOfLinks() {
+  explicit PairOfLinks(bool cma = true) {
     auto store = std::make_shared<HashStore>();
-    static uint64_t token = 0x51ab0000;
+    // Names the segments: unique across test processes that run at once.
+    static uint64_t token = static_cast<uint64_t>(getpid()) << 32;
     ++token;
     auto make = [&](int r) {
       ShmLink::Options o;
@@ -75,6 +79,7 @@ struct PairOfLinks {
       o.store = store;
       o.deadline = Clock::now() + std::chrono::seconds(20);
       o.where = "shm test rank " + std::to_string(r);
+      o.cma = cma;
       link[r] = ShmLink::connect(o, &sink[r], &why[r]);
     };
     std::thread t([&] { make(1); });
@@ -101,15 +106,24 @@ OpDesc desc() {
 
 }  // namespace
 
-TEST(ShmLink, FramesArriveIntactAndInOrderThroughManyWrapArounds) {
-  PairOfLinks p;
+class ShmLinkCopies : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShmLinkCopies, FramesArriveIntactAndInOrderThroughManyWrapArounds) {
+  PairOfLinks p(GetParam());
   ASSERT_TRUE(p.link[0] && p.link[1]) << p.why[0] << " / " << p.why[1];
   EXPECT_TRUE(p.link[0]->serves(1) && p.link[1]->serves(0));
+  if (!GetParam()) {
+    EXPECT_FALSE(p.link[0]->singleCopyTo(1));
+  }
+  bool single = p.link[0]->singleCopyTo(1);
+  if (GetParam() && !single) GTEST_SKIP() << "process_vm_readv is not allowed here: the copy path only";
   const size_t ring = p.link[0]->ringBytes();
   // Sizes around the frame size and beyond the ring: empty, odd, several frames.
-  std::vector<size_t> sizes = {0, 1, 63, 64, 65, ring / 4 - 64, ring / 4, ring / 4 + 1, ring, 3 * ring + 17, 4096};
+  const size_t one = ShmLink::singleCopyMin();
+  std::vector<size_t> sizes = {0,         1,       63,      64,  65,  ring / 4 - 64, ring / 4, ring / 4 + 1, ring,
+                               3 * ring + 17, 4096, one - 1, one, one + 1, 9 * ring + 3};
   std::vector<std::vector<char>> msgs;
-  for (size_t i = 0; i < 60; ++i) {
+  for (size_t i = 0; i < 90; ++i) {
     std::vector<char> m(sizes[i % sizes.size()]);
     for (size_t j = 0; j < m.size(); ++j) m[j] = static_cast<char>(i * 31 + j * 7);
     msgs.push_back(std::move(m));
@@ -120,7 +134,13 @@ TEST(ShmLink, FramesArriveIntactAndInOrderThroughManyWrapArounds) {
     p.link[0]->send(1, FrameType::Tagged, i, desc(), msgs[i].data(), msgs[i].size(), outs.back(),
                     FrameLink::Route::Ordered);
   }
-  ASSERT_TRUE(p.pump([&] { return p.sink[1].done.size() == msgs.size(); }))
+  // A single-copy send is done when the reader acknowledges it.
+  auto allSent = [&] {
+    for (auto& o : outs)
+      if (o->framesLeft) return false;
+    return true;
+  };
+  ASSERT_TRUE(p.pump([&] { return p.sink[1].done.size() == msgs.size() && allSent(); }))
       << p.sink[1].done.size() << " of " << msgs.size() << " messages arrived";
   for (size_t i = 0; i < msgs.size(); ++i) {
     EXPECT_EQ(p.sink[1].done[i].first, i) << "out of order";
@@ -128,7 +148,16 @@ TEST(ShmLink, FramesArriveIntactAndInOrderThroughManyWrapArounds) {
   }
   for (auto& o : outs) EXPECT_EQ(o->framesLeft, 0u);
   EXPECT_TRUE(p.sink[0].failed.empty() && p.sink[1].failed.empty());
+  // Single copy: one frame (the descriptor) per large message, so far fewer
+  // onSent calls than frames of the copy path.
+  size_t frames = 0;
+  for (auto& m : msgs)
+    frames += single && m.size() >= one ? 1 : m.empty() ? 1 : (m.size() + ring / 4 - 1) / (ring / 4);
+  EXPECT_EQ(p.sink[0].sent, frames);
 }
+
+INSTANTIATE_TEST_SUITE_P(ShmLink, ShmLinkCopies, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "single_copy" : "through_the_ring"; });
 
 TEST(ShmLink, AMalformedFrameFailsItsWriterWithAProtocolErrorAndNothingElse) {
   PairOfLinks p;
@@ -156,7 +185,7 @@ TEST(ShmLink, AMalformedFrameFailsItsWriterWithAProtocolErrorAndNothingElse) {
 }
 
 TEST(ShmLink, ASleepingReaderIsWokenByItsDoorbellAndAFullRingWakesItsWriter) {
-  PairOfLinks p;
+  PairOfLinks p(false);  // a message larger than the ring goes through it
   ASSERT_TRUE(p.link[0] && p.link[1]);
   auto readable = [](int fd, int ms) {
     pollfd f{fd, POLLIN, 0};
@@ -187,7 +216,7 @@ TEST(ShmLink, ASleepingReaderIsWokenByItsDoorbellAndAFullRingWakesItsWriter) {
 }
 
 TEST(ShmLink, WithdrawTellsWhetherAnyFrameWasWritten) {
-  PairOfLinks p;
+  PairOfLinks p(false);
   ASSERT_TRUE(p.link[0] && p.link[1]);
   std::vector<char> big(3 * p.link[0]->ringBytes());
   auto a = std::make_shared<OutMessage>(), b = std::make_shared<OutMessage>();
@@ -196,4 +225,79 @@ TEST(ShmLink, WithdrawTellsWhetherAnyFrameWasWritten) {
   EXPECT_FALSE(p.link[0]->withdraw(a)) << "part of a was written: the receiver must discard the rest";
   EXPECT_TRUE(p.link[0]->withdraw(b)) << "nothing of b was written";
   EXPECT_TRUE(p.link[0]->withdraw(std::make_shared<OutMessage>())) << "a message this link never had";
+}
+
+// A single-copy message withdrawn before the reader took it is never read
+// (the reader skips it, no failure); one the reader took is acknowledged
+// without fault after its withdrawal; the link goes on.
+TEST(ShmLink, AWithdrawnSingleCopyMessageIsNeverRead) {
+  PairOfLinks p;
+  ASSERT_TRUE(p.link[0] && p.link[1]);
+  if (!p.link[0]->singleCopyTo(1)) GTEST_SKIP() << "process_vm_readv is not allowed here";
+  std::vector<char> a(ShmLink::singleCopyMin() * 4, 'a'), b(a.size(), 'b'), c(a.size(), 'c');
+  auto ma = std::make_shared<OutMessage>(), mb = std::make_shared<OutMessage>(), mc = std::make_shared<OutMessage>();
+  p.link[0]->send(1, FrameType::Tagged, 1, desc(), a.data(), a.size(), ma, FrameLink::Route::Ordered);
+  p.link[0]->send(1, FrameType::Tagged, 2, desc(), b.data(), b.size(), mb, FrameLink::Route::Ordered);
+  EXPECT_TRUE(p.link[0]->withdraw(ma)) << "a was not read yet";
+  std::fill(a.begin(), a.end(), 'X');  // the buffer is the caller's again
+  p.link[1]->poll();                   // skips a, reads b, acknowledges b
+  ASSERT_TRUE(p.pump([&] { return p.sink[1].done.size() == 1; }));
+  EXPECT_EQ(p.sink[1].done[0].first, 2u);
+  EXPECT_TRUE(p.sink[1].done[0].second == std::vector<char>(b.size(), 'b'));
+  EXPECT_FALSE(p.link[0]->withdraw(mb)) << "b was read";
+  p.link[0]->send(1, FrameType::Tagged, 3, desc(), c.data(), c.size(), mc, FrameLink::Route::Ordered);
+  ASSERT_TRUE(p.pump([&] { return p.sink[1].done.size() == 2 && mc->framesLeft == 0; }));
+  EXPECT_EQ(p.sink[1].done[1].first, 3u);
+  EXPECT_TRUE(p.sink[1].done[1].second == c);
+  EXPECT_EQ(ma->framesLeft, 1u) << "a withdrawn message is not reported sent";
+  EXPECT_TRUE(p.sink[0].failed.empty() && p.sink[1].failed.empty())
+      << (p.sink[0].failed.empty() ? p.sink[1].failed[0] : p.sink[0].failed[0]);
+}
+
+// Descriptors a broken writer publishes: a bad address, a sequence number
+// its sender does not hold, unknown flags, and a descriptor to a reader that
+// never agreed to single copy: each fails that writer with a protocol error.
+TEST(ShmLink, AMalformedSingleCopyDescriptorFailsItsWriter) {
+  struct Case {
+    bool cma;
+    uint8_t flags;
+    uint64_t addr, seq;
+    const char* want;
+  };
+  std::vector<char> real(ShmLink::singleCopyMin(), 7);
+  const Case cases[] = {
+      {true, 1, 0, 0, "process_vm_readv"},  // the sender's buffer is unmapped
+      {true, 1, reinterpret_cast<uint64_t>(real.data()), 5, "does not hold"},  // no posted slot
+      {true, 0x40, 0, 0, "unknown frame flags"},
+      {false, 1, reinterpret_cast<uint64_t>(real.data()), 0, "cannot read"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.want);
+    PairOfLinks p(c.cma);
+    ASSERT_TRUE(p.link[0] && p.link[1]);
+    if (c.cma && !p.link[0]->singleCopyTo(1)) GTEST_SKIP() << "process_vm_readv is not allowed here";
+    struct {
+      FrameHeader h;
+      uint64_t addr, seq;
+      char pad[48];
+    } f{};
+    f.h = FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(FrameType::Tagged), c.flags, 1, 0,
+                      real.size(), real.size(), desc()};
+    f.addr = c.addr;
+    f.seq = c.seq;
+    if (c.want == std::string("process_vm_readv")) {
+      // A real descriptor whose buffer is unmapped before the reader reads it.
+      size_t n = ShmLink::singleCopyMin();
+      void* gone = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      ASSERT_NE(gone, MAP_FAILED);
+      p.link[0]->send(1, FrameType::Tagged, 9, desc(), static_cast<char*>(gone), n, std::make_shared<OutMessage>(),
+                      FrameLink::Route::Ordered);
+      munmap(gone, n);
+    } else {
+      p.link[0]->writeRawForTest(1, &f, sizeof(f));
+    }
+    ASSERT_TRUE(p.pump([&] { return !p.sink[1].failed.empty(); }));
+    EXPECT_NE(p.sink[1].failed[0].find(c.want), std::string::npos) << p.sink[1].failed[0];
+    EXPECT_TRUE(p.sink[1].done.empty());
+  }
 }

@@ -60,6 +60,7 @@ class NetTransport : public Transport, private FrameSink {
     // Peers on this host (not remote, not this rank): their frames go
     // through shared-memory rings (ShmLink) where both ends can make them.
     bool shmWanted = true;
+    bool shmCma = true;  // large frames to local peers read with process_vm_readv where allowed
     // Diagnosis: an op that has waited stallWarn (0: never) logs a WARN with
     // where every peer is, again at 2x, 4x, ... that time; onStall (may be
     // empty) gets the same text. hosts[r] labels rank r in it (may be empty).
@@ -100,7 +101,7 @@ class NetTransport : public Transport, private FrameSink {
   // the waiter. Null where that link does not serve the peer
   // (over TCP the wait would only burn a core; verbs is left to the progress
   // thread). Harmless once the transport is gone.
-  std::function<void(Work&)> waiterHook(int peer);
+  std::function<void(Work&)> waiterHook(int peer, size_t bytes = 0);
 
   // For waits outside this transport (shared memory): throws RemoteError if
   // one of `peers` failed or any peer aborted the current op; detects mismatch.
@@ -174,7 +175,7 @@ class NetTransport : public Transport, private FrameSink {
     std::shared_mutex m;
     NetTransport* t = nullptr;
   };
-  static void progressForWaiter(WaiterGate& g, Work& w);
+  static void progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin);
   std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
 
   void setupIb(Clock::time_point deadline);

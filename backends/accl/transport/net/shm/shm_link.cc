@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "accl/errors.h"
 #include "accl/logging.h"
@@ -23,10 +26,38 @@ namespace {
 
 constexpr uint32_t kSegMagic = 0x50324c41;  // "AL2P"
 
+// Link-private bits of FrameHeader::flags in the rings.
+constexpr uint8_t kFlagRemote = 1;  // a single-copy descriptor: h.len bytes at the sender, RemoteDesc follows
+constexpr uint8_t kFlagAck = 2;     // the reader is done with single-copy message h.key
+constexpr size_t kPiece = size_t(4) << 20;  // copied per poll
+constexpr uint64_t kSlots = 64;             // single-copy messages in flight per direction
+
+// Slot states (slot = seq << 2 | state).
+constexpr uint64_t kDone = 0, kPosted = 1, kReading = 2, kCancelled = 3;
+
+struct RemoteDesc {
+  uint64_t addr;  // of the message in the sender's address space
+  uint64_t seq;
+  char pad[48];
+};
+static_assert(sizeof(RemoteDesc) == 64, "layout");
+
+// What the local peers read with process_vm_readv to see that they may (the
+// pid: a fork changes it).
+std::atomic<uint64_t> probeWord{0};
+uint64_t probeValue(uint32_t pid) { return 0x5ca1ab1e00000000ull | pid; }
+
 struct SegHeader {
   uint32_t magic;
   uint32_t rings;
   uint64_t cap;
+  uint64_t probeAddr;  // &probeWord in the owner's process
+  uint32_t pid;
+  uint32_t pad0;
+  // Bit i: the owner can read the memory of the peer whose ring is index i
+  // (set before the owner tells that peer it opened its segment).
+  std::atomic<uint64_t> canRead;
+  char pad1[24];
   // Threads of the owner that poll its rings while they wait (guests): while
   // there are any, writers ring no doorbell (a guest reads the frame).
   alignas(64) std::atomic<uint32_t> guests;
@@ -56,9 +87,11 @@ struct ShmLink::Ring {
   // The reader waits for a doorbell; it starts so (its loop has not polled yet).
   alignas(64) std::atomic<uint32_t> readerAsleep{1};
   std::atomic<uint32_t> writerWaiting{0};              // the writer waits for space (its doorbell)
+  // The writer's single-copy messages: seq << 2 | state (see kPosted).
+  alignas(64) std::atomic<uint64_t> slots[kSlots] = {};
   char* data() { return reinterpret_cast<char*>(this) + sizeof(Ring); }
 };
-static_assert(sizeof(ShmLink::Ring) == 192, "layout");
+static_assert(sizeof(ShmLink::Ring) == 192 + 8 * kSlots, "layout");
 
 namespace {
 
@@ -126,6 +159,14 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
         l->seg_ = p;
         auto* h = new (p) SegHeader();
         h->guests.store(0, std::memory_order_relaxed);
+        h->canRead.store(0, std::memory_order_relaxed);
+        h->pid = static_cast<uint32_t>(getpid());
+        if (o.cma) {
+          probeWord.store(probeValue(h->pid), std::memory_order_relaxed);
+          h->probeAddr = reinterpret_cast<uint64_t>(&probeWord);
+          // Yama's ptrace_scope=1 only lets ancestors read a process; allow the local peers.
+          prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+        }
         h->rings = static_cast<uint32_t>(rings);
         h->cap = l->cap_;
         for (int i = 0; i < rings; ++i) new (ringAt(p, i, l->cap_)) Ring();
@@ -190,6 +231,24 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
       l->out_[p].bell = pb;
       l->in_[p].ring = ringAt(l->seg_, indexIn(o.rank, p), l->cap_);
       l->in_[p].bell = pb;
+      // Can this rank read the peer's memory? The peer learns it from this
+      // rank's header before it hears (below) that this rank is set up.
+      auto* h = static_cast<SegHeader*>(ps);
+      int mine = indexIn(o.rank, p);
+      if (o.cma && h->probeAddr && mine < 64) {
+        uint64_t v = 0;
+        iovec lv{&v, sizeof(v)}, rv{reinterpret_cast<void*>(h->probeAddr), sizeof(v)};
+        ssize_t got = process_vm_readv(static_cast<pid_t>(h->pid), &lv, 1, &rv, 1, 0);
+        if (got == static_cast<ssize_t>(sizeof(v)) && v == probeValue(h->pid)) {
+          l->in_[p].pid = static_cast<int>(h->pid);
+          l->in_[p].canRead = true;
+          static_cast<SegHeader*>(l->seg_)->canRead.fetch_or(uint64_t(1) << mine);
+        } else {
+          ACCL_INFO("INIT", o.where << ": process_vm_readv from rank " << p << " failed ("
+                                    << (got < 0 ? errnoMessage("process_vm_readv", errno) : std::string("wrong data"))
+                                    << "); point-to-point messages from it are copied through shared memory");
+        }
+      }
     } else {
       if (ps) munmap(ps, l->segBytes_);
       if (pb >= 0) ::close(pb);
@@ -212,6 +271,13 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
     }
     shm_unlink(seg.c_str());
     unlink(bell.c_str());
+  }
+  // Every local peer has probed this rank by now (it did so before saying
+  // it opened this rank's segment).
+  for (int p : locals) {
+    if (p == o.rank || !l->out_[p].ring || !o.cma) continue;
+    int theirs = indexIn(p, o.rank);
+    l->out_[p].cma = theirs < 64 && (static_cast<SegHeader*>(l->peerSegs_[p])->canRead.load() >> theirs & 1);
   }
   *why = whyNot;
   bool any = false;
@@ -247,6 +313,20 @@ void ShmLink::onEvents(uint32_t) {
 void ShmLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
                    const OutPtr& m, Route) {
   Out& o = out_[peer];
+  if (o.cma && len >= singleCopyMin() && len <= singleCopyMax() && o.remoteOut < kSlots) {
+    // One descriptor; the peer reads the buffer and acknowledges.
+    if (m) m->framesLeft = 1;
+    if (!o.ring) return;
+    OutFrame f;
+    f.hdr = FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(type), kFlagRemote, key, 0, len, len, desc};
+    f.data = buf;
+    f.msg = m;
+    f.seq = o.nextSeq++;
+    ++o.remoteOut;
+    o.queue.push_back(std::move(f));
+    flush(peer);
+    return;
+  }
   size_t frames = len == 0 ? 1 : (len + maxFrame_ - 1) / maxFrame_;
   if (m) m->framesLeft = frames;
   if (!o.ring) return;  // dropped peer: as a closed connection, nothing goes out
@@ -276,7 +356,8 @@ bool ShmLink::flush(int peer) {
   bool any = false;
   while (!o.queue.empty()) {
     OutFrame& f = o.queue.front();
-    size_t rec = sizeof(FrameHeader) + align64(f.hdr.len);
+    bool remote = f.hdr.flags & kFlagRemote;
+    size_t rec = sizeof(FrameHeader) + (remote ? sizeof(RemoteDesc) : align64(f.hdr.len));
     if (cap_ - (head - tail) < rec) {
       tail = r->tail.load(std::memory_order_acquire);
       if (cap_ - (head - tail) < rec) {
@@ -290,13 +371,23 @@ bool ShmLink::flush(int peer) {
       }
     }
     put(head, reinterpret_cast<const char*>(&f.hdr), sizeof(FrameHeader));
-    if (f.hdr.len) put(head + sizeof(FrameHeader), f.data, f.hdr.len);
+    if (remote) {
+      RemoteDesc d{};
+      d.addr = reinterpret_cast<uint64_t>(f.data);
+      d.seq = f.seq;
+      put(head + sizeof(FrameHeader), reinterpret_cast<const char*>(&d), sizeof(d));
+      r->slots[f.seq % kSlots].store(f.seq << 2 | kPosted, std::memory_order_relaxed);  // published by head
+    } else if (f.hdr.len) {
+      put(head + sizeof(FrameHeader), f.data, f.hdr.len);
+    }
     head += rec;
     r->head.store(head, std::memory_order_release);
     OutPtr m = std::move(f.msg);
+    uint64_t seq = f.seq;
     o.queue.pop_front();
     any = true;
-    if (m) sink_->onSent(m);
+    if (remote) o.pending.push_back(Pending{seq, std::move(m)});  // sent when acknowledged
+    else if (m) sink_->onSent(m);
   }
   if (any) {
     // Either the reader sees the new head after saying it sleeps, or this
@@ -331,6 +422,35 @@ bool ShmLink::readFrom(int peer) {
       bad = "ring counters out of range";
     } else {
       get(tail, reinterpret_cast<char*>(&h), sizeof(h));
+      if (h.flags == kFlagAck || h.flags == kFlagRemote) {
+        std::string v = validateHeader(h);
+        if (!v.empty()) {
+          fail(peer, v);
+          return true;
+        }
+        if (h.flags == kFlagAck) {
+          if (!onAck(peer, h)) return true;
+          tail += sizeof(FrameHeader);
+        } else {
+          if (sizeof(FrameHeader) + sizeof(RemoteDesc) > head - tail) {
+            fail(peer, "single-copy descriptor beyond what the ring published");
+            return true;
+          }
+          int done = readRemote(peer, h, tail);
+          if (done < 0) return true;
+          any = true;
+          if (done == 0) break;  // the next piece at the next poll
+          tail += sizeof(FrameHeader) + sizeof(RemoteDesc);
+        }
+        r->tail.store(tail, std::memory_order_release);
+        any = true;
+        if (tail == head) head = r->head.load(std::memory_order_acquire);
+        continue;
+      }
+      if (h.flags != 0) {
+        fail(peer, "unknown frame flags " + std::to_string(h.flags));
+        return true;
+      }
       bool fits = h.len <= maxFrame_ && sizeof(FrameHeader) + align64(h.len) <= head - tail;
       l = admitHeader(*sink_, peer, h,
                       fits ? "" : "frame of " + std::to_string(h.len) + " bytes beyond what the ring published", &bad);
@@ -391,6 +511,112 @@ bool ShmLink::guestsActive() const {
   return seg_ && static_cast<const SegHeader*>(seg_)->guests.load(std::memory_order_relaxed) != 0;
 }
 
+void ShmLink::fail(int peer, const std::string& bad) {
+  ACCL_WARN("NET", o_.where << ": refused frame from rank " << peer << " (shared memory): " << bad);
+  in_[peer].dead = true;
+  sink_->onPeerFailed(this, peer, "protocol error: " + bad);
+}
+
+void ShmLink::ack(int peer, uint64_t seq) {
+  Out& o = out_[peer];
+  if (!o.ring) return;
+  OutFrame f;
+  f.hdr = FrameHeader{kWireMagic, kWireVersion, static_cast<uint8_t>(FrameType::Data), kFlagAck, seq, 0, 0, 0, OpDesc{}};
+  o.queue.push_back(std::move(f));
+  flush(peer);
+}
+
+bool ShmLink::onAck(int peer, const FrameHeader& h) {
+  Out& o = out_[peer];
+  // Acknowledgements come in the order the descriptors went; withdrawn ones
+  // before this get none.
+  while (!o.pending.empty() && o.pending.front().cancelled && o.pending.front().seq != h.key) {
+    o.pending.pop_front();
+    --o.remoteOut;
+  }
+  if (h.len != 0 || o.pending.empty() || o.pending.front().seq != h.key) {
+    fail(peer, "acknowledgement of single-copy message " + std::to_string(h.key) + ", which is not in flight");
+    return false;
+  }
+  OutPtr m = std::move(o.pending.front().msg);
+  o.pending.pop_front();
+  --o.remoteOut;
+  if (m) sink_->onSent(m);
+  return true;
+}
+
+int ShmLink::readRemote(int peer, const FrameHeader& h, uint64_t pos) {
+  In& i = in_[peer];
+  Ring* r = i.ring;
+  RemoteDesc d;
+  {
+    uint64_t at = (pos + sizeof(FrameHeader)) & (cap_ - 1);  // a record never wraps inside 64 bytes
+    std::memcpy(&d, r->data() + at, sizeof(d));
+  }
+  if (!i.canRead) {
+    fail(peer, "single-copy descriptor from a rank whose memory this rank cannot read");
+    return -1;
+  }
+  if (h.offset != 0 || h.len != h.total || h.len == 0 || i.remoteOff >= h.total) {
+    fail(peer, "malformed single-copy descriptor (offset " + std::to_string(h.offset) + ", " +
+                   std::to_string(h.len) + " of " + std::to_string(h.total) + " bytes)");
+    return -1;
+  }
+  std::atomic<uint64_t>& slot = r->slots[d.seq % kSlots];
+  uint64_t want = d.seq << 2 | kPosted;
+  if (!slot.compare_exchange_strong(want, d.seq << 2 | kReading)) {
+    if (want == (d.seq << 2 | kCancelled)) {  // withdrawn: skipped, unacknowledged
+      i.remoteOff = 0;
+      return 1;
+    }
+    fail(peer, "single-copy descriptor " + std::to_string(d.seq) + " that its sender does not hold");
+    return -1;
+  }
+  FrameHeader piece = h;
+  piece.flags = 0;
+  piece.offset = i.remoteOff;
+  piece.len = std::min<uint64_t>(kPiece, h.total - i.remoteOff);
+  bool last = piece.offset + piece.len == h.total;
+  std::string bad;
+  LandingPtr l = admitHeader(*sink_, peer, piece, "", &bad);
+  int err = 0;
+  if (bad.empty() && !i.dead && l && l->base) {
+    iovec lv{l->base + piece.offset, piece.len}, rv{reinterpret_cast<void*>(d.addr + piece.offset), piece.len};
+    ssize_t got = process_vm_readv(i.pid, &lv, 1, &rv, 1, 0);
+    if (got != static_cast<ssize_t>(piece.len)) err = got < 0 ? errno : EFAULT;
+  }
+  uint64_t reading = d.seq << 2 | kReading;
+  if (!slot.compare_exchange_strong(reading, d.seq << 2 | (last ? kDone : kPosted))) {
+    // The sender gave up waiting for this piece and withdrew the message:
+    // what was read may not be its data. Nothing more of it is delivered.
+    i.remoteOff = 0;
+    return 1;
+  }
+  if (!bad.empty()) {
+    fail(peer, bad);
+    return -1;
+  }
+  if (i.dead) return -1;  // the sink dropped the peer meanwhile
+  if (err == ESRCH) {
+    i.dead = true;
+    sink_->onPeerFailed(this, peer, "its process exited (single-copy read)");
+    return -1;
+  }
+  if (err) {
+    fail(peer, errnoMessage("process_vm_readv of " + std::to_string(piece.len) + " bytes of a single-copy message failed", err));
+    return -1;
+  }
+  sink_->onFrame(peer, piece, l);
+  if (i.dead) return -1;
+  if (!last) {
+    i.remoteOff += piece.len;
+    return 0;
+  }
+  i.remoteOff = 0;
+  ack(peer, d.seq);
+  return 1;
+}
+
 bool ShmLink::poll() { return pollRings(true); }
 bool ShmLink::pollAsGuest() { return pollRings(false); }
 
@@ -449,12 +675,39 @@ bool ShmLink::withdraw(const OutPtr& m) {
       if (it->msg == m) {
         if (!found) first = it->hdr.offset == 0;
         found = true;
+        if (it->hdr.flags & kFlagRemote) --o.remoteOut;
         it = o.queue.erase(it);
       } else {
         ++it;
       }
     }
     if (found) return first;  // frames go out in order: the first still here means none went
+    for (auto& p : o.pending) {
+      if (p.msg != m) continue;
+      p.msg = nullptr;
+      if (!o.ring) return false;  // the peer is gone
+      std::atomic<uint64_t>& slot = o.ring->slots[p.seq % kSlots];
+      // The reader copies a piece (4 MiB) at a time: wait out one in progress.
+      auto until = Clock::now() + std::chrono::milliseconds(500);
+      for (;;) {
+        uint64_t want = p.seq << 2 | kPosted;
+        if (slot.compare_exchange_strong(want, p.seq << 2 | kCancelled)) {
+          p.cancelled = true;  // never read again; no acknowledgement comes
+          return true;
+        }
+        if (want != (p.seq << 2 | kReading)) return false;  // read whole: its acknowledgement is on the way
+        if (Clock::now() >= until) {
+          // A reader stopped in the middle of a piece (a stopped process):
+          // it will discard what it read.
+          if (slot.compare_exchange_strong(want, p.seq << 2 | kCancelled)) {
+            p.cancelled = true;
+            return false;
+          }
+          continue;
+        }
+        std::this_thread::yield();
+      }
+    }
   }
   return true;
 }
@@ -471,6 +724,8 @@ void ShmLink::writeRawForTest(int peer, const void* bytes, size_t len) {
 
 void ShmLink::dropPeer(int peer) {
   out_[peer].queue.clear();
+  out_[peer].pending.clear();
+  out_[peer].remoteOut = 0;
   out_[peer].ring = nullptr;  // its segment stays mapped until the link goes
   in_[peer].dead = true;
 }

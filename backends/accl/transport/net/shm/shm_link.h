@@ -15,6 +15,15 @@
 // and its closing still tells this rank that a local peer is gone; the peer's
 // ring is read to its end before the peer is failed.
 //
+// Single copy: a message of 64 KiB to 16 MiB to a peer that may read this
+// process's memory (process_vm_readv, probed at set-up; ACCL_SHM_CMA=off
+// turns it off) goes as one descriptor frame in the ring, with the address
+// of the sender's buffer; the reader copies it straight into the receive
+// buffer, 4 MiB per poll, and acknowledges it through its own ring, which
+// completes the send. A slot per descriptor in the ring's header says
+// whether the reader is copying, so that a withdrawn send is never read
+// after withdraw() returns (it waits out a piece being copied).
+//
 // Set-up is collective among the ranks of a host; a rank that cannot make its
 // segment (no /dev/shm space, no FIFO support) publishes why, and its peers
 // send to it over TCP. Segment and FIFO are unlinked once every local peer
@@ -47,6 +56,7 @@ class ShmLink : public FrameLink, public EventHandler {
     std::shared_ptr<Store> store;
     Clock::time_point deadline;
     std::string where;
+    bool cma = true;  // single copy where the peers may read this process
   };
   // Null when no local peer can be served; *why then (or for the peers that
   // cannot) says why. Throws Timeout if local peers never publish.
@@ -92,6 +102,13 @@ class ShmLink : public FrameLink, public EventHandler {
   // For tests that play a broken peer: writes `bytes` raw into the ring to
   // `peer` and publishes them (as a writer that ignores the format would).
   void writeRawForTest(int peer, const void* bytes, size_t len);
+  // Whether messages to `peer` of at least singleCopyMin() bytes are read by
+  // the peer from this process's memory.
+  bool singleCopyTo(int peer) const { return out_[peer].cma; }
+  static constexpr size_t singleCopyMin() { return size_t(64) << 10; }
+  // Beyond it the ring's pipelined copies measured faster on 2 cores
+  // (process_vm_readv's page walks of a cold buffer).
+  static constexpr size_t singleCopyMax() { return size_t(16) << 20; }
 
  private:
   bool pollRings(bool owner);
@@ -100,17 +117,37 @@ class ShmLink : public FrameLink, public EventHandler {
     FrameHeader hdr{};
     const char* data = nullptr;
     OutPtr msg;
+    uint64_t seq = 0;  // a single-copy descriptor's (hdr.flags)
+  };
+  struct Pending {  // a single-copy message written, not yet acknowledged
+    uint64_t seq;
+    OutPtr msg;
+    bool cancelled = false;  // withdrawn before the reader took it: no acknowledgement comes
   };
   struct Out {  // to one peer: its ring in the peer's segment, the frames waiting for space
     Ring* ring = nullptr;
     int bell = -1;
     std::deque<OutFrame> queue;
+    bool cma = false;        // the peer reads single-copy messages from this process
+    uint64_t nextSeq = 0;    // of single-copy messages
+    size_t remoteOut = 0;    // single-copy messages queued or pending
+    std::deque<Pending> pending;
   };
   struct In {  // from one peer: its ring in this rank's segment
     Ring* ring = nullptr;
     int bell = -1;  // the peer's doorbell (space freed)
     bool dead = false;
+    int pid = 0;             // the peer's process, for single-copy reads
+    bool canRead = false;    // the probe read its memory
+    uint64_t remoteOff = 0;  // bytes of the single-copy message at the tail done
   };
+  // The single-copy message whose descriptor is at `pos` of the ring from
+  // `peer`: copies its next piece. 1: done (acknowledged or skipped, the
+  // descriptor may go); 0: more to copy; -1: the peer was failed.
+  int readRemote(int peer, const FrameHeader& h, uint64_t pos);
+  void ack(int peer, uint64_t seq);
+  bool onAck(int peer, const FrameHeader& h);  // false: the peer was failed
+  void fail(int peer, const std::string& bad);
   // Writes queued frames to `peer` while they fit; true if any was written.
   bool flush(int peer);
   bool readFrom(int peer);
