@@ -177,7 +177,10 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     so.onBlocked = [t](const std::vector<int>& missing) {
       if (t->stallDue()) t->warnStall("local ranks " + internal::join(missing) + " (shared memory)");
     };
-    host_.reset(new core::ShmDomain(so));
+    auto* dom = new core::ShmDomain(so);
+    host_.reset(dom);
+    // Ranks that share cores: a spinning waiter takes the core its peer needs.
+    net_->setSpinningWaiters(!dom->oversubscribed());
   } else {
     host_ = core::makeSoloHost();
   }

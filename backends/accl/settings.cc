@@ -95,8 +95,9 @@ const config::Var<int> socketNstreams(
 
 const config::Var<std::string> shmCma(
     "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
-    "Single-copy shared-memory transfers with process_vm_readv. auto: used when the kernel "
-    "allows it; off: always copy through the shared segment; on: fail if unavailable.");
+    "Single-copy shared-memory transfers with process_vm_readv (collectives within a host from "
+    "64 KiB; point-to-point messages of 64 KiB - 16 MiB). auto: used when the kernel allows it; "
+    "off: always copy through the shared segment and rings; on: fail if unavailable.");
 
 const config::Var<int> inlineBytes(
     "ACCL_INLINE_BYTES", kOwner, config::intRange(0, 1L << 30), 65536, nullptr,

@@ -54,6 +54,8 @@ class ShmDomain : public HostGroup {
   int rank() const override { return o_.localRank; }
   int size() const override { return o_.localSize; }
   bool singleCopy() const { return cma_; }
+  // Fewer CPUs among the local ranks' affinity masks than local ranks.
+  bool oversubscribed() const { return oversubscribed_; }
   std::string describe() const override;
 
   // The ops of HostGroup (its contract applies).

@@ -102,6 +102,8 @@ class NetTransport : public Transport, private FrameSink {
   // (over TCP the wait would only burn a core; verbs is left to the progress
   // thread). Harmless once the transport is gone.
   std::function<void(Work&)> waiterHook(int peer, size_t bytes = 0);
+  // Off where the ranks of this host share cores: the waiter then polls once.
+  void setSpinningWaiters(bool on) { spinningWaiters_ = on; }
 
   // For waits outside this transport (shared memory): throws RemoteError if
   // one of `peers` failed or any peer aborted the current op; detects mismatch.
@@ -177,6 +179,7 @@ class NetTransport : public Transport, private FrameSink {
   };
   static void progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin);
   std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
+  std::atomic<bool> spinningWaiters_{true};
 
   void setupIb(Clock::time_point deadline);
   void setupShm(Clock::time_point deadline);

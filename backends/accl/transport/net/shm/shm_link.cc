@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "accl/errors.h"
@@ -42,10 +43,18 @@ struct RemoteDesc {
 };
 static_assert(sizeof(RemoteDesc) == 64, "layout");
 
-// What the local peers read with process_vm_readv to see that they may (the
-// pid: a fork changes it).
+// What the local peers read with process_vm_readv to see that they may: a
+// random number per process and its pid (a fork changes it), so that a peer
+// whose pid means another process where it reads (another pid namespace)
+// never takes that process's memory for this one's.
 std::atomic<uint64_t> probeWord{0};
-uint64_t probeValue(uint32_t pid) { return 0x5ca1ab1e00000000ull | pid; }
+uint64_t probeValue(uint32_t pid) {
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32 | rd()) & ~uint64_t(0xffffffff);
+  }();
+  return nonce | pid;
+}
 
 struct SegHeader {
   uint32_t magic;
@@ -57,7 +66,8 @@ struct SegHeader {
   // Bit i: the owner can read the memory of the peer whose ring is index i
   // (set before the owner tells that peer it opened its segment).
   std::atomic<uint64_t> canRead;
-  char pad1[24];
+  uint64_t probe;  // what probeAddr holds
+  char pad1[16];
   // Threads of the owner that poll its rings while they wait (guests): while
   // there are any, writers ring no doorbell (a guest reads the frame).
   alignas(64) std::atomic<uint32_t> guests;
@@ -162,7 +172,8 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
         h->canRead.store(0, std::memory_order_relaxed);
         h->pid = static_cast<uint32_t>(getpid());
         if (o.cma) {
-          probeWord.store(probeValue(h->pid), std::memory_order_relaxed);
+          h->probe = probeValue(h->pid);
+          probeWord.store(h->probe, std::memory_order_relaxed);
           h->probeAddr = reinterpret_cast<uint64_t>(&probeWord);
           // Yama's ptrace_scope=1 only lets ancestors read a process; allow the local peers.
           prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -239,7 +250,7 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
         uint64_t v = 0;
         iovec lv{&v, sizeof(v)}, rv{reinterpret_cast<void*>(h->probeAddr), sizeof(v)};
         ssize_t got = process_vm_readv(static_cast<pid_t>(h->pid), &lv, 1, &rv, 1, 0);
-        if (got == static_cast<ssize_t>(sizeof(v)) && v == probeValue(h->pid)) {
+        if (got == static_cast<ssize_t>(sizeof(v)) && v == h->probe) {
           l->in_[p].pid = static_cast<int>(h->pid);
           l->in_[p].canRead = true;
           static_cast<SegHeader*>(l->seg_)->canRead.fetch_or(uint64_t(1) << mine);
