@@ -172,6 +172,15 @@ TEST_P(NetTransport, APeerThatFinishesAndExitsDoesNotFailItsLastMessage) {
   }
 }
 
+// A point-to-point op of rank `from` with the other rank of `p`, as the
+// process group posts it (with the waiter's poll where the link has one).
+static std::shared_ptr<Work> postTaggedWork(Pair& p, int from, bool send, void* buf, size_t len, int tag) {
+  auto w = std::make_shared<Work>("p2p test");
+  if (auto h = p.t[from]->waiterHook(1 - from, len)) w->setWaitHook(h);
+  p.t[from]->postTagged(send, 1 - from, tag, buf, len, Clock::now() + 20s, w, "p2p test");
+  return w;
+}
+
 // A thread waiting on a point-to-point message polls the shared-memory link
 // itself (waiterHook; not over TCP or verbs). Its messages arrive intact,
 // and a transport destroyed while threads wait leaves their Works failed,
@@ -186,10 +195,7 @@ TEST_P(NetTransport, AWaiterThatPollsGetsItsMessagesAndSurvivesTheTransportsEnd)
   ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(1)), polls);
   ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(-1)), polls);
   auto tagged = [&](int from, bool send, void* buf, size_t len, int tag) {
-    auto w = std::make_shared<Work>("p2p test");
-    if (auto h = p.t[from]->waiterHook(1 - from)) w->setWaitHook(h);
-    p.t[from]->postTagged(send, 1 - from, tag, buf, len, Clock::now() + 20s, w, "p2p test");
-    return w;
+    return postTaggedWork(p, from, send, buf, len, tag);
   };
   for (int round = 0; round < 200; ++round) {
     std::vector<int> src(1 + round * 37 % 5000, round), dst(src.size(), -1);
@@ -229,10 +235,7 @@ TEST_P(NetTransport, MessagesNoOneWaitsForStillArriveWhileWaitersPoll) {
   connect(p, GetParam());
   ASSERT_FALSE(HasFatalFailure());
   auto tagged = [&](int from, bool send, void* buf, size_t len, int tag) {
-    auto w = std::make_shared<Work>("p2p test");
-    if (auto h = p.t[from]->waiterHook(1 - from)) w->setWaitHook(h);
-    p.t[from]->postTagged(send, 1 - from, tag, buf, len, Clock::now() + 20s, w, "p2p test");
-    return w;
+    return postTaggedWork(p, from, send, buf, len, tag);
   };
   for (int round = 0; round < 30; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
