@@ -67,6 +67,9 @@ class Work {
   // Used by ProcessGroup: the op completed while it was issued (callbacks
   // run) and succeeded. Lock-free: once done, error_ no longer changes.
   bool succeededAtOnce() const { return done_.load(std::memory_order_acquire) && !error_; }
+  // Used by wait hooks that poll: completed and its callbacks run (wait()
+  // returns at once). Lock-free, for a loop that asks on every pass.
+  bool doneForWait() const { return done_.load(std::memory_order_acquire); }
 
  private:
   std::string description_;

@@ -230,16 +230,16 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
         if (moved) until = std::max(until, Clock::now() + std::chrono::microseconds(20));
         if ((moved || (n & 15) == 0) && !t->tagged_.empty()) completions = t->reapTagged();
       }
-      stop = w.isCompleted() || spin.count() == 0 || ((n & 63) == 63 && Clock::now() >= until);
+      stop = w.doneForWait() || spin.count() == 0 || ((n & 63) == 63 && Clock::now() >= until);
       if (stop && completions.empty()) {
-        t->shm_->guestEnd(w.isCompleted());
+        t->shm_->guestEnd(w.doneForWait());
         return;
       }
     }
     for (auto& f : completions) f();
-    if (stop || w.isCompleted()) {
+    if (stop || w.doneForWait()) {
       std::shared_lock<std::shared_mutex> gl(g.m);
-      if (g.t && g.t->shm_) g.t->shm_->guestEnd(w.isCompleted());
+      if (g.t && g.t->shm_) g.t->shm_->guestEnd(w.doneForWait());
       return;
     }
 #if defined(__x86_64__) || defined(__i386__)

@@ -449,8 +449,10 @@ bool ShmLink::readFrom(int peer) {
           }
           int done = readRemote(peer, h, tail);
           if (done < 0) return true;
-          any = true;
-          if (done == 0) break;  // the next piece at the next poll
+          if (done == 0) {  // the next piece at the next poll
+            any = true;
+            break;
+          }
           tail += sizeof(FrameHeader) + sizeof(RemoteDesc);
         }
         r->tail.store(tail, std::memory_order_release);
