@@ -301,7 +301,7 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
       std::lock_guard<std::mutex> lk(brokenMu_);
       throw RemoteError(prefix + core::describe(d) + ": the group is unusable after an earlier failure: " + broken_);
     }
-    auto deadline = Clock::now() + timeout;
+    auto deadline = core::deadlineAfter(timeout);
     net_->beginOp(d, deadline, timeout);
     // With the timeline or statistics on, the transports time this op's
     // waits for its peers (the timeline's "waiting for peers" span).
@@ -595,7 +595,7 @@ std::shared_ptr<Work> AcclProcessGroup::doSend(Buffer buf, int dst, const SendOp
   auto work = internal::makeWork(what);
   if (auto hook = net_->waiterHook(dst, bytes)) work->setWaitHook(std::move(hook));
   tracePointToPoint(dst);
-  net_->postTagged(true, dst, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
+  net_->postTagged(true, dst, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work, what);
   return work;
 }
 
@@ -606,7 +606,7 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   auto work = internal::makeWork(what);
   if (auto hook = net_->waiterHook(src == kAnySource ? -1 : src, bytes)) work->setWaitHook(std::move(hook));
   tracePointToPoint(src);
-  net_->postTagged(false, src, o.tag, buf.data, bytes, Clock::now() + effectiveTimeout(o), work, what);
+  net_->postTagged(false, src, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work, what);
   return work;
 }
 
