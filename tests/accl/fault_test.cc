@@ -1,6 +1,7 @@
 // Failure behaviour of the accl backend with ranks as forked processes: a rank
 // that never enters a collective, a rank killed mid-collective, mismatched
-// collectives, and a listening socket fed garbage. Each runs over shared
+// collectives, and a listening socket fed garbage; and the eager rooted ops
+// of one host (the root runs ahead: results, and a rank that dies meanwhile). Each runs over shared
 // memory (one host) and over TCP only.
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -262,6 +263,11 @@ TEST_P(Fault, MismatchedCollectivesNameBothSides) {
          o.root = r;
          return pg.broadcast(Buffer(x, 16, DataType::Float32), o);
        }, {"root 0", "root 1"}},
+      // Both sides only send (eager on one host): neither waits at this op.
+      {"two senders", [](int r, ProcessGroup& pg, float* x) {
+         if (r == 0) return pg.broadcast(Buffer(x, 16, DataType::Float32));
+         return pg.gather(Buffer(x, 16, DataType::Float32), Buffer(x, 32, DataType::Float32));
+       }, {"broadcast #1 (16 x float32", "gather #1 ("}},
   };
   for (auto& cs : cases) {
     SCOPED_TRACE(cs.name);
@@ -430,6 +436,159 @@ TEST_P(Fault, TimeoutAndSigusr1WriteTheFlightRecorder) {
       EXPECT_NE(t.find("did not arrive: 2 (", failed), std::string::npos);
     }
     std::remove(path.c_str());
+  }
+}
+
+// Small rooted ops between ranks of one host go eagerly: the side that only
+// sends returns without waiting for the others (as Open MPI's eager messages
+// do). Here the ranks that are not waited for hold back until the store says
+// the other side has returned, so a rooted op that waited would time out.
+TEST_P(Fault, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
+  if (GetParam() != "shm,tcp") GTEST_SKIP() << "eager rooted ops are the shared-memory domain's (one host)";
+  std::string dir;
+  runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+    const size_t k = 100;
+    std::vector<float> in(3 * k), out(3 * k, -1.0f);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(r * 1000 + i);
+    auto F = [](std::vector<float>& v, size_t n) { return Buffer(v.data(), n, DataType::Float32); };
+    auto check = [&](bool ok, const char* what) {
+      if (!ok) throw std::runtime_error(std::string("wrong result of ") + what);
+    };
+    recordOutcome(c, r, [&] {
+      OpOptions quick;
+      quick.timeout = 5s;
+      // broadcast, root 0: ranks 1 and 2 call it only once root 0 returned.
+      BroadcastOptions bo;
+      static_cast<OpOptions&>(bo) = quick;
+      bo.root = 0;
+      std::vector<float> b = in;
+      if (r != 0) c.store->wait({"bcast-returned"}, 10s);
+      pg.broadcast(F(b, k), bo)->wait();
+      if (r == 0) c.store->set("bcast-returned", toBytes("1"));
+      for (size_t i = 0; i < k; ++i) check(b[i] == static_cast<float>(i), "broadcast");
+      // scatter, root 1.
+      ScatterOptions so;
+      static_cast<OpOptions&>(so) = quick;
+      so.root = 1;
+      if (r != 1) c.store->wait({"scatter-returned"}, 10s);
+      pg.scatter(F(in, 3 * k), F(out, k), so)->wait();
+      if (r == 1) c.store->set("scatter-returned", toBytes("1"));
+      for (size_t i = 0; i < k; ++i) check(out[i] == static_cast<float>(1000 + r * k + i), "scatter");
+      // gather and reduce, root 2: it calls them only once ranks 0 and 1 returned.
+      GatherOptions go;
+      static_cast<OpOptions&>(go) = quick;
+      go.root = 2;
+      if (r == 2) c.store->wait({"gather-returned0", "gather-returned1"}, 10s);
+      pg.gather(F(in, k), F(out, 3 * k), go)->wait();
+      if (r != 2) c.store->set("gather-returned" + std::to_string(r), toBytes("1"));
+      if (r == 2)
+        for (size_t i = 0; i < 3 * k; ++i) check(out[i] == static_cast<float>((i / k) * 1000 + i % k), "gather");
+      ReduceOptions ro;
+      static_cast<OpOptions&>(ro) = quick;
+      ro.root = 2;
+      if (r == 2) c.store->wait({"reduce-returned0", "reduce-returned1"}, 10s);
+      pg.reduce(F(in, k), F(out, k), ro)->wait();
+      if (r != 2) c.store->set("reduce-returned" + std::to_string(r), toBytes("1"));
+      if (r == 2)
+        for (size_t i = 0; i < k; ++i) check(out[i] == static_cast<float>(3000 + 3 * i), "reduce");
+      pg.barrier(BarrierOptions{})->wait();
+    });
+  }, 60s, &dir);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(out(dir, r).substr(0, 2), "ok") << "rank " << r << ": " << out(dir, r);
+}
+
+// Eager and lock-step ops in a random order (the same on every rank), roots
+// rotating, sizes on both sides of the eager limit, with ranks that lag now
+// and then, so that roots run ahead: every result is checked, and a slot
+// reused too early would show as another op's data.
+TEST_P(Fault, EagerAndLockStepOpsInARowKeepEveryResult) {
+  if (GetParam() != "shm,tcp") GTEST_SKIP() << "eager rooted ops are the shared-memory domain's (one host)";
+  std::string dir;
+  const int n = 4;
+  runRanks(n, GetParam(), [&](int r, ProcessGroup& pg, Ctx& c) {
+    std::mt19937 order(12345), lag(777 + r);
+    const size_t sizes[] = {0, 1, 7, 250, 4096, 16384, 20000};  // floats; 16384 = 64 KiB, the limit
+    std::vector<float> a, b;
+    recordOutcome(c, r, [&] {
+      for (int it = 0; it < 600; ++it) {
+        int op = static_cast<int>(order() % 5), root = static_cast<int>(order() % n);
+        size_t k = sizes[order() % 7];
+        if (lag() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(lag() % 300));
+        auto val = [&](int rank, size_t i) { return static_cast<float>((it * 7 + rank * 3 + i) % 1024); };
+        a.assign(n * k + 1, 0.0f);
+        b.assign(n * k + 1, -1.0f);
+        for (size_t i = 0; i < n * k; ++i) a[i] = val(r, i);
+        auto A = Buffer(a.data(), k, DataType::Float32), B = Buffer(b.data(), k, DataType::Float32);
+        auto An = Buffer(a.data(), n * k, DataType::Float32), Bn = Buffer(b.data(), n * k, DataType::Float32);
+        std::string bad;
+        auto expect = [&](size_t i, float want) {
+          if (bad.empty() && b[i] != want)
+            bad = "op " + std::to_string(op) + " root " + std::to_string(root) + " k " + std::to_string(k) +
+                  " at " + std::to_string(i) + ": " + std::to_string(b[i]) + " want " + std::to_string(want);
+        };
+        if (op == 0) {
+          BroadcastOptions o;
+          o.root = root;
+          if (r == root) b = a;
+          pg.broadcast(B, o)->wait();
+          for (size_t i = 0; i < k; ++i) expect(i, val(root, i));
+        } else if (op == 1) {
+          ScatterOptions o;
+          o.root = root;
+          pg.scatter(An, B, o)->wait();
+          for (size_t i = 0; i < k; ++i) expect(i, val(root, r * k + i));
+        } else if (op == 2) {
+          GatherOptions o;
+          o.root = root;
+          pg.gather(A, Bn, o)->wait();
+          if (r == root)
+            for (size_t i = 0; i < n * k; ++i) expect(i, val(static_cast<int>(i / k), i % k));
+        } else if (op == 3) {
+          ReduceOptions o;
+          o.root = root;
+          pg.reduce(A, B, o)->wait();
+          if (r == root)
+            for (size_t i = 0; i < k; ++i) expect(i, val(0, i) + val(1, i) + val(2, i) + val(3, i));
+        } else {
+          pg.allreduce(A, B)->wait();
+          for (size_t i = 0; i < k; ++i) expect(i, val(0, i) + val(1, i) + val(2, i) + val(3, i));
+        }
+        if (!bad.empty()) throw std::runtime_error("iteration " + std::to_string(it) + ", " + bad);
+      }
+      pg.barrier(BarrierOptions{})->wait();
+    });
+  }, 120s, &dir);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(out(dir, r).substr(0, 2), "ok") << "rank " << r << ": " << out(dir, r);
+}
+
+// A root that returned from an eager op learns at its next op that a rank it
+// did not wait for has died.
+TEST_P(Fault, ARankThatDiesAfterAnEagerRootReturnedFailsTheRootsNextOp) {
+  if (GetParam() != "shm,tcp") GTEST_SKIP() << "eager rooted ops are the shared-memory domain's (one host)";
+  std::string dir;
+  auto st = runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+    float x[16] = {};
+    pg.barrier(BarrierOptions{})->wait();
+    if (r == 2) {
+      c.store->wait({"bcast-returned"}, 10s);
+      kill(getpid(), SIGKILL);
+    }
+    recordOutcome(c, r, [&] {
+      pg.broadcast(Buffer(x, 16, DataType::Float32))->wait();  // root 0
+      if (r == 0) c.store->set("bcast-returned", toBytes("1"));
+      AllreduceOptions o;
+      o.timeout = 20s;
+      pg.allreduce(Buffer(x, 16, DataType::Float32), o)->wait();
+    });
+  }, 60s, &dir);
+  EXPECT_TRUE(WIFSIGNALED(st[2]) && WTERMSIG(st[2]) == SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    std::string s = out(dir, r);
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + s);
+    EXPECT_EQ(s.rfind("RemoteError:", 0), 0u);
+    EXPECT_NE(s.find("rank 2"), std::string::npos);
+    long ms = std::stol(s.substr(s.rfind('[') + 1));
+    EXPECT_LT(ms, 10000);  // well within the 20 s timeout
   }
 }
 

@@ -32,6 +32,24 @@ constexpr int kMaxLocal = 64;
 constexpr size_t kCmaMinBytes = 64u << 10;     // below this, copying through slots is faster
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
 constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-copy reductions (L2-resident)
+// Eager rooted ops: a rank that only sends (the root of a broadcast or a
+// scatter, the others of a gather or a reduce) leaves its data in a cell of
+// its own and returns; the receivers take it when they come. Each rank has
+// kDepth cells (shm.h), one per round modulo kDepth, so a sender may run up
+// to kDepth - 1 rounds ahead of the slowest rank (its credits).
+constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
+
+// The running hash of a rank's op descriptors, round by round: equal chains
+// at a round mean equal op sequences up to it.
+uint64_t chainNext(uint64_t chain, const OpDesc& d) {
+  uint64_t x = chain ^ (d.seq * 0x9e3779b97f4a7c15ULL) ^ (d.count + 0x632be59bd9b4e019ULL) ^
+               (uint64_t(d.op) << 48 | uint64_t(d.dtype) << 40 | uint64_t(d.redop) << 32 | uint32_t(d.root));
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -67,11 +85,14 @@ struct alignas(128) ShmDomain::Header {
 };
 
 struct alignas(128) ShmDomain::Ctl {
-  // arrive and the op descriptors share one cache line: a peer checking this
-  // rank's arrival gets what it needs for the mismatch check in one transfer.
+  // arrive and the chains of the last kDepth rounds share one cache line: a
+  // peer checking this rank's arrival gets what it needs for the mismatch
+  // check in one transfer. The descriptors themselves are read only to name
+  // a mismatch. Round k's entries are at k % kDepth.
   std::atomic<uint64_t> arrive;
-  OpDesc desc[2];
-  char pad[8];
+  std::atomic<uint64_t> chain[kDepth];
+  char pad0[64 - 8 - 8 * kDepth];
+  OpDesc desc[kDepth];
   int32_t pid;
   int32_t cmaOk;
   uint64_t ptrIn, ptrOut, aux;
@@ -88,6 +109,11 @@ char* ShmDomain::slot(uint64_t round, int r) const {
   return static_cast<char*>(base_) + dataOff + ((round & 1) * o_.localSize + r) * slot_;
 }
 
+char* ShmDomain::cell(uint64_t round, int r) const {
+  size_t cellOff = align64(sizeof(Header) + sizeof(Ctl) * o_.localSize) + 2 * o_.localSize * slot_;
+  return static_cast<char*>(base_) + cellOff + (static_cast<size_t>(r) * kDepth + round % kDepth) * kCell;
+}
+
 ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
   int n = o_.localSize;
   if (n > kMaxLocal)
@@ -95,7 +121,7 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
                           std::to_string(kMaxLocal) + " (use ACCL_TRANSPORTS=tcp)");
   slot_ = n <= 4 ? (1u << 20) : n <= 16 ? (512u << 10) : (128u << 10);
   size_t dataOff = align64(sizeof(Header) + sizeof(Ctl) * n);
-  mapBytes_ = dataOff + 2 * n * slot_;
+  mapBytes_ = dataOff + 2 * n * slot_ + static_cast<size_t>(n) * kDepth * kCell;
   deadline_ = Clock::now() + o_.timeout;
   const std::string& name = o_.segmentName;
   int fd = -1;
@@ -293,10 +319,13 @@ void ShmDomain::waitFor(const F& arrived) {
   }
 }
 
-void ShmDomain::round(const OpDesc& d) {
+void ShmDomain::arrive(const OpDesc& d) {
   uint64_t k = round_ + 1;
   Ctl& me = ctl(o_.localRank);
-  me.desc[k & 1] = d;
+  chain_ = chainNext(chain_, d);
+  hist_[k % kDepth] = {d, chain_};
+  me.desc[k % kDepth] = d;
+  me.chain[k % kDepth].store(chain_, std::memory_order_relaxed);
   // Sleepers register before re-checking the arrivals (both seq_cst): either
   // this load sees them, or they see this arrival.
   me.arrive.store(k, std::memory_order_seq_cst);
@@ -305,12 +334,77 @@ void ShmDomain::round(const OpDesc& d) {
     h->futex.fetch_add(1);
     futexWakeAll(&h->futex);
   }
-  if (o_.localSize > 1) waitFor([&](int p) { return ctl(p).arrive.load(std::memory_order_acquire) >= k; });
   round_ = k;
+}
+
+// Whether p's entries of round x (x <= round_, p arrived at x or later)
+// match this rank's. p rewrites them at round x + kDepth, which it enters
+// only once every rank, this one included, has arrived at x + 1 and after
+// it arrived at x + kDepth - 1 itself: for x == round_ they hold still;
+// for an older x the copy is good if p had not gone past x + kDepth - 2
+// after it was read.
+void ShmDomain::checkPeer(int p, uint64_t x) const {
+  const Ctl& c = ctl(p);
+  uint64_t theirs = c.chain[x % kDepth].load(std::memory_order_relaxed);
+  OpDesc theirDesc = c.desc[x % kDepth];
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (x < round_ && c.arrive.load(std::memory_order_relaxed) + 2 > x + kDepth) return;  // overwritten meanwhile
+  const Hist& mine = hist_[x % kDepth];
+  if (theirs == mine.chain) return;
+  if (theirDesc != mine.desc)
+    throw InvalidArgument("mismatched collectives: this rank called " + core::describe(mine.desc) + " but rank " +
+                          std::to_string(o_.ranks[p]) + " called " + core::describe(theirDesc));
+  // The same op here, another one before it that neither side waited on.
+  throw InvalidArgument("mismatched collectives: this rank called " + core::describe(mine.desc) + ", and so did rank " +
+                        std::to_string(o_.ranks[p]) + ", but the two called different ops before it (among the "
+                        "rooted ops that the sending side does not wait for)");
+}
+
+void ShmDomain::waitAll() {
+  uint64_t k = round_;
+  if (o_.localSize > 1) waitFor([&](int p) { return ctl(p).arrive.load(std::memory_order_acquire) >= k; });
   for (int p = 0; p < o_.localSize; ++p)
-    if (p != o_.localRank && ctl(p).desc[k & 1] != d)
-      throw InvalidArgument("mismatched collectives: this rank called " + core::describe(d) + " but rank " +
-                            std::to_string(o_.ranks[p]) + " called " + core::describe(ctl(p).desc[k & 1]));
+    if (p != o_.localRank) checkPeer(p, k);
+}
+
+void ShmDomain::waitRoot(int root) {
+  uint64_t k = round_;
+  if (root == o_.localRank) return;
+  waitFor([&](int p) { return p != root || ctl(p).arrive.load(std::memory_order_acquire) >= k; });
+  checkPeer(root, k);
+}
+
+void ShmDomain::round(const OpDesc& d) {
+  arrive(d);
+  waitAll();
+}
+
+void ShmDomain::begin(Clock::time_point deadline) {
+  deadline_ = deadline;
+  if (!lagging_) return;
+  // Since an eager op, not every local rank may have arrived at this rank's
+  // last round: this op's slots and published buffers are reused only once
+  // all have (and any mismatch among the eager rounds shows here).
+  waitAll();
+  lagging_ = false;
+}
+
+void ShmDomain::beginEager(Clock::time_point deadline) {
+  deadline_ = deadline;
+  // The next round's cell and entries were last used kDepth rounds ago: every
+  // rank must have arrived at the round after that one.
+  uint64_t need = round_ + 2 > kDepth ? round_ + 2 - kDepth : 0;
+  if (o_.localSize > 1 && need > 0)
+    waitFor([&](int p) { return ctl(p).arrive.load(std::memory_order_acquire) >= need; });
+  // Compare with each peer as far as it has come (at most this rank's round):
+  // a sender that never waits at a round learns of a mismatch here.
+  for (int p = 0; p < o_.localSize; ++p) {
+    if (p == o_.localRank) continue;
+    uint64_t a = ctl(p).arrive.load(std::memory_order_acquire);
+    uint64_t x = std::min(a, round_);
+    if (x > 0 && x + kDepth > round_ + 1) checkPeer(p, x);
+  }
+  lagging_ = true;
 }
 
 void ShmDomain::cmaFailed(int peer, const char* what, int e) {
@@ -397,7 +491,7 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
 
 void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, ReduceKind k,
                           const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;
+  begin(deadline);
   size_t es = dataTypeSize(t), bytes = count * es;
   int n = o_.localSize, me = o_.localRank;
   char* o = static_cast<char*>(out);
@@ -450,7 +544,7 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
 
 void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, ReduceKind k, int root,
                        const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;
+  deadline_ = deadline;  // begin() or beginEager() below
   size_t es = dataTypeSize(t), bytes = count * es;
   int n = o_.localSize, me = o_.localRank;
   if (n == 1) {
@@ -458,6 +552,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     return;
   }
   if (cma_ && bytes >= kCmaMinBytes) {
+    begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
     round(d);
@@ -483,6 +578,22 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
   size_t per = slot_ / es;
   const char* i = static_cast<const char*>(in);
   char* o = static_cast<char*>(out);
+  if (bytes <= kCell) {
+    // Eager: every rank leaves its input in its cell; the others return at
+    // once, the root waits for all and reduces them in rank order.
+    beginEager(deadline);
+    if (bytes) std::memcpy(cell(round_ + 1, me), i, bytes);
+    arrive(d);
+    if (me != root) return;
+    waitAll();
+    lagging_ = false;
+    if (count) {
+      internal::reduce(o, cell(round_, 0), cell(round_, 1), count, t, k);
+      for (int p = 2; p < n; ++p) internal::reduce(o, o, cell(round_, p), count, t, k);
+    }
+    return;
+  }
+  begin(deadline);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
     if (m) std::memcpy(slot(round_ + 1, me), i + off * es, m * es);
@@ -506,17 +617,33 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
 }
 
 void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;
+  deadline_ = deadline;  // begin() or beginEager() below
   int n = o_.localSize, me = o_.localRank;
   if (n == 1) return;
   char* b = static_cast<char*>(buf);
   if (cma_ && bytes >= kCmaMinBytes) {
+    begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(buf);
     round(d);
     if (me != root) cmaRead(root, ctl(root).ptrIn, b, bytes);
     round(d);
     return;
   }
+  if (bytes <= kCell) {
+    // Eager: the root leaves its message in its cell and returns; each other
+    // rank takes it once the root has arrived, without waiting for the rest.
+    beginEager(deadline);
+    if (me == root) {
+      if (bytes) std::memcpy(cell(round_ + 1, me), b, bytes);
+      arrive(d);
+      return;
+    }
+    arrive(d);
+    waitRoot(root);
+    if (bytes) std::memcpy(b, cell(round_, root), bytes);
+    return;
+  }
+  begin(deadline);
   for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += slot_) {
     size_t m = std::min(slot_, bytes - off);
     if (me == root && m) std::memcpy(slot(round_ + 1, me), b + off, m);
@@ -528,7 +655,7 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
 
 void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>& bytes,
                            const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;
+  begin(deadline);
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   char* o = static_cast<char*>(out);
@@ -555,7 +682,7 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
 
 void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size_t>& counts,
                                DataType t, ReduceKind k, const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;
+  begin(deadline);
   int n = o_.localSize, me = o_.localRank;
   size_t es = dataTypeSize(t);
   auto displ = prefixSums(counts);
@@ -587,7 +714,7 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
 void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, void* out,
                           const std::vector<size_t>& recvBytes, const OpDesc& d,
                           Clock::time_point deadline) {
-  deadline_ = deadline;
+  begin(deadline);
   int n = o_.localSize, me = o_.localRank;
   auto sd = prefixSums(sendBytes), rd = prefixSums(recvBytes);
   const char* i = static_cast<const char*>(in);
@@ -647,7 +774,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
 
 void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
                         const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;
+  deadline_ = deadline;  // begin() or beginEager() below
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   char* o = static_cast<char*>(out);
@@ -655,6 +782,7 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
   if (n == 1) return;
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
   if (cma_ && displ[n] >= kCmaMinBytes) {
+    begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     round(d);
     if (me == root)
@@ -663,6 +791,23 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
     round(d);
     return;
   }
+  if (maxb <= kCell) {
+    // Eager: the others leave their part in their cells and return at once;
+    // the root waits for all and copies.
+    beginEager(deadline);
+    if (me != root) {
+      if (bytes[me]) std::memcpy(cell(round_ + 1, me), in, bytes[me]);
+      arrive(d);
+      return;
+    }
+    arrive(d);
+    waitAll();
+    lagging_ = false;
+    for (int p = 0; p < n; ++p)
+      if (p != me && bytes[p]) std::memcpy(o + displ[p], cell(round_, p), bytes[p]);
+    return;
+  }
+  begin(deadline);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
     if (me != root && off < bytes[me])
       std::memcpy(slot(round_ + 1, me), static_cast<const char*>(in) + off, std::min(slot_, bytes[me] - off));
@@ -676,7 +821,7 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
 
 void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
                          const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;
+  deadline_ = deadline;  // begin() or beginEager() below
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   const char* i = static_cast<const char*>(in);
@@ -684,6 +829,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   if (n == 1) return;
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
   if (cma_ && displ[n] >= kCmaMinBytes) {
+    begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     round(d);
     if (me != root && bytes[me]) cmaRead(root, ctl(root).ptrIn + displ[me], out, bytes[me]);
@@ -691,6 +837,23 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
     return;
   }
   size_t q = (slot_ / n) & ~size_t(63);
+  size_t qc = (kCell / n) & ~size_t(63);
+  if (maxb <= qc) {
+    // Eager: the root leaves every part in its cell and returns; each other
+    // rank takes its part once the root has arrived.
+    beginEager(deadline);
+    if (me == root) {
+      for (int p = 0; p < n; ++p)
+        if (bytes[p]) std::memcpy(cell(round_ + 1, me) + p * qc, i + displ[p], bytes[p]);
+      arrive(d);
+      return;
+    }
+    arrive(d);
+    waitRoot(root);
+    if (bytes[me]) std::memcpy(out, cell(round_, root) + me * qc, bytes[me]);
+    return;
+  }
+  begin(deadline);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += q) {
     if (me == root)
       for (int p = 0; p < n; ++p)
@@ -707,7 +870,7 @@ std::string ShmDomain::describe() const {
 }
 
 void ShmDomain::barrier(const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;
+  begin(deadline);
   round(d);
 }
 

@@ -1,6 +1,8 @@
 // Shared-memory collectives among the ranks of one host (a HostGroup of two
 // or more ranks). All ranks map one segment; an op proceeds in rounds (each
-// rank publishes, then waits until every local rank has arrived). Data moves
+// rank publishes, then waits until every local rank has arrived). Small
+// rooted ops are eager: the side that only sends leaves its data in a cell
+// and returns, up to kDepth - 1 rounds ahead of the slowest rank. Data moves
 // either through the segment's slots (two copies) or, where the kernel
 // allows, straight from the peer's buffer with process_vm_readv (one copy).
 // Each rank reduces its own slice of the vector from every input; the slices
@@ -77,12 +79,28 @@ class ShmDomain : public HostGroup {
   void barrier(const OpDesc& d, Clock::time_point deadline) override;
 
  private:
+  static constexpr int kDepth = 4;  // rounds of eager cells (shm.cc)
   struct Ctl;
   struct Header;
   Ctl& ctl(int r) const;
   char* slot(uint64_t round, int r) const;
   // Publishes this rank's arrival at the next round, then waits for all.
   void round(const OpDesc& d);
+  // The parts of a round: publish the arrival (descriptor d), wait for every
+  // local rank's or for one rank's (checking their descriptors).
+  void arrive(const OpDesc& d);
+  void waitAll();
+  void waitRoot(int root);
+  // Throws if local rank p's ops up to round x differ from this rank's.
+  void checkPeer(int p, uint64_t x) const;
+  // Every op starts here: sets its deadline and, after an eager op, waits
+  // until all local ranks have arrived at this rank's last round.
+  void begin(Clock::time_point deadline);
+  // An eager op starts here instead: waits only until the round's cell is
+  // free (every rank at most kDepth - 2 rounds behind), then leaves this
+  // rank lagging.
+  void beginEager(Clock::time_point deadline);
+  char* cell(uint64_t round, int r) const;
   template <typename F>
   void waitFor(const F& arrived);
   void cmaRead(int peer, uint64_t remote, void* local, size_t len);
@@ -102,7 +120,13 @@ class ShmDomain : public HostGroup {
   size_t slot_ = 0;
   bool cma_ = false;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
-  uint64_t round_ = 0;
+  uint64_t round_ = 0;       // the last round this rank arrived at
+  uint64_t chain_ = 0;       // the running hash of this rank's descriptors up to round_
+  struct Hist {
+    OpDesc desc;
+    uint64_t chain = 0;
+  } hist_[kDepth];           // the last rounds' (at round % kDepth)
+  bool lagging_ = false;     // returned from round_ without every local rank's arrival
   Clock::time_point deadline_{};
   std::vector<char> tmp_;
   std::vector<char> acc_;  // reduce: a non-root rank's reduced chunk on its way to the root
