@@ -345,12 +345,16 @@ void ShmDomain::arrive(const OpDesc& d) {
 // after it was read.
 void ShmDomain::checkPeer(int p, uint64_t x) const {
   const Ctl& c = ctl(p);
-  uint64_t theirs = c.chain[x % kDepth].load(std::memory_order_relaxed);
-  OpDesc theirDesc = c.desc[x % kDepth];
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (x < round_ && c.arrive.load(std::memory_order_relaxed) + 2 > x + kDepth) return;  // overwritten meanwhile
+  auto overwritten = [&] {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return x < round_ && c.arrive.load(std::memory_order_relaxed) + 2 > x + kDepth;
+  };
   const Hist& mine = hist_[x % kDepth];
-  if (theirs == mine.chain) return;
+  uint64_t theirs = c.chain[x % kDepth].load(std::memory_order_relaxed);
+  if (theirs == mine.chain || overwritten()) return;
+  // Only now the descriptor (its own cache line: not read on the common path).
+  OpDesc theirDesc = c.desc[x % kDepth];
+  if (overwritten()) return;
   if (theirDesc != mine.desc)
     throw InvalidArgument("mismatched collectives: this rank called " + core::describe(mine.desc) + " but rank " +
                           std::to_string(o_.ranks[p]) + " called " + core::describe(theirDesc));
