@@ -161,21 +161,29 @@ bool activeRdmaPort() {
   return any;
 }
 
+void cleanRunDirs(bool failed) {
+  for (const auto& d : runDirs()) {
+    if (failed)
+      std::cerr << "kept the ranks' files: " << d << "\n";
+    else
+      std::filesystem::remove_all(d);
+  }
+  runDirs().clear();
+}
+
 class Fault : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "ib" && !activeRdmaPort())
       GTEST_SKIP() << "no RDMA device with an ACTIVE port (/sys/class/infiniband); tests/rdma runs these in a soft-RoCE guest";
   }
-  void TearDown() override {
-    for (const auto& d : runDirs()) {
-      if (HasFailure())
-        std::cerr << "kept the ranks' files: " << d << "\n";
-      else
-        std::filesystem::remove_all(d);
-    }
-    runDirs().clear();
-  }
+  void TearDown() override { cleanRunDirs(HasFailure()); }
+};
+
+// The eager rooted ops of one host's shared-memory domain: shared memory only.
+class EagerShm : public ::testing::Test {
+ protected:
+  void TearDown() override { cleanRunDirs(HasFailure()); }
 };
 
 // Ranks 0 and 1: an allreduce with a 2 s deadline that rank 2 never enters,
@@ -443,10 +451,9 @@ TEST_P(Fault, TimeoutAndSigusr1WriteTheFlightRecorder) {
 // sends returns without waiting for the others (as Open MPI's eager messages
 // do). Here the ranks that are not waited for hold back until the store says
 // the other side has returned, so a rooted op that waited would time out.
-TEST_P(Fault, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
-  if (GetParam() != "shm,tcp") GTEST_SKIP() << "eager rooted ops are the shared-memory domain's (one host)";
+TEST_F(EagerShm, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
   std::string dir;
-  runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+  runRanks(3, "shm,tcp", [](int r, ProcessGroup& pg, Ctx& c) {
     const size_t k = 100;
     std::vector<float> in(3 * k), out(3 * k, -1.0f);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(r * 1000 + i);
@@ -501,11 +508,10 @@ TEST_P(Fault, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
 // rotating, sizes on both sides of the eager limit, with ranks that lag now
 // and then, so that roots run ahead: every result is checked, and a slot
 // reused too early would show as another op's data.
-TEST_P(Fault, EagerAndLockStepOpsInARowKeepEveryResult) {
-  if (GetParam() != "shm,tcp") GTEST_SKIP() << "eager rooted ops are the shared-memory domain's (one host)";
+TEST_F(EagerShm, EagerAndLockStepOpsInARowKeepEveryResult) {
   std::string dir;
   const int n = 4;
-  runRanks(n, GetParam(), [&](int r, ProcessGroup& pg, Ctx& c) {
+  runRanks(n, "shm,tcp", [&](int r, ProcessGroup& pg, Ctx& c) {
     std::mt19937 order(12345), lag(777 + r);
     const size_t sizes[] = {0, 1, 7, 250, 4096, 16384, 20000};  // floats; 16384 = 64 KiB, the limit
     std::vector<float> a, b;
@@ -563,10 +569,9 @@ TEST_P(Fault, EagerAndLockStepOpsInARowKeepEveryResult) {
 
 // A root that returned from an eager op learns at its next op that a rank it
 // did not wait for has died.
-TEST_P(Fault, ARankThatDiesAfterAnEagerRootReturnedFailsTheRootsNextOp) {
-  if (GetParam() != "shm,tcp") GTEST_SKIP() << "eager rooted ops are the shared-memory domain's (one host)";
+TEST_F(EagerShm, ARankThatDiesAfterAnEagerRootReturnedFailsTheRootsNextOp) {
   std::string dir;
-  auto st = runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+  auto st = runRanks(3, "shm,tcp", [](int r, ProcessGroup& pg, Ctx& c) {
     float x[16] = {};
     pg.barrier(BarrierOptions{})->wait();
     if (r == 2) {
