@@ -25,7 +25,21 @@ class Ctx:
         self.gloo = gloo  # torch's own gloo over the same ranks: the reference
 
 
+def _die_with_parent():
+    """Ends this rank when the test process dies (a killed pytest, a stopped CI
+    run): a rank waits for its next task or its peers, and would outlive it."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the line above
+        os._exit(1)
+
+
 def _worker(rank, world_size, port, env, timeout_s, tasks, results):
+    _die_with_parent()
     os.environ.update(env)
     try:
         import torch
@@ -150,6 +164,7 @@ def spawn(world_size, fn, *args, env=None, timeout=120):
 
 
 def _oneoff(fn, rank, world_size, port, args, env, q):
+    _die_with_parent()
     os.environ.update(env)
     try:
         q.put((rank, fn(rank, world_size, port, *args)))
