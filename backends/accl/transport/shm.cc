@@ -548,7 +548,6 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
 
 void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, ReduceKind k, int root,
                        const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;  // begin() or beginEager() below
   size_t es = dataTypeSize(t), bytes = count * es;
   int n = o_.localSize, me = o_.localRank;
   if (n == 1) {
@@ -621,7 +620,6 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
 }
 
 void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;  // begin() or beginEager() below
   int n = o_.localSize, me = o_.localRank;
   if (n == 1) return;
   char* b = static_cast<char*>(buf);
@@ -778,7 +776,6 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
 
 void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
                         const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;  // begin() or beginEager() below
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   char* o = static_cast<char*>(out);
@@ -825,7 +822,6 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
 
 void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
                          const OpDesc& d, Clock::time_point deadline) {
-  deadline_ = deadline;  // begin() or beginEager() below
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   const char* i = static_cast<const char*>(in);
