@@ -207,6 +207,44 @@ TEST(ReduceKernels, EveryLengthAndAliasingMatchesTheElementByElementDefinition) 
   checkKernel<double>(DataType::Float64, floats);
 }
 
+// The 16-bit floats: every bit pattern of `a` against random partners (NaNs,
+// infinities, subnormals and the largest values included), each op computed
+// in float and rounded once, against half.h's element-by-element conversions.
+// Bit-exact, except which NaN a NaN op NaN gives.
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+void check16(DataType t) {
+  std::mt19937 rng(99 + static_cast<int>(t));
+  const size_t n = 65536 + 37;  // every pattern, and a tail
+  std::vector<uint16_t> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<uint16_t>(i);
+    b[i] = static_cast<uint16_t>(rng());
+  }
+  for (ReduceKind k : {ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Min, ReduceKind::Max}) {
+    for (int alias = 0; alias < 3; ++alias) {
+      std::vector<uint16_t> x = a, y = b, out(n, 7);
+      uint16_t* o = alias == 0 ? out.data() : alias == 1 ? x.data() : y.data();
+      internal::reduce(o, x.data(), y.data(), n, t, k);
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t want = FromF(referenceOp<float>(k, ToF(a[i]), ToF(b[i])));
+        // Either NaN may come out of NaN op NaN (the hardware keeps one
+        // operand's, and the compiler may order a commutative op's operands
+        // either way): any NaN is then right.
+        if (o[i] != want && !(std::isnan(ToF(o[i])) && std::isnan(ToF(want)))) {
+          ADD_FAILURE() << toString(t) << " " << toString(k) << " alias=" << alias << " element " << i << std::hex
+                        << ": 0x" << o[i] << ", want 0x" << want << " (0x" << a[i] << ", 0x" << b[i] << ")";
+          return;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceKernels, SixteenBitFloatsMatchTheScalarConversionsForEveryBitPattern) {
+  check16<internal::halfToFloat, internal::floatToHalf>(DataType::Float16);
+  check16<internal::bf16ToFloat, internal::floatToBf16>(DataType::BFloat16);
+}
+
 TEST(ReduceKernels, FloatsAndBool) {
   float a[2] = {1.5f, std::nanf("")}, b[2] = {-2.0f, 1.0f}, out[2];
   internal::reduce(out, a, b, 2, DataType::Float32, ReduceKind::Max);
