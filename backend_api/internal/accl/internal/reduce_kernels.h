@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "accl/types.h"
 
@@ -11,7 +13,15 @@ namespace internal {
 // out[i] = a[i] op b[i] for i < count. `out` may alias `a` or `b`.
 // `kind` must be Sum, Prod, Min, Max, BAnd, BOr or BXor (Avg and PremulSum are
 // Sum plus scale()); throws InvalidArgument for undefined (dtype, op) pairs.
+// Runs the widest kernels this CPU has (on x86-64: AVX2 with F16C where
+// present, else SSE2).
 void reduce(void* out, const void* a, const void* b, size_t count, DataType t, ReduceKind kind);
+
+// The kernel variants this CPU runs ("generic", and "avx2" where built and
+// supported), and reduce() with one of them (tests compare them).
+std::vector<std::string> reduceVariants();
+void reduceVariant(const std::string& variant, void* out, const void* a, const void* b, size_t count, DataType t,
+                   ReduceKind kind);
 
 // buf[i] = buf[i] * factor (floating-point types only), rounded to the dtype.
 void scale(void* buf, size_t count, DataType t, double factor);
