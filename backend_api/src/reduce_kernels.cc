@@ -51,6 +51,7 @@ constexpr size_t kVectorBytes = 32;
 namespace {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t, DataType, ReduceKind);
+using ScaleFn = void (*)(void*, size_t, DataType, double);
 
 bool haveAvx2() {
 #if ACCL_KERNELS_AVX2
@@ -65,6 +66,14 @@ ReduceFn variant(const std::string& name) {
   if (name == "generic") return generic::reduceImpl;
 #if ACCL_KERNELS_AVX2
   if (name == "avx2" && haveAvx2()) return avx2::reduceImpl;
+#endif
+  return nullptr;
+}
+
+ScaleFn scaleVariantFn(const std::string& name) {
+  if (name == "generic") return generic::scaleImpl;
+#if ACCL_KERNELS_AVX2
+  if (name == "avx2" && haveAvx2()) return avx2::scaleImpl;
 #endif
   return nullptr;
 }
@@ -98,32 +107,14 @@ void reduce(void* out, const void* a, const void* b, size_t n, DataType t, Reduc
 }
 
 void scale(void* buf, size_t n, DataType t, double factor) {
-  switch (t) {
-    case DataType::Float16: {
-      auto* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < n; ++i)
-        p[i] = floatToHalf(static_cast<float>(halfToFloat(p[i]) * factor));
-      return;
-    }
-    case DataType::BFloat16: {
-      auto* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < n; ++i)
-        p[i] = floatToBf16(static_cast<float>(bf16ToFloat(p[i]) * factor));
-      return;
-    }
-    case DataType::Float32: {
-      auto* p = static_cast<float*>(buf);
-      for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(p[i] * factor);
-      return;
-    }
-    case DataType::Float64: {
-      auto* p = static_cast<double*>(buf);
-      for (size_t i = 0; i < n; ++i) p[i] *= factor;
-      return;
-    }
-    default: break;
-  }
-  throw InvalidArgument(std::string("scaling is not defined for dtype ") + toString(t));
+  static const ScaleFn best = haveAvx2() ? scaleVariantFn("avx2") : scaleVariantFn("generic");
+  best(buf, n, t, factor);
+}
+
+void scaleVariant(const std::string& name, void* buf, size_t n, DataType t, double factor) {
+  ScaleFn f = scaleVariantFn(name);
+  if (!f) throw InvalidArgument("reduction kernels '" + name + "' are not built or not supported by this CPU");
+  f(buf, n, t, factor);
 }
 
 }  // namespace internal

@@ -263,6 +263,61 @@ TEST(ReduceKernels, SixteenBitFloatsMatchTheScalarConversionsForEveryBitPattern)
   check16<internal::bf16ToFloat, internal::floatToBf16>(DataType::BFloat16);
 }
 
+// scale(): every variant, every length 0-70 and a long one, several
+// factors, against the product computed in double and rounded to the dtype
+// element by element (16-bit floats: through float, with half.h).
+TEST(ReduceKernels, ScaleMatchesTheElementByElementProduct) {
+  std::mt19937 rng(7);
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 70; ++n) lengths.push_back(n);
+  lengths.push_back(4099);
+  const double factors[] = {1.0 / 3, 0.5, 1e-3, 7.0, -2.5};
+  auto drawFloat = [&]() -> double {
+    switch (rng() % 10) {
+      case 0: return std::numeric_limits<double>::quiet_NaN();
+      case 1: return -std::numeric_limits<double>::infinity();
+      case 2: return 1e-41;  // a float subnormal
+      default: return std::uniform_real_distribution<double>(-7e4, 7e4)(rng);
+    }
+  };
+  for (const std::string& variant : internal::reduceVariants())
+    for (double f : factors)
+      for (size_t n : lengths) {
+        std::vector<float> x32(n), want32(n);
+        std::vector<double> x64(n), want64(n);
+        std::vector<uint16_t> xh(n), wanth(n), xb(n), wantb(n);
+        for (size_t i = 0; i < n; ++i) {
+          double v = drawFloat();
+          x32[i] = static_cast<float>(v);
+          want32[i] = static_cast<float>(static_cast<double>(x32[i]) * f);
+          x64[i] = v;
+          want64[i] = v * f;
+          xh[i] = static_cast<uint16_t>(rng());
+          wanth[i] = internal::floatToHalf(static_cast<float>(internal::halfToFloat(xh[i]) * f));
+          xb[i] = static_cast<uint16_t>(rng());
+          wantb[i] = internal::floatToBf16(static_cast<float>(internal::bf16ToFloat(xb[i]) * f));
+        }
+        internal::scaleVariant(variant, x32.data(), n, DataType::Float32, f);
+        internal::scaleVariant(variant, x64.data(), n, DataType::Float64, f);
+        internal::scaleVariant(variant, xh.data(), n, DataType::Float16, f);
+        internal::scaleVariant(variant, xb.data(), n, DataType::BFloat16, f);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(sameValue(x32[i], want32[i])) << variant << " float32 x" << f << " n=" << n << " i=" << i;
+          ASSERT_TRUE(sameValue(x64[i], want64[i])) << variant << " float64 x" << f << " n=" << n << " i=" << i;
+          ASSERT_TRUE(xh[i] == wanth[i] || (std::isnan(internal::halfToFloat(xh[i])) &&
+                                            std::isnan(internal::halfToFloat(wanth[i]))))
+              << variant << " float16 x" << f << " n=" << n << " i=" << i << std::hex << ": 0x" << xh[i] << " want 0x"
+              << wanth[i];
+          ASSERT_TRUE(xb[i] == wantb[i] || (std::isnan(internal::bf16ToFloat(xb[i])) &&
+                                            std::isnan(internal::bf16ToFloat(wantb[i]))))
+              << variant << " bfloat16 x" << f << " n=" << n << " i=" << i << std::hex << ": 0x" << xb[i]
+              << " want 0x" << wantb[i];
+        }
+      }
+  float v = 1;
+  EXPECT_THROW(internal::scale(&v, 1, DataType::Int32, 2.0), InvalidArgument);
+}
+
 TEST(ReduceKernels, FloatsAndBool) {
   float a[2] = {1.5f, std::nanf("")}, b[2] = {-2.0f, 1.0f}, out[2];
   internal::reduce(out, a, b, 2, DataType::Float32, ReduceKind::Max);

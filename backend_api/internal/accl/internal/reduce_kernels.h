@@ -23,8 +23,10 @@ std::vector<std::string> reduceVariants();
 void reduceVariant(const std::string& variant, void* out, const void* a, const void* b, size_t count, DataType t,
                    ReduceKind kind);
 
-// buf[i] = buf[i] * factor (floating-point types only), rounded to the dtype.
+// buf[i] = buf[i] * factor (floating-point types only), computed in double
+// and rounded to the dtype (16-bit ones through float).
 void scale(void* buf, size_t count, DataType t, double factor);
+void scaleVariant(const std::string& variant, void* buf, size_t count, DataType t, double factor);
 
 // The element-wise op a backend should run for `op`: Avg and PremulSum reduce with Sum.
 inline ReduceKind elementwiseKind(ReduceKind op) {
