@@ -665,7 +665,11 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
   if (n == 1) return;
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
   if (cma_ && displ[n] >= kCmaMinBytes) {
-    ctl(me).ptrIn = reinterpret_cast<uint64_t>(o + displ[me]);
+    // The peers read this rank's part from its input, which nobody writes
+    // during the op, not from the copy just made in its output: those lines
+    // are dirty in this core's cache, and the peers' reads of them in the op
+    // before had to be invalidated by that copy.
+    ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     round(d);
     for (int p = 0; p < n; ++p)
       if (p != me && bytes[p]) cmaRead(p, ctl(p).ptrIn, o + displ[p], bytes[p]);
