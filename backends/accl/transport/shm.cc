@@ -627,7 +627,16 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(buf);
     round(d);
-    if (me != root) cmaRead(root, ctl(root).ptrIn, b, bytes);
+    // The others read the message from the root's buffer; the root, which
+    // would otherwise wait, writes the last 1/n of it into each of them, so
+    // that every core copies an equal share ((n-1)/n of the message) at once.
+    size_t head = (bytes - bytes / static_cast<size_t>(n)) & ~size_t(4095);
+    if (me == root) {
+      for (int p = 0; p < n; ++p)
+        if (p != me) cmaWrite(p, b + head, ctl(p).ptrIn + head, bytes - head);
+    } else {
+      cmaRead(root, ctl(root).ptrIn, b, head);
+    }
     round(d);
     return;
   }
@@ -783,16 +792,22 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   char* o = static_cast<char*>(out);
-  if (me == root && o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
+  bool single = cma_ && n > 1 && displ[n] >= kCmaMinBytes;
+  if (me == root && !single && o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  if (cma_ && displ[n] >= kCmaMinBytes) {
+  if (single) {
     begin(deadline);
-    ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
+    ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
     round(d);
-    if (me == root)
-      for (int p = 0; p < n; ++p)
-        if (p != me && bytes[p]) cmaRead(p, ctl(p).ptrIn, o + displ[p], bytes[p]);
+    // Each other rank writes its part into the root's output while the root
+    // copies its own: every core copies at once (the root reading the parts
+    // copied them one after another).
+    if (me == root) {
+      if (o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
+    } else if (bytes[me]) {
+      cmaWrite(root, in, ctl(root).ptrOut + displ[me], bytes[me]);
+    }
     round(d);
     return;
   }
@@ -829,14 +844,20 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   const char* i = static_cast<const char*>(in);
-  if (me == root && i + displ[me] != out && bytes[me]) std::memmove(out, i + displ[me], bytes[me]);
+  bool single = cma_ && n > 1 && displ[n] >= kCmaMinBytes;
+  if (me == root && !single && i + displ[me] != out && bytes[me]) std::memmove(out, i + displ[me], bytes[me]);
   if (n == 1) return;
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  if (cma_ && displ[n] >= kCmaMinBytes) {
+  if (single) {
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     round(d);
-    if (me != root && bytes[me]) cmaRead(root, ctl(root).ptrIn + displ[me], out, bytes[me]);
+    // The root copies its own part while the others read theirs.
+    if (me == root) {
+      if (i + displ[me] != out && bytes[me]) std::memmove(out, i + displ[me], bytes[me]);
+    } else if (bytes[me]) {
+      cmaRead(root, ctl(root).ptrIn + displ[me], out, bytes[me]);
+    }
     round(d);
     return;
   }
