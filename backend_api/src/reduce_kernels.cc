@@ -62,20 +62,28 @@ bool haveAvx2() {
 #endif
 }
 
-ReduceFn variant(const std::string& name) {
-  if (name == "generic") return generic::reduceImpl;
+// A variant's two entry points; null where it is not built or the CPU lacks it.
+struct Kernels {
+  ReduceFn reduce = nullptr;
+  ScaleFn scale = nullptr;
+};
+
+Kernels variant(const std::string& name) {
+  if (name == "generic") return {generic::reduceImpl, generic::scaleImpl};
 #if ACCL_KERNELS_AVX2
-  if (name == "avx2" && haveAvx2()) return avx2::reduceImpl;
+  if (name == "avx2" && haveAvx2()) return {avx2::reduceImpl, avx2::scaleImpl};
 #endif
-  return nullptr;
+  return {};
 }
 
-ScaleFn scaleVariantFn(const std::string& name) {
-  if (name == "generic") return generic::scaleImpl;
-#if ACCL_KERNELS_AVX2
-  if (name == "avx2" && haveAvx2()) return avx2::scaleImpl;
-#endif
-  return nullptr;
+// The widest variant this CPU runs, chosen once.
+const Kernels& best() {
+  static const Kernels k = haveAvx2() ? variant("avx2") : variant("generic");
+  return k;
+}
+
+[[noreturn]] void unknownVariant(const std::string& name) {
+  throw InvalidArgument("reduction kernels '" + name + "' are not built or not supported by this CPU");
 }
 
 void checkValid(DataType t, ReduceKind k) {
@@ -93,27 +101,22 @@ std::vector<std::string> reduceVariants() {
 
 void reduceVariant(const std::string& name, void* out, const void* a, const void* b, size_t n, DataType t,
                    ReduceKind k) {
-  ReduceFn f = variant(name);
-  if (!f) throw InvalidArgument("reduction kernels '" + name + "' are not built or not supported by this CPU");
+  ReduceFn f = variant(name).reduce;
+  if (!f) unknownVariant(name);
   checkValid(t, k);
   f(out, a, b, n, t, k);
 }
 
 void reduce(void* out, const void* a, const void* b, size_t n, DataType t, ReduceKind k) {
-  // The widest kernels this CPU runs, chosen once.
-  static const ReduceFn best = haveAvx2() ? variant("avx2") : variant("generic");
   checkValid(t, k);
-  best(out, a, b, n, t, k);
+  best().reduce(out, a, b, n, t, k);
 }
 
-void scale(void* buf, size_t n, DataType t, double factor) {
-  static const ScaleFn best = haveAvx2() ? scaleVariantFn("avx2") : scaleVariantFn("generic");
-  best(buf, n, t, factor);
-}
+void scale(void* buf, size_t n, DataType t, double factor) { best().scale(buf, n, t, factor); }
 
 void scaleVariant(const std::string& name, void* buf, size_t n, DataType t, double factor) {
-  ScaleFn f = scaleVariantFn(name);
-  if (!f) throw InvalidArgument("reduction kernels '" + name + "' are not built or not supported by this CPU");
+  ScaleFn f = variant(name).scale;
+  if (!f) unknownVariant(name);
   f(buf, n, t, factor);
 }
 
