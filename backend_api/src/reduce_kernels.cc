@@ -1,7 +1,5 @@
 #include "accl/internal/reduce_kernels.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
