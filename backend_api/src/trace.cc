@@ -393,19 +393,14 @@ std::vector<PeerTraffic> FlightRecorder::traffic() const {
 
 void FlightRecorder::waiting(uint64_t id, const std::string& why) {
   Slot& s = slotOf(id);
-  if (s.id.load(std::memory_order_relaxed) != id) return;
+  if (idOf(s) != id) return;
   {
     std::lock_guard<std::mutex> lk(textMu_);
-    texts_[id].note = why;
-    s.hasText.store(true, std::memory_order_relaxed);
+    textsOf(s, id).note = why;
   }
-  // The watchdog's thread may call this while the op's own thread moves it
-  // on: a compare-and-swap, which loses to a later state (done, failed).
-  uint64_t m = s.meta.load(std::memory_order_relaxed);
-  while ((stateOf(m) == OpState::Queued || stateOf(m) == OpState::Started) &&
-         !s.meta.compare_exchange_weak(m, withState(m, OpState::Waiting), std::memory_order_release,
-                                       std::memory_order_relaxed)) {
-  }
+  // The op's own thread no longer writes `meta`; a finished op reads as
+  // done or failed whatever this flag says.
+  s.meta.fetch_or(kWaitingBit, std::memory_order_release);
   // Every waiting rank writes its dump at the op's first warning: accl-diag
   // then compares the ranks while the job still hangs (a stopped rank writes
   // none, which names it too).
@@ -424,8 +419,7 @@ void FlightRecorder::checkStall(std::chrono::milliseconds warnAfter) {
   for (uint64_t id = first; id < next; ++id) {
     const Slot& s = ring_[id & (capacity_ - 1)];
     uint64_t m = s.meta.load(R);
-    OpState st = stateOf(m);
-    if (s.id.load(R) != id || st == OpState::Done || st == OpState::Failed) continue;
+    if (idOf(s) != id || (s.endedId.load(R) & ~kFailedTag) == id) continue;
     uint8_t op = static_cast<uint8_t>(m & 0xff);
     if (!collectives && op != uint8_t(OpType::Send) && op != uint8_t(OpType::Recv)) continue;
     oldest = read(s);
@@ -580,17 +574,19 @@ void FlightRecorder::close() {
 
 int64_t FlightRecorder::nowSlow() { return precise_ ? steadyNs() : TickClock::get().now(); }
 
-void FlightRecorder::dropTexts(Slot& s) {
-  std::lock_guard<std::mutex> lk(textMu_);
-  texts_.erase(s.id.load(R));
-  s.hasText.store(false, R);
+FlightRecorder::Texts& FlightRecorder::textsOf(Slot& s, uint64_t id) {
+  // Ops older than the ring's oldest keep no texts (the first failure is
+  // kept apart, in firstFailure_).
+  while (!texts_.empty() && texts_.begin()->first + capacity_ <= id) texts_.erase(texts_.begin());
+  s.textId.store(id, R);
+  return texts_[id];
 }
 
 void FlightRecorder::waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_t totalNs) {
   Slot& s = slotOf(id);
-  if (s.id.load(R) != id || totalNs <= 0) return;
+  if (idOf(s) != id || totalNs <= 0) return;
   s.waitTotalNs.store(totalNs, R);
-  s.meta.store(s.meta.load(R) | kWaitedBit, std::memory_order_release);
+  s.meta.fetch_or(kWaitedBit, std::memory_order_release);
   if (timelineTid_ < 0) return;
   // A span from the op's first wait for its peers to the end of its last
   // (the time between is the op's own work); the sum of the waits is in args.
@@ -606,21 +602,19 @@ void FlightRecorder::waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_
 
 void FlightRecorder::peerBytes(uint64_t id, std::vector<PeerBytes> peers) {
   Slot& s = slotOf(id);
-  if (s.id.load(R) != id || peers.empty()) return;
+  if (idOf(s) != id || peers.empty()) return;
   std::lock_guard<std::mutex> lk(textMu_);
-  texts_[id].peers = std::move(peers);
-  s.hasText.store(true, R);
+  textsOf(s, id).peers = std::move(peers);
 }
 
 // finished() of a failed op, or of any op while statistics or the timeline
 // are on.
 void FlightRecorder::finishedSlow(uint64_t id, const std::exception_ptr& error) {
   Slot& s = slotOf(id);
-  bool mine = s.id.load(R) == id;
+  bool mine = idOf(s) == id;
   if (mine) {
-    uint64_t m = s.meta.load(R);
     s.finishedNs.store(nowSlow(), R);
-    s.meta.store(withState(m, error ? OpState::Failed : OpState::Done) | kFinishedBit, std::memory_order_release);
+    s.endedId.store(error ? id | kFailedTag : id, std::memory_order_release);
   }
   if (!error) {
     if (mine && (stats_ || timelineTid_ >= 0)) account(read(s));
@@ -638,8 +632,7 @@ void FlightRecorder::finishedSlow(uint64_t id, const std::exception_ptr& error) 
   bool first = false;
   {
     std::lock_guard<std::mutex> lk(textMu_);
-    texts_[id].error = why;
-    s.hasText.store(true, R);
+    textsOf(s, id).error = why;
   }
   Copy c = read(s);
   if (stats_ || timelineTid_ >= 0) account(c);
@@ -664,12 +657,10 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
       if (attempt > 100) std::this_thread::yield();
       continue;
     }
-    c.id = s.id.load(R);
-    // Acquire: the fields its phase bits vouch for were written before it.
+    c.id = v1 ? v1 / 2 - 1 : 0;
     uint64_t m = s.meta.load(std::memory_order_acquire);
     c.op = static_cast<OpType>(m & 0xff);
     c.dtype = static_cast<DataType>((m >> 8) & 0xff);
-    c.state = stateOf(m);
     c.coll = s.coll.load(R);
     c.count = s.count.load(R);
     c.bytes = s.bytes.load(R);
@@ -680,25 +671,33 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
     c.seq = -1;
     c.algorithm = c.transport = nullptr;
     c.startedNs = c.finishedNs = c.waitTotalNs = 0;
-    if (m & kStartedBit) {
+    // Acquire: the fields a tag vouches for were written before it.
+    uint64_t ended = s.endedId.load(std::memory_order_acquire);
+    bool started = s.startedId.load(std::memory_order_acquire) == c.id;
+    bool finished = (ended & ~kFailedTag) == c.id;
+    if (started) {
       c.startedNs = s.startedNs.load(R);
       c.seq = s.seq.load(R);
       c.algorithm = s.algorithm.load(R);
       c.transport = s.transport.load(R);
     }
-    if (m & kFinishedBit) {
+    if (finished) {
       c.finishedNs = s.finishedNs.load(R);
-      if (!(m & kStartedBit)) c.startedNs = c.finishedNs;  // finished without a start of its own
+      if (!started) c.startedNs = c.finishedNs;  // finished without a start of its own
     }
+    c.state = finished ? ((ended & kFailedTag) ? OpState::Failed : OpState::Done)
+              : (m & kWaitingBit) ? OpState::Waiting
+              : started ? OpState::Started
+                        : OpState::Queued;
     if (m & kWaitedBit) c.waitTotalNs = s.waitTotalNs.load(R);
     std::atomic_thread_fence(std::memory_order_acquire);
     whole = s.ver.load(R) == v1;
   }
-  if (!whole) {
-    c.id = 0;  // never caught between two writes: the caller skips it
+  if (!whole || c.id == 0) {
+    c.id = 0;  // never written, or never caught between two writes: the caller skips it
     return c;
   }
-  if (s.hasText.load(R)) {
+  if (s.textId.load(R) == c.id) {
     std::lock_guard<std::mutex> lk(textMu_);
     auto it = texts_.find(c.id);
     if (it != texts_.end()) {

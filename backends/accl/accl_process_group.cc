@@ -211,11 +211,6 @@ AcclProcessGroup::~AcclProcessGroup() {
   net_.reset();
 }
 
-void AcclProcessGroup::noteAlgo(Algo a) {
-  if (!runningTrace_) return;
-  recorder()->started(runningTrace_, static_cast<int64_t>(runningSeq_), core::toString(a), transportName_);
-}
-
 void AcclProcessGroup::tracePointToPoint(int peer) {
   uint64_t id = issuingTraceId();
   if (!id) return;

@@ -59,8 +59,11 @@ class AcclProcessGroup : public ProcessGroup {
   void allreduceBody(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                      const core::OpDesc& d, core::Clock::time_point deadline);
   void logSetup();
-  // Records the algorithm of the op this thread runs in the flight recorder.
-  void noteAlgo(core::Algo a);
+  // Records the algorithm of the op this thread runs in the flight recorder
+  // (inline: a few stores on every op's path).
+  void noteAlgo(core::Algo a) {
+    if (runningTrace_) recorder()->started(runningTrace_, static_cast<int64_t>(runningSeq_), core::toString(a), transportName_);
+  }
   // Records a point-to-point op with `peer` (-1: any) as started.
   void tracePointToPoint(int peer);
 

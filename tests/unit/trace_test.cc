@@ -76,13 +76,15 @@ TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
 }
 
 TEST(FlightRecorder, AReusedSlotShowsNothingOfItsFormerOp) {
-  // begin() writes only an op's own fields; its later phases (start, end,
-  // waits) are published by bits beside its state. A newer op in the same
-  // slot must show none of the former op's.
+  // begin() writes only an op's own fields; its later phases (start, end)
+  // are published by tags that name the op, its texts (error, stall note)
+  // by the op's id beside them. A newer op in the same slot must show none
+  // of the former op's.
   FlightRecorder rec(2, "g", "accl", 0, 2);
   uint64_t a = rec.begin(OpType::Allreduce, DataType::Float32, 4, -1, -1, 16);
   rec.started(a, 9, "ring", "tcp");
-  rec.finished(a, nullptr);
+  rec.waiting(a, "a has waited 60 s");
+  rec.finished(a, std::make_exception_ptr(RemoteError("a failed")));
   uint64_t b = rec.begin(OpType::Send, DataType::Int8, 1, -1, 70000, 1);
   uint64_t c = rec.begin(OpType::Broadcast, DataType::Int64, 3, 1, -1, 24);  // a's slot
   auto e = rec.entries();
@@ -107,6 +109,9 @@ TEST(FlightRecorder, AReusedSlotShowsNothingOfItsFormerOp) {
   EXPECT_EQ(e[1].transport, "");
   EXPECT_EQ(e[1].startedUs, 0);
   EXPECT_EQ(e[1].finishedUs, 0);
+  EXPECT_EQ(e[1].error, "");
+  EXPECT_EQ(e[1].note, "");
+  EXPECT_EQ(rec.firstFailure().error, "a failed");  // kept apart
   // A second started() replaces what it is given and keeps the first start
   // (20 ms later: five ticks of the coarse clock; each read of the entries
   // converts to wall time afresh, which may move a time by a microsecond).

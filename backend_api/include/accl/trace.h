@@ -79,9 +79,9 @@ class FlightRecorder {
   static size_t wantedCapacity();
 
   // A new op; returns its id. The three calls of an op's life (begin,
-  // started, finished) are inline: on the common path they are a few plain
-  // stores into the op's slot, no call and no lock (the flight recorder is on
-  // by default, so an 8-byte op pays for it).
+  // started, finished) are inline: on the common path they are plain stores
+  // into the op's slot, no call, no lock and no load from the slot (the
+  // flight recorder is on by default, so an 8-byte op pays for it).
   __attribute__((always_inline)) uint64_t begin(OpType op, DataType dtype, uint64_t count, int root, int peer,
                                                 uint64_t bytes) {
     uint64_t id = next_.fetch_add(1, kRelaxed);
@@ -94,18 +94,15 @@ class FlightRecorder {
     }
     int64_t now = opNow();
     Slot& s = slotOf(id);
-    if (__builtin_expect(s.hasText.load(kRelaxed), 0)) dropTexts(s);
-    uint64_t v = s.ver.load(kRelaxed);
-    s.ver.store(v + 1, kRelaxed);  // odd: being written
+    s.ver.store(2 * id + 1, kRelaxed);  // odd: being written
     std::atomic_thread_fence(std::memory_order_release);
-    s.id.store(id, kRelaxed);
-    s.meta.store(packMeta(op, dtype, OpState::Queued, 0), kRelaxed);
+    s.meta.store(packMeta(op, dtype), kRelaxed);
     s.coll.store(coll, kRelaxed);
     s.count.store(count, kRelaxed);
     s.bytes.store(bytes, kRelaxed);
     s.ranks.store(static_cast<uint32_t>(root) | (static_cast<uint64_t>(static_cast<uint32_t>(peer)) << 32), kRelaxed);
     s.queuedNs.store(now, kRelaxed);
-    s.ver.store(v + 2, std::memory_order_release);
+    s.ver.store(2 * id + 2, std::memory_order_release);
     // The next op's slot, into this core's cache while the op runs: a ring of
     // thousands of slots is out of L1 by the time it comes round.
     const Slot* n = &slotOf(id + 1);
@@ -118,18 +115,16 @@ class FlightRecorder {
   // program, or nullptr: only the pointers are kept); `seq` is its
   // collective sequence number (-1: none). Called again, it replaces what
   // it is given and keeps the first start time.
-  void started(uint64_t id, int64_t seq, const char* algorithm, const char* transport) {
+  __attribute__((always_inline)) void started(uint64_t id, int64_t seq, const char* algorithm,
+                                              const char* transport) {
     Slot& s = slotOf(id);
-    if (s.id.load(kRelaxed) != id) return;  // overwritten: more ops in flight than the ring holds
-    uint64_t m = s.meta.load(kRelaxed);
-    if (!(m & kStartedBit)) {
-      s.startedNs.store(opNow(), kRelaxed);
+    if (__builtin_expect(s.startedId.load(kRelaxed) != id, 1)) {
+      s.startedNs.store(phaseNow(), kRelaxed);
       s.seq.store(seq, kRelaxed);
       s.algorithm.store(algorithm, kRelaxed);
       s.transport.store(transport, kRelaxed);
-      if (stateOf(m) == OpState::Queued) m = withState(m, OpState::Started);
-      // Release: a reader that sees the bit sees the fields.
-      s.meta.store(m | kStartedBit, std::memory_order_release);
+      // Release: a reader that sees the tag sees the fields.
+      s.startedId.store(id, std::memory_order_release);
       return;
     }
     if (seq >= 0) s.seq.store(seq, kRelaxed);
@@ -138,13 +133,11 @@ class FlightRecorder {
   }
   // Op `id` completed; the group's first failed op also writes the dump
   // (when ACCL_TRACE_BUFFER > 0).
-  void finished(uint64_t id, const std::exception_ptr& error) {
+  __attribute__((always_inline)) void finished(uint64_t id, const std::exception_ptr& error) {
     if (__builtin_expect(error || precise_, 0)) return finishedSlow(id, error);
     Slot& s = slotOf(id);
-    if (s.id.load(kRelaxed) != id) return;
-    uint64_t m = s.meta.load(kRelaxed);
-    s.finishedNs.store(opNow(), kRelaxed);
-    s.meta.store(withState(m, OpState::Done) | kFinishedBit, std::memory_order_release);
+    s.finishedNs.store(phaseNow(), kRelaxed);
+    s.endedId.store(id, std::memory_order_release);
   }
   // Where op `id` waited for its peers (steady_clock ns: the first wait's
   // start, the last wait's end, their sum); backends report it when
@@ -197,42 +190,51 @@ class FlightRecorder {
   static constexpr auto kRelaxed = std::memory_order_relaxed;
   // One op as the ring keeps it. begin() fills the first cache line inside a
   // version counter that is odd while it writes (a seqlock: readers copy the
-  // slot without a lock and retry when the version moved). The later phases
-  // write their own fields, then publish them with a release store of `meta`,
-  // whose phase bits say which fields belong to this op (a field without its
-  // bit is a former op's and is not read). Every field is a relaxed atomic:
-  // plain moves, no locked instruction on the op's path. Texts (error, stall
-  // note) and per-peer bytes live in texts_. Only when more ops are in flight
-  // than the ring holds can an old op's phase and a new op's begin write one
-  // slot at once: that entry may then mix the two ops (every field stays
-  // valid; no memory is at risk).
-  static constexpr uint64_t kStartedBit = uint64_t(1) << 24;   // startedNs, seq, algorithm, transport
-  static constexpr uint64_t kFinishedBit = uint64_t(2) << 24;  // finishedNs
-  static constexpr uint64_t kWaitedBit = uint64_t(4) << 24;    // waitTotalNs
-  static uint64_t packMeta(OpType op, DataType dtype, OpState st, uint64_t bits) {
-    return uint64_t(static_cast<uint8_t>(op)) | uint64_t(static_cast<uint8_t>(dtype)) << 8 |
-           uint64_t(static_cast<uint8_t>(st)) << 16 | bits;
-  }
-  static OpState stateOf(uint64_t m) { return static_cast<OpState>((m >> 16) & 0xff); }
-  static uint64_t withState(uint64_t m, OpState st) {
-    return (m & ~(uint64_t(0xff) << 16)) | uint64_t(static_cast<uint8_t>(st)) << 16;
+  // slot without a lock and retry when the version moved); the version is
+  // 2 * id + 2 once written, so it names the op. The later phases write their
+  // own fields in the second line, then publish them with a release store of
+  // the op's id in their tag (startedId, endedId): a field whose tag is not
+  // the slot's op is a former op's and is not read. The op's path only
+  // stores (no load from the slot, no locked instruction). The watchdog's
+  // and the failure paths' flags (waiting, waited) live in `meta`, which
+  // only they change after begin(). Texts (error, stall note) and per-peer
+  // bytes live in texts_, by op id, with the id in textId. Only when more
+  // ops are in flight than the ring holds can an old op's phase and a new
+  // op's begin write one slot at once: that entry may then mix the two ops
+  // (every field stays valid; no memory is at risk).
+  static constexpr uint64_t kWaitingBit = uint64_t(1) << 24;  // a stall warning (state Waiting)
+  static constexpr uint64_t kWaitedBit = uint64_t(2) << 24;   // waitTotalNs
+  static constexpr uint64_t kFailedTag = uint64_t(1) << 63;   // in endedId: the op failed
+  static uint64_t packMeta(OpType op, DataType dtype) {
+    return uint64_t(static_cast<uint8_t>(op)) | uint64_t(static_cast<uint8_t>(dtype)) << 8;
   }
   struct alignas(64) Slot {  // two cache lines
     // begin()'s line
-    std::atomic<uint64_t> ver{0};
-    std::atomic<uint64_t> id{0};
-    std::atomic<uint64_t> meta{0};  // op, dtype, state, phase bits (packMeta)
+    std::atomic<uint64_t> ver{0};   // 2 * id + 2 (odd: being written; 0: never used)
+    std::atomic<uint64_t> meta{0};  // op, dtype, flags (packMeta, kWaitingBit, kWaitedBit)
     std::atomic<int64_t> coll{-1};
     std::atomic<uint64_t> count{0}, bytes{0};
     std::atomic<uint64_t> ranks{0};  // root (low 32 bits), peer (high), as int32
     std::atomic<int64_t> queuedNs{0};  // CLOCK_MONOTONIC, like the other times
+    std::atomic<uint64_t> textId{0};   // the op whose texts_ entry exists (0: none)
     // the later phases'
     std::atomic<int64_t> startedNs{0}, seq{-1};
     std::atomic<const char*> algorithm{nullptr};
     std::atomic<const char*> transport{nullptr};
     std::atomic<int64_t> finishedNs{0};
     std::atomic<int64_t> waitTotalNs{0};
-    std::atomic<bool> hasText{false};
+    std::atomic<uint64_t> startedId{0};  // the op whose start the fields above hold
+    std::atomic<uint64_t> endedId{0};    // the op that finished (| kFailedTag: failed)
+  };
+  static_assert(sizeof(Slot) == 128, "a slot is two cache lines");
+  // The op a slot holds (0: none, or being written).
+  static uint64_t idOf(const Slot& s) {
+    uint64_t v = s.ver.load(kRelaxed);
+    return (v & 1) ? 0 : v / 2 - (v ? 1 : 0);
+  }
+  struct Texts {
+    std::string error, note;
+    std::vector<PeerBytes> peers;
   };
   // A consistent copy of a slot (times still monotonic ns).
   struct Copy {
@@ -260,8 +262,17 @@ class FlightRecorder {
     if (!tickUsed_->load(kRelaxed)) tickUsed_->store(true, kRelaxed);
     return t;
   }
+  // The same clock for an op's later phases: begin() already told the
+  // ticker that ops read it.
+  int64_t phaseNow() {
+    int64_t t = tick_->load(kRelaxed);
+    if (__builtin_expect(t == 0 || precise_, 0)) return nowSlow();
+    return t;
+  }
   int64_t nowSlow();
-  void dropTexts(Slot& s);  // the texts of the op that held this slot before
+  // Texts of op `id` (under textMu_): its entry, made when missing; entries
+  // of ops the ring no longer holds go.
+  Texts& textsOf(Slot& s, uint64_t id);
   void finishedSlow(uint64_t id, const std::exception_ptr& error);
   void account(const Copy& c);     // timeline and statistics of a finished op
 
@@ -270,10 +281,6 @@ class FlightRecorder {
   std::atomic<uint64_t> next_{1};
   std::atomic<int64_t> nextColl_{0};
   mutable std::mutex textMu_;  // texts_, firstFailure_
-  struct Texts {
-    std::string error, note;
-    std::vector<PeerBytes> peers;
-  };
   std::map<uint64_t, Texts> texts_;  // by op id
   Copy firstFailure_;  // id 0: none yet
   mutable std::mutex metaMu_;  // hosts_, trafficSource_, closed_

@@ -40,19 +40,6 @@ std::string trim(const std::string& s) {
 }
 }  // namespace
 
-const char* toString(Algo a) {
-  switch (a) {
-    case Algo::Auto: return "auto";
-    case Algo::Shm: return "shm";
-    case Algo::Ring: return "ring";
-    case Algo::RecursiveDoubling: return "recursive_doubling";
-    case Algo::Tree: return "tree";
-    case Algo::Direct: return "direct";
-    case Algo::Hierarchical: return "hierarchical";
-  }
-  return "?";
-}
-
 const char* toString(Coll c) { return kCollNames[static_cast<int>(c)]; }
 
 AlgoOverrides parseAlgoSpec(const std::string& spec) {

@@ -26,7 +26,12 @@ enum class Coll : uint8_t {
 };
 constexpr int kNumColls = 9;
 
-const char* toString(Algo a);
+// The algorithm's name (a static string; inline: the flight recorder keeps it per op).
+inline const char* toString(Algo a) {
+  static constexpr const char* kNames[] = {"auto", "shm", "ring", "recursive_doubling", "tree", "direct",
+                                           "hierarchical"};
+  return static_cast<unsigned>(a) < sizeof(kNames) / sizeof(kNames[0]) ? kNames[static_cast<unsigned>(a)] : "?";
+}
 const char* toString(Coll c);
 
 class CostModel;
