@@ -94,11 +94,18 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// Resident set size (bytes) and open descriptors of this process.
+// Private resident memory (bytes) and open descriptors of this process. The
+// private part only (RssAnon): the shared-memory segment's pages count as
+// resident as the ops first touch them, up to its fixed size, and the
+// libraries' file pages as the code first runs; neither can leak.
 size_t residentBytes() {
-  std::ifstream f("/proc/self/statm");
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;  // "RssAnon:  123 kB"
+  std::ifstream m("/proc/self/statm");  // kernels before 4.5: the whole resident set
   size_t total = 0, resident = 0;
-  f >> total >> resident;
+  m >> total >> resident;
   return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 int openFds() {
