@@ -79,7 +79,7 @@ std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count
   // An op run while it was issued (small ops on the accl backend) ends here,
   // inline; others when they complete.
   if (w->succeededAtOnce())
-    recorder_->finished(id, nullptr);
+    recorder_->succeeded(id);
   else
     w->setTrace(recorder_, id);
   return w;

@@ -348,6 +348,7 @@ FlightRecorder::FlightRecorder(size_t capacity, std::string group, std::string b
     // A power of two: an op's slot is its id masked (no integer division on
     // the op's path).
     : capacity_(size_t(1) << (64 - __builtin_clzll(std::max<uint64_t>(capacity, 2) - 1))),
+      mask_(capacity_ - 1),
       ring_(new Slot[capacity_]),
       group_(std::move(group)),
       backend_(std::move(backend)),
@@ -359,6 +360,10 @@ FlightRecorder::FlightRecorder(size_t capacity, std::string group, std::string b
   dumps_ = c.traceBuffer > 0;
   if (c.stats) stats_ = std::make_unique<Stats>();
   precise_ = c.stats || !c.timeline.empty();
+  // Every op takes the precise clock: its phases find a clock word of 0,
+  // as when the ticker is parked, and go to nowSlow() with no second test.
+  static const std::atomic<int64_t> kNoTick{0};
+  if (precise_) tick_ = &kNoTick;
   if (Timeline* t = Timeline::get(rank))
     timelineTid_ = t->addGroup("group " + (group_.empty() ? std::string("default") : "'" + group_ + "'") + " (" +
                                backend_ + ", rank " + std::to_string(rank) + "/" + std::to_string(size) + ")");
@@ -657,7 +662,7 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
       if (attempt > 100) std::this_thread::yield();
       continue;
     }
-    c.id = v1 ? v1 / 2 - 1 : 0;
+    c.id = idOfVersion(v1);
     uint64_t m = s.meta.load(std::memory_order_acquire);
     c.op = static_cast<OpType>(m & 0xff);
     c.dtype = static_cast<DataType>((m >> 8) & 0xff);

@@ -321,13 +321,14 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
       }
     } timedWaits(this, traceId);
     // What the op moved per peer over the network, for its flight recorder
-    // entry (a lock and a copy per op that crossed hosts; none within one).
+    // entry (a lock and a copy per op that crossed hosts; none within one:
+    // the test is inline, the copy a call).
     auto notePeers = [&] {
-      FlightRecorder* rec = traceId && !layout_.singleHost() ? recorder() : nullptr;
-      if (!rec) return;
-      std::vector<PeerBytes> v;
-      for (const auto& b : net_->opTraffic()) v.push_back({b.rank, b.sent, b.received});
-      rec->peerBytes(traceId, std::move(v));
+      if (traceId && !layout_.singleHost()) [&]() __attribute__((noinline)) {
+          std::vector<PeerBytes> v;
+          for (const auto& b : net_->opTraffic()) v.push_back({b.rank, b.sent, b.received});
+          recorder()->peerBytes(traceId, std::move(v));
+        }();
     };
     try {
       body(d, deadline);

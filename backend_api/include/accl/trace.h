@@ -134,7 +134,12 @@ class FlightRecorder {
   // Op `id` completed; the group's first failed op also writes the dump
   // (when ACCL_TRACE_BUFFER > 0).
   __attribute__((always_inline)) void finished(uint64_t id, const std::exception_ptr& error) {
-    if (__builtin_expect(error || precise_, 0)) return finishedSlow(id, error);
+    if (__builtin_expect(error != nullptr, 0)) return finishedSlow(id, error);
+    succeeded(id);
+  }
+  // The same for an op that succeeded (no exception_ptr to build and test).
+  __attribute__((always_inline)) void succeeded(uint64_t id) {
+    if (__builtin_expect(precise_, 0)) return finishedSlow(id, nullptr);
     Slot& s = slotOf(id);
     s.finishedNs.store(phaseNow(), kRelaxed);
     s.endedId.store(id, std::memory_order_release);
@@ -227,11 +232,10 @@ class FlightRecorder {
     std::atomic<uint64_t> endedId{0};    // the op that finished (| kFailedTag: failed)
   };
   static_assert(sizeof(Slot) == 128, "a slot is two cache lines");
+  // The op a version word names (0: none, or being written: odd).
+  static uint64_t idOfVersion(uint64_t v) { return (v & 1) || v == 0 ? 0 : v / 2 - 1; }
   // The op a slot holds (0: none, or being written).
-  static uint64_t idOf(const Slot& s) {
-    uint64_t v = s.ver.load(kRelaxed);
-    return (v & 1) ? 0 : v / 2 - (v ? 1 : 0);
-  }
+  static uint64_t idOf(const Slot& s) { return idOfVersion(s.ver.load(kRelaxed)); }
   struct Texts {
     std::string error, note;
     std::vector<PeerBytes> peers;
@@ -252,13 +256,14 @@ class FlightRecorder {
     std::string error, note;
     std::vector<PeerBytes> peers;
   };
-  Slot& slotOf(uint64_t id) { return ring_[id & (capacity_ - 1)]; }  // capacity_: a power of two
+  Slot& slotOf(uint64_t id) { return ring_[id & mask_]; }
   Copy read(const Slot& s) const;  // with the texts
   // The op clock: the ticker's copy of the coarse clock (a load), or the
-  // precise clock where statistics or the timeline time each op.
+  // precise clock where statistics or the timeline time each op (then tick_
+  // is a word that stays 0, so one test covers both).
   int64_t opNow() {
     int64_t t = tick_->load(kRelaxed);
-    if (__builtin_expect(t == 0 || precise_, 0)) return nowSlow();
+    if (__builtin_expect(t == 0, 0)) return nowSlow();
     if (!tickUsed_->load(kRelaxed)) tickUsed_->store(true, kRelaxed);
     return t;
   }
@@ -266,7 +271,7 @@ class FlightRecorder {
   // ticker that ops read it.
   int64_t phaseNow() {
     int64_t t = tick_->load(kRelaxed);
-    if (__builtin_expect(t == 0 || precise_, 0)) return nowSlow();
+    if (__builtin_expect(t == 0, 0)) return nowSlow();
     return t;
   }
   int64_t nowSlow();
@@ -276,7 +281,8 @@ class FlightRecorder {
   void finishedSlow(uint64_t id, const std::exception_ptr& error);
   void account(const Copy& c);     // timeline and statistics of a finished op
 
-  size_t capacity_;
+  size_t capacity_;  // a power of two
+  size_t mask_;      // capacity_ - 1: an op's slot is its id masked
   std::unique_ptr<Slot[]> ring_;
   std::atomic<uint64_t> next_{1};
   std::atomic<int64_t> nextColl_{0};
@@ -295,7 +301,7 @@ class FlightRecorder {
   int timelineTid_ = -1;          // this group's row in the timeline; -1: ACCL_TIMELINE off
   bool dumps_ = false;            // ACCL_TRACE_BUFFER > 0: failures write the dump
   bool precise_ = false;          // statistics or timeline: every op timed with the precise clock
-  const std::atomic<int64_t>* tick_;  // the ticker's clock word (0: parked)
+  const std::atomic<int64_t>* tick_;  // the ticker's clock word (0: parked; always 0 when precise_)
   std::atomic<bool>* tickUsed_;       // set by an op that read it since the last tick
   std::atomic<bool> ownStallWarnings_{false};
   std::atomic<uint64_t> stallDumped_{0};  // the last op whose stall wrote the dump
