@@ -211,6 +211,12 @@ AcclProcessGroup::~AcclProcessGroup() {
   net_.reset();
 }
 
+void AcclProcessGroup::notePeerBytes(uint64_t traceId) {
+  std::vector<PeerBytes> v;
+  for (const auto& b : net_->opTraffic()) v.push_back({b.rank, b.sent, b.received});
+  recorder()->peerBytes(traceId, std::move(v));
+}
+
 void AcclProcessGroup::tracePointToPoint(int peer) {
   uint64_t id = issuingTraceId();
   if (!id) return;
@@ -320,15 +326,10 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
         rec->waited(id, w.firstNs, w.lastNs, w.totalNs);
       }
     } timedWaits(this, traceId);
-    // What the op moved per peer over the network, for its flight recorder
-    // entry (a lock and a copy per op that crossed hosts; none within one:
+    // What the op moved per peer over the network (none within one host:
     // the test is inline, the copy a call).
     auto notePeers = [&] {
-      if (traceId && !layout_.singleHost()) [&]() __attribute__((noinline)) {
-          std::vector<PeerBytes> v;
-          for (const auto& b : net_->opTraffic()) v.push_back({b.rank, b.sent, b.received});
-          recorder()->peerBytes(traceId, std::move(v));
-        }();
+      if (traceId && !layout_.singleHost()) notePeerBytes(traceId);
     };
     try {
       body(d, deadline);

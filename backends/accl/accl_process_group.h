@@ -66,6 +66,9 @@ class AcclProcessGroup : public ProcessGroup {
   }
   // Records a point-to-point op with `peer` (-1: any) as started.
   void tracePointToPoint(int peer);
+  // What op `traceId` moved per peer over the network, into its flight
+  // recorder entry (a lock and a copy: called only for ops that crossed hosts).
+  __attribute__((noinline)) void notePeerBytes(uint64_t traceId);
 
   std::shared_ptr<Store> store_;
   uint64_t token_ = 0;

@@ -1,3 +1,5 @@
+import os
+import re
 import subprocess
 import sys
 
@@ -12,9 +14,6 @@ def test_check_module_reports_and_self_tests():
 def test_call_cost_bench_runs_and_reports_both_paths():
     # bench/torch_call_cost.py (docs/performance.md): one rank, a short run; the
     # script itself checks that the 1-rank sum left its tensor at ones.
-    import os
-    import re
-
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "torch_call_cost.py")
     cmd = [os.environ["TEST_ACCL_RUN"], "-n", "1", sys.executable, script, "--touch", "0,1", "--iters", "50",
            "--loops", "1", "--repeat", "1"]
