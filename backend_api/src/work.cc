@@ -121,9 +121,11 @@ long workBlocksOutstanding() { return gBlocksOutstanding.load(); }
 
 Work::Work(std::string description) : description_(std::move(description)) {}
 Work::Work(const char* what, uint64_t seq) : what_(what), seq_(seq) {}
+Work::Work(Describer describe, const std::array<int64_t, 4>& args) : describe_(describe), args_(args) {}
 Work::~Work() = default;
 
 std::string Work::description() const {
+  if (describe_) return describe_(args_);
   if (what_) return std::string(what_) + " #" + std::to_string(seq_);
   return description_;
 }
@@ -157,9 +159,10 @@ void Work::wait(std::chrono::milliseconds timeout) {
     cv_.wait(lk, [&] { return callbacksDone_; });
   } else if (!cv_.wait_for(lk, timeout, [&] { return callbacksDone_; })) {
     std::string d = description();
-    throw Timeout("accl: " + (d.empty() ? std::string("operation") : d) +
-                  " did not complete within " + std::to_string(timeout.count()) +
-                  " ms of Work::wait()");
+    // A backend's description may carry the group's context ("accl rank 0/2 ...") already.
+    if (d.empty()) d = "accl: operation";
+    else if (d.rfind("accl", 0) != 0) d = "accl: " + d;
+    throw Timeout(d + " did not complete within " + std::to_string(timeout.count()) + " ms of Work::wait()");
   }
   if (error_) std::rethrow_exception(error_);
 }

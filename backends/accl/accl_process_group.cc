@@ -585,25 +585,40 @@ std::shared_ptr<Work> AcclProcessGroup::doBarrier(const BarrierOptions& o) {
 
 // ---------------------------------------------------------------- point-to-point
 
+// A point-to-point op's description, formatted only for a message (an
+// error, a timeout): building it on every op took about a quarter
+// microsecond of a send's half. args: this rank | size << 24 | send << 48,
+// the peer (kAnySource: any), the tag, the bytes.
+static std::string describePointToPoint(const std::array<int64_t, 4>& a) {
+  int rank = static_cast<int>(a[0] & 0xffffff), size = static_cast<int>((a[0] >> 24) & 0xffffff);
+  bool send = (a[0] >> 48) & 1;
+  int peer = static_cast<int>(a[1]);
+  std::string who = peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(peer);
+  return errorContext(rank, size, "accl",
+                      std::string(send ? "send to " : "recv from ") + who + " (tag " + std::to_string(a[2]) + ", " +
+                          std::to_string(a[3]) + " bytes)");
+}
+
+std::shared_ptr<Work> AcclProcessGroup::pointToPointWork(bool send, int peer, int tag, size_t bytes) {
+  int64_t me = static_cast<int64_t>(rank()) | static_cast<int64_t>(size()) << 24 | static_cast<int64_t>(send) << 48;
+  auto work = internal::makeWork(&describePointToPoint,
+                                 std::array<int64_t, 4>{me, peer, tag, static_cast<int64_t>(bytes)});
+  if (auto hook = net_->waiterHook(peer, bytes)) work->setWaitHook(std::move(hook));
+  tracePointToPoint(peer);
+  return work;
+}
+
 std::shared_ptr<Work> AcclProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
   size_t bytes = buf.count * dataTypeSize(buf.dtype);
-  std::string what = context("send to rank " + std::to_string(dst) + " (tag " + std::to_string(o.tag) + ", " +
-                             std::to_string(bytes) + " bytes)");
-  auto work = internal::makeWork(what);
-  if (auto hook = net_->waiterHook(dst, bytes)) work->setWaitHook(std::move(hook));
-  tracePointToPoint(dst);
-  net_->postTagged(true, dst, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work, what);
+  auto work = pointToPointWork(true, dst, o.tag, bytes);
+  net_->postTagged(true, dst, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work);
   return work;
 }
 
 std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOptions& o) {
   size_t bytes = buf.count * dataTypeSize(buf.dtype);
-  std::string what = context("recv from " + (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
-                             " (tag " + std::to_string(o.tag) + ", " + std::to_string(bytes) + " bytes)");
-  auto work = internal::makeWork(what);
-  if (auto hook = net_->waiterHook(src == kAnySource ? -1 : src, bytes)) work->setWaitHook(std::move(hook));
-  tracePointToPoint(src);
-  net_->postTagged(false, src, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work, what);
+  auto work = pointToPointWork(false, src, o.tag, bytes);
+  net_->postTagged(false, src, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work);
   return work;
 }
 

@@ -221,6 +221,58 @@ TEST_P(Fault, RankThatNeverEntersIsNamedByEveryWaitingRank) {
   }
 }
 
+// A receive whose sender never sends: a bounded Work::wait() gives up with a
+// Timeout, and the op itself times out at its deadline; both messages name
+// the op (rank, peer, tag, size), formatted only then (the description is
+// lazy). A send that went out at once completed while it was posted.
+TEST_P(Fault, AReceiveNobodySendsToTimesOutNamingItsPeerTagAndSize) {
+  std::string dir;
+  runRanks(2, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+    float x[3] = {1, 2, 3};
+    if (r == 0) {
+      RecvOptions o;
+      o.tag = 41;
+      o.timeout = 2s;
+      auto w = pg.recv(Buffer(x, 3, DataType::Float32), 1, o);
+      recordOutcome(c, r, [&] { w->wait(std::chrono::milliseconds(100)); });  // the wait's bound
+      record(c, r, "description: " + w->description());
+      recordOutcome(c, r, [&] { w->wait(); });  // the op's deadline
+      // The peer's send, tag 42, does not match; taken now, it completes.
+      o.tag = 42;
+      o.timeout = 20s;
+      recordOutcome(c, r, [&] { pg.recv(Buffer(x, 3, DataType::Float32), 1, o)->wait(); });
+    } else {
+      SendOptions o;
+      o.tag = 42;
+      auto w = pg.send(Buffer(x, 3, DataType::Float32), 0, o);
+      record(c, r, std::string("send posted: ") + (w->isCompleted() ? "complete" : "pending"));
+      w->wait();
+    }
+    c.store->set("done" + std::to_string(r), toBytes("1"));
+    c.store->wait({"done0", "done1"}, 60s);
+  }, 60s, &dir);
+  std::string s0 = out(dir, 0), s1 = out(dir, 1);
+  SCOPED_TRACE("rank 0: " + s0 + "rank 1: " + s1);
+  std::istringstream lines(s0);
+  std::string waitBound, description, deadline, matched;
+  std::getline(lines, waitBound);
+  std::getline(lines, description);
+  std::getline(lines, deadline);
+  std::getline(lines, matched);
+  const std::string what = "accl rank 0/2 accl: recv from rank 1 (tag 41, 12 bytes)";
+  EXPECT_EQ(waitBound.rfind("Timeout: " + what + " did not complete within 100 ms", 0), 0u);
+  EXPECT_EQ(description, "description: " + what);
+  EXPECT_EQ(deadline.rfind("Timeout: " + what + " timed out waiting for rank 1", 0), 0u);
+  long ms = std::stol(deadline.substr(deadline.rfind('[') + 1));
+  EXPECT_GT(ms, 1500);  // the op's 2 s deadline (less the 100 ms already waited)
+  EXPECT_LT(ms, 10000);
+  EXPECT_EQ(matched.rfind("ok", 0), 0u);
+  // Over shared memory the 12 bytes went into the ring at once.
+  if (GetParam() == "shm,tcp") {
+    EXPECT_NE(s1.find("send posted: complete"), std::string::npos);
+  }
+}
+
 // Survivor `r` of a run where rank 2 was killed: it exited normally, its ops
 // failed with a RemoteError that names rank 2 well within their 20 s
 // timeout, or (mayComplete) they all completed.

@@ -177,7 +177,7 @@ TEST_P(NetTransport, APeerThatFinishesAndExitsDoesNotFailItsLastMessage) {
 static std::shared_ptr<Work> postTaggedWork(Pair& p, int from, bool send, void* buf, size_t len, int tag) {
   auto w = std::make_shared<Work>("p2p test");
   if (auto h = p.t[from]->waiterHook(1 - from, len)) w->setWaitHook(h);
-  p.t[from]->postTagged(send, 1 - from, tag, buf, len, Clock::now() + 20s, w, "p2p test");
+  p.t[from]->postTagged(send, 1 - from, tag, buf, len, Clock::now() + 20s, w);
   return w;
 }
 
@@ -216,7 +216,7 @@ TEST_P(NetTransport, AWaiterThatPollsGetsItsMessagesAndSurvivesTheTransportsEnd)
     for (int i = 0; i < 3; ++i) {
       auto w = std::make_shared<Work>("p2p test");
       if (auto h = q.t[0]->waiterHook(1)) w->setWaitHook(h);
-      q.t[0]->postTagged(false, 1, i, buf.data(), buf.size(), Clock::now() + 20s, w, "p2p test");
+      q.t[0]->postTagged(false, 1, i, buf.data(), buf.size(), Clock::now() + 20s, w);
       waiters.emplace_back([w] { EXPECT_THROW(w->wait(), RemoteError); });
     }
     std::this_thread::sleep_for(std::chrono::microseconds(round * 10));

@@ -1,6 +1,7 @@
 // Handle of an asynchronous operation.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +27,11 @@ class Work {
   // "<what> #<seq>", formatted only when a message needs it (`what` must be a
   // string literal or otherwise outlive the Work).
   Work(const char* what, uint64_t seq);
+  // Formatted by `describe(args)` only when a message needs it: a plain
+  // function of plain values, so nothing it reads can go away before the
+  // Work (an op's peer, tag and size, say).
+  using Describer = std::string (*)(const std::array<int64_t, 4>& args);
+  Work(Describer describe, const std::array<int64_t, 4>& args);
   virtual ~Work();
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
@@ -75,6 +81,8 @@ class Work {
   std::string description_;
   const char* what_ = nullptr;  // with seq_: the description, when description_ is empty
   uint64_t seq_ = 0;
+  Describer describe_ = nullptr;  // with args_: the description, when set
+  std::array<int64_t, 4> args_{};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool completed_ = false;

@@ -17,6 +17,9 @@ namespace core {
 namespace net {
 
 namespace {
+// How long a waiter polls the rings for a small message before it sleeps
+// (see waiterHook).
+constexpr size_t kWaiterSpinUs = 20;
 // Where an abort's reason lands.
 struct TextLanding : Landing {
   explicit TextLanding(size_t n) : text(n, '\0') { base = &text[0]; }
@@ -40,6 +43,8 @@ NetTransport::NetTransport(Options o)
       busySince_(o_.size),
       lastHeard_(o_.size) {
   gate_->t = this;  // no waiter hook exists before this constructor returns
+  smallHooks_[0] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(0)});
+  smallHooks_[1] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterSpinUs)});
   auto deadline = Clock::now() + o_.timeout;
   sockets_ = std::make_unique<SocketLink>(static_cast<const SocketLink::Options&>(o_), static_cast<FrameSink*>(this),
                                           deadline);
@@ -185,7 +190,6 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
   bool fast = peer >= 0 && overShm(peer);
   for (int p = 0; peer < 0 && p < o_.size && !fast; ++p) fast = p != o_.rank && overShm(p);
   if (!fast) return nullptr;
-  std::weak_ptr<WaiterGate> wg = gate_;
   // The spin: 20 us, and for a large message the time it takes at 2 GB/s
   // (a copy on a busy host), up to 4 MiB's, so that the waiter copies it
   // itself rather than hand it to the progress thread and sleep (2 ranks on
@@ -193,11 +197,19 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
   // with 2 ms).
   // 4 ranks on 2 cores, the same sendrecv: 60-80 us at 8 B and 0.1-0.2x
   // Open MPI's busbw at 128 KiB - 2 MiB with it, so there one pass instead.
-  auto spin = spinningWaiters_ ? std::chrono::microseconds(20 + std::min<size_t>(bytes, size_t(4) << 20) / 2000)
-                               : std::chrono::microseconds(0);
-  return [wg, spin](Work& w) {
-    if (auto g = wg.lock()) progressForWaiter(*g, w, spin);
+  size_t extraUs = std::min<size_t>(bytes, size_t(4) << 20) / 2000;
+  bool spins = spinningWaiters_;
+  std::shared_ptr<const HookState> state =
+      !spins || extraUs == 0
+          ? smallHooks_[spins]
+          : std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterSpinUs + extraUs)});
+  struct Hook {  // 16 bytes, moved without throwing: kept inside the std::function
+    std::shared_ptr<const HookState> s;
+    void operator()(Work& w) const {
+      if (auto g = s->gate.lock()) progressForWaiter(*g, w, s->spin);
+    }
   };
+  return Hook{std::move(state)};
 }
 
 void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin) {
@@ -211,7 +223,7 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
   auto until = Clock::now() + spin;
   bool guest = false;
   for (int n = 0;; ++n) {
-    std::vector<std::function<void()>> completions;
+    std::vector<Completion> completions;
     bool stop;
     {
       // The gate is held only while polling, not while completions run (one
@@ -228,7 +240,7 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
         // While frames move (a large message copied piece by piece, its
         // acknowledgement), the spin goes on.
         if (moved) until = std::max(until, Clock::now() + std::chrono::microseconds(20));
-        if ((moved || (n & 15) == 0) && !t->tagged_.empty()) completions = t->reapTagged();
+        if ((moved || (n & 15) == 0) && !t->tagged_.empty()) t->reapTagged(completions);
       }
       stop = w.doneForWait() || spin.count() == 0 || ((n & 63) == 63 && Clock::now() >= until);
       if (stop && completions.empty()) {
@@ -236,7 +248,7 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
         return;
       }
     }
-    for (auto& f : completions) f();
+    for (auto& c : completions) c.run();
     if (stop || w.doneForWait()) {
       std::shared_lock<std::shared_mutex> gl(g.m);
       if (g.t && g.t->shm_) g.t->shm_->guestEnd(w.doneForWait());
@@ -256,12 +268,13 @@ void NetTransport::progressLoop() {
   auto lastIb = Clock::now(), lastShm = lastIb;
   int waitMs = 50;
   bool lazy = false;
+  std::vector<Completion> completions;  // kept: no allocation per pass
   while (!stop_) {
     int events = loop_->wait(waitMs);
     // A lazy look (a millisecond slept, nothing signalled) while a waiter
     // polls: that waiter does it (and holds the lock).
     if (lazy && waitMs > 0 && events == 0 && shm_->guestsActive()) continue;
-    std::vector<std::function<void()>> completions;
+    completions.clear();
     std::unique_lock<std::mutex> lk(mu_);
     loop_->dispatch();
     auto now = Clock::now();
@@ -290,10 +303,10 @@ void NetTransport::progressLoop() {
         lastShm = now, waitMs = 0;
       }
     }
-    if (!tagged_.empty()) completions = reapTagged();
+    if (!tagged_.empty()) reapTagged(completions);
     cv_.notify_all();
     lk.unlock();
-    for (auto& f : completions) f();
+    for (auto& c : completions) c.run();
   }
   // Requests still pending at shutdown fail rather than never completing.
   std::vector<std::function<void()>> left;
@@ -301,9 +314,8 @@ void NetTransport::progressLoop() {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& p : tagged_) {
       auto w = p.work;
-      auto what = p.what;
-      left.push_back([w, what] {
-        w->markCompleted(std::make_exception_ptr(RemoteError(what + ": the process group was destroyed")));
+      left.push_back([w] {
+        w->markCompleted(std::make_exception_ptr(RemoteError(w->description() + ": the process group was destroyed")));
       });
     }
     tagged_.clear();

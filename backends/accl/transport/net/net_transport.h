@@ -89,10 +89,12 @@ class NetTransport : public Transport, private FrameSink {
 
   // Point-to-point messages of the user API: matched by (source, tag) in order
   // of posting, like MPI; peer may be -1 (any source) for receives. Posted at
-  // once; `work` completes on the progress thread when the message is done,
-  // failed, or `deadline` passed (Timeout).
+  // once; `work` (not yet handed out: no other thread can reach it) completes
+  // here when the message is done at once (sent into a ring, or had arrived),
+  // else on the progress thread or a waiter when it is done, failed, or
+  // `deadline` passed (Timeout).
   void postTagged(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
-                  std::shared_ptr<Work> work, std::string what);
+                  std::shared_ptr<Work> work);
 
   // For a point-to-point Work with `peer` (-1: any source), set before the
   // Work is handed out: a thread that waits on it polls the shared-memory
@@ -158,7 +160,6 @@ class NetTransport : public Transport, private FrameSink {
     RequestPtr req;
     std::shared_ptr<Work> work;
     Clock::time_point deadline;
-    std::string what;
   };
 
   // FrameSink (called with mu_ held)
@@ -180,6 +181,14 @@ class NetTransport : public Transport, private FrameSink {
   static void progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin);
   std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
   std::atomic<bool> spinningWaiters_{true};
+  // A waiter hook's state: the gate and how long the waiter polls. The hook
+  // holds only a pointer to it, so that std::function keeps it inline (no
+  // allocation per op); small messages share one (by spin: 0 or the base).
+  struct HookState {
+    std::weak_ptr<WaiterGate> gate;
+    std::chrono::microseconds spin;
+  };
+  std::shared_ptr<const HookState> smallHooks_[2];
 
   void setupIb(Clock::time_point deadline);
   void setupShm(Clock::time_point deadline);
@@ -208,8 +217,17 @@ class NetTransport : public Transport, private FrameSink {
   // error unwinds (the algorithm's scratch, the caller's) are never touched.
   void retireOpLocked();
   // Completes finished or expired user requests (mu_ held); returns the
-  // Work completions to run after mu_ is released.
-  std::vector<std::function<void()>> reapTagged();
+  // A point-to-point Work to complete after mu_ is released (it may run
+  // callbacks), with its outcome.
+  struct Completion {
+    std::shared_ptr<Work> work;
+    std::exception_ptr error;
+    int source;
+    void run() { work->markCompleted(std::move(error), source); }
+  };
+  // The finished (done, failed or timed out) point-to-point ops, taken off
+  // tagged_ into `out` (appended).
+  void reapTagged(std::vector<Completion>& out);
 
   Options o_;
   mutable std::mutex mu_;

@@ -231,7 +231,7 @@ void NetTransport::warnStall(const std::string& waitingFor) {
 // ---------------------------------------------------------------- point-to-point
 
 void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
-                              std::shared_ptr<Work> work, std::string what) {
+                              std::shared_ptr<Work> work) {
   std::lock_guard<std::mutex> lk(mu_);
   auto r = std::make_shared<Request>();
   r->isSend = isSend;
@@ -240,7 +240,6 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
   r->key = static_cast<uint64_t>(static_cast<int64_t>(tag));
   r->buf = static_cast<char*>(buf);
   r->len = len;
-  tagged_.push_back({r, std::move(work), deadline, std::move(what)});
   if (peer >= 0 && !peerFailed_[peer].empty()) {
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
   } else if (isSend) {
@@ -252,11 +251,20 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
   } else {
     matcher_.post(r);
   }
+  if (r->done && r->failure == Failure::None) {
+    // Done already: a send whose frames went out at once (a small message
+    // into a shared-memory ring), a receive whose message had arrived. The
+    // Work completes here, before it is handed out: no entry to reap, no
+    // wake-up of the progress thread (a system call, and a thread that takes
+    // a core from the ranks on a busy host).
+    work->completeUnshared(nullptr, isSend ? -1 : r->source);
+    return;
+  }
+  tagged_.push_back({r, std::move(work), deadline});
   if (r->done) loop_->wake();
 }
 
-std::vector<std::function<void()>> NetTransport::reapTagged() {
-  std::vector<std::function<void()>> out;
+void NetTransport::reapTagged(std::vector<Completion>& out) {
   auto now = Clock::now();
   for (size_t i = 0; i < tagged_.size();) {
     Tagged& p = tagged_[i];
@@ -265,28 +273,30 @@ std::vector<std::function<void()>> NetTransport::reapTagged() {
     bool finish = false;
     if (r->done) {
       finish = true;
-      if (r->failure == Failure::Mismatch) err = std::make_exception_ptr(InvalidArgument(p.what + ": " + r->error));
-      else if (r->failure == Failure::Remote) err = std::make_exception_ptr(RemoteError(p.what + ": " + r->error));
-      if (r->failure != Failure::None) withdrawLocked(r, r->error, p.what.c_str());
+      if (r->failure != Failure::None) {
+        // The Work's description (formatted only now) names the op.
+        std::string what = p.work->description();
+        if (r->failure == Failure::Mismatch) err = std::make_exception_ptr(InvalidArgument(what + ": " + r->error));
+        else err = std::make_exception_ptr(RemoteError(what + ": " + r->error));
+        withdrawLocked(r, r->error, what.c_str());
+      }
     } else if (now >= p.deadline) {
       finish = true;
-      err = std::make_exception_ptr(Timeout(p.what + " timed out" +
+      std::string what = p.work->description();
+      err = std::make_exception_ptr(Timeout(what + " timed out" +
                                             (r->peer >= 0 ? " waiting for rank " + std::to_string(r->peer) : std::string())));
       // Withdrawn, so that nothing lands in (or is read from) the user's
       // buffer after the Work failed.
-      withdrawLocked(r, "timed out", p.what.c_str());
+      withdrawLocked(r, "timed out", what.c_str());
     }
     if (!finish) {
       ++i;
       continue;
     }
-    auto work = std::move(p.work);
-    int src = r->isSend ? -1 : r->source;
-    out.push_back([work, err, src] { work->markCompleted(err, src); });
+    out.push_back({std::move(p.work), std::move(err), r->isSend ? -1 : r->source});
     tagged_[i] = std::move(tagged_.back());
     tagged_.pop_back();
   }
-  return out;
 }
 
 }  // namespace net

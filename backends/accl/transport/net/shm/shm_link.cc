@@ -341,6 +341,16 @@ void ShmLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, c
   size_t frames = len == 0 ? 1 : (len + maxFrame_ - 1) / maxFrame_;
   if (m) m->framesLeft = frames;
   if (!o.ring) return;  // dropped peer: as a closed connection, nothing goes out
+  if (frames == 1 && o.queue.empty()) {
+    // One frame and nothing before it (a small message): straight into the
+    // ring when it has room, without the queue's copy of the header and of
+    // the owner's pointer.
+    FrameHeader h{kWireMagic, kWireVersion, static_cast<uint8_t>(type), 0, key, 0, len, len, desc};
+    if (writeNow(peer, h, buf)) {
+      if (m) sink_->onSent(m);
+      return;
+    }
+  }
   for (size_t off = 0, i = 0; i < frames; ++i, off += maxFrame_) {
     size_t n = std::min(maxFrame_, len - std::min(len, off));
     OutFrame f;
@@ -350,6 +360,36 @@ void ShmLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, c
     o.queue.push_back(std::move(f));
   }
   flush(peer);
+}
+
+bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
+  Out& o = out_[peer];
+  Ring* r = o.ring;
+  size_t rec = sizeof(FrameHeader) + align64(h.len);
+  uint64_t head = r->head.load(std::memory_order_relaxed);
+  if (cap_ - (head - r->tail.load(std::memory_order_acquire)) < rec) return false;  // queued: flush() waits for room
+  char* data = r->data();
+  auto put = [&](uint64_t pos, const char* src, size_t n) {
+    size_t at = pos & (cap_ - 1), first = std::min(n, cap_ - at);
+    std::memcpy(data + at, src, first);
+    if (n > first) std::memcpy(data, src + first, n - first);
+  };
+  put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
+  if (h.len) put(head + sizeof(FrameHeader), buf, h.len);
+  r->head.store(head + rec, std::memory_order_release);
+  ringIfAsleep(peer);
+  return true;
+}
+
+void ShmLink::ringIfAsleep(int peer) {
+  // Either the reader sees the new head after saying it sleeps, or this
+  // sees that it sleeps (a fence on each side).
+  Ring* r = out_[peer].ring;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (r->readerAsleep.load(std::memory_order_relaxed) &&
+      static_cast<SegHeader*>(peerSegs_[peer])->guests.load(std::memory_order_relaxed) == 0 &&
+      r->readerAsleep.exchange(0))
+    ring(out_[peer].bell);
 }
 
 bool ShmLink::flush(int peer) {
@@ -400,15 +440,7 @@ bool ShmLink::flush(int peer) {
     if (remote) o.pending.push_back(Pending{seq, std::move(m)});  // sent when acknowledged
     else if (m) sink_->onSent(m);
   }
-  if (any) {
-    // Either the reader sees the new head after saying it sleeps, or this
-    // sees that it sleeps (a fence on each side).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (r->readerAsleep.load(std::memory_order_relaxed) &&
-        static_cast<SegHeader*>(peerSegs_[peer])->guests.load(std::memory_order_relaxed) == 0 &&
-        r->readerAsleep.exchange(0))
-      ring(o.bell);
-  }
+  if (any) ringIfAsleep(peer);
   return any;
 }
 

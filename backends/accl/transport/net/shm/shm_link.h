@@ -113,6 +113,10 @@ class ShmLink : public FrameLink, public EventHandler {
  private:
   bool pollRings(bool owner);
   ShmLink() = default;
+  // Writes one frame (header and `buf`) into the ring to `peer` if it has
+  // room (false: it has not, nothing written), and rings the reader if it sleeps.
+  bool writeNow(int peer, const FrameHeader& h, const char* buf);
+  void ringIfAsleep(int peer);
   struct OutFrame {
     FrameHeader hdr{};
     const char* data = nullptr;
