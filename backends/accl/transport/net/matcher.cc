@@ -20,14 +20,14 @@ std::string sizeMismatch(int peer, Space s, uint64_t key, const OpDesc& theirs, 
 }
 
 InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
-  auto it = active_.find(Key{peer, s, h.key});
+  auto it = findActive(Key{peer, s, h.key});
   if (it != active_.end()) {
-    Inbound& in = *it->second;
+    Inbound& in = *it->in;
     if (h.total != in.total || h.offset + h.len > in.total)
       throw ProtocolError{"inconsistent message length (" + std::to_string(h.total) + " bytes, the message has " +
                           std::to_string(in.total) + ")"};
     if (in.held && in.base == in.held.get()) in.heldFrames.emplace_back(h.offset, h.len);
-    return it->second;
+    return it->in;
   }
   // Tagged messages travel in order on one channel: a frame past the first
   // belongs to the message in progress.
@@ -57,15 +57,15 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
     in->heldFrames.emplace_back(h.offset, h.len);
     held_.push_back(in);
   }
-  if (in->total > 0) active_[Key{peer, s, h.key}] = in;
+  if (in->total > 0) active_.push_back({Key{peer, s, h.key}, in});  // not there: found above
   return in;
 }
 
 void Matcher::landed(const FrameHeader& h, Inbound& in) {
   in.got += h.len;
   if (in.got < in.total) return;
-  auto it = active_.find(Key{in.peer, in.space, in.key});
-  if (it != active_.end() && it->second.get() == &in) active_.erase(it);
+  auto it = findActive(Key{in.peer, in.space, in.key});
+  if (it != active_.end() && it->in.get() == &in) eraseActive(it);
   if (in.req) {
     in.req->done = true;  // a failed receive is done already: no change
     in.req.reset();
@@ -147,8 +147,8 @@ void Matcher::post(const RequestPtr& r) {
 void Matcher::withdraw(const RequestPtr& r) {
   auto pit = std::find(posted_.begin(), posted_.end(), r);
   if (pit != posted_.end()) posted_.erase(pit);
-  for (auto& kv : active_)
-    if (kv.second->req == r) kv.second->drop();
+  for (auto& a : active_)
+    if (a.in->req == r) a.in->drop();
 }
 
 void Matcher::forgetOpsUpTo(uint64_t seq) {
@@ -156,14 +156,13 @@ void Matcher::forgetOpsUpTo(uint64_t seq) {
   posted_.erase(std::remove_if(posted_.begin(), posted_.end(),
                                [&](const RequestPtr& r) { return old(r->space, r->key); }),
                 posted_.end());
-  for (auto it = active_.begin(); it != active_.end();) {
-    if (old(std::get<1>(it->first), std::get<2>(it->first))) {
-      it->second->drop();
-      it = active_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [&](const Active& a) {
+                                 if (!old(std::get<1>(a.key), std::get<2>(a.key))) return false;
+                                 a.in->drop();
+                                 return true;
+                               }),
+                active_.end());
 }
 
 void Matcher::sweepHeldOps(const std::function<bool(const Inbound&)>& drop) {

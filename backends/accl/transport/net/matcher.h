@@ -12,10 +12,10 @@
 // discarded. Every call is made with the transport's lock held.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -91,7 +91,21 @@ class Matcher {
   std::vector<std::pair<std::unique_ptr<char[]>, size_t>> spares_;
   std::deque<RequestPtr> posted_;  // in order of posting
   std::deque<InboundPtr> held_;    // in order of arrival
-  std::map<Key, InboundPtr> active_;  // messages with bytes still to come
+  // Messages with bytes still to come: a few at a time (an op's steps in
+  // flight, a message per peer), so a flat list searched in order, which
+  // allocates nothing per message (a map took a node per message).
+  struct Active {
+    Key key;
+    InboundPtr in;
+  };
+  std::vector<Active> active_;
+  std::vector<Active>::iterator findActive(const Key& k) {
+    return std::find_if(active_.begin(), active_.end(), [&](const Active& a) { return a.key == k; });
+  }
+  void eraseActive(std::vector<Active>::iterator it) {  // order does not matter
+    if (it + 1 != active_.end()) *it = std::move(active_.back());
+    active_.pop_back();
+  }
 };
 
 // "rank 1 sends 8 bytes for step 0 of allreduce #3 (...), this rank expects 4"

@@ -220,10 +220,12 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
   // 2 ranks on 2 cores, sendrecv 8 B - 64 KiB: 2.2-6 us with a spin of
   // 20 us (0-100 us measured alike), 11-64 us with one pass and doorbells
   // (a wake-up of the progress thread and one of the waiter per message).
-  auto until = Clock::now() + spin;
-  bool guest = false;
+  // The clock is read every 64 passes (the spin counts from the first such
+  // read), not on the pass that finds the message.
+  Clock::time_point until{};
+  bool guest = false, movedSinceLook = false;
+  std::vector<Completion> completions;
   for (int n = 0;; ++n) {
-    std::vector<Completion> completions;
     bool stop;
     {
       // The gate is held only while polling, not while completions run (one
@@ -235,25 +237,29 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
       // The progress thread may be polling: then it completes the Work.
       std::unique_lock<std::mutex> lk(t->mu_, std::try_to_lock);
       if (lk.owns_lock() && !t->stop_) {
-        // Reaping reads the clock (deadlines): after frames moved, and now and then.
         bool moved = t->shm_->pollAsGuest();
+        movedSinceLook = movedSinceLook || moved;
+        // After frames moved, what they finished; now and then, deadlines too.
+        if (!t->tagged_.empty() && (moved || (n & 15) == 0)) t->reapTagged(completions, (n & 15) == 0);
+      }
+      bool mine = false;  // this waiter's Work is among them: it stops after running them
+      for (const auto& c : completions) mine = mine || c.work.get() == &w;
+      bool served = mine || w.doneForWait();
+      stop = served || spin.count() == 0;
+      if (!stop && (n & 63) == 63) {
+        auto now = Clock::now();
+        if (until == Clock::time_point{}) until = now + spin;
         // While frames move (a large message copied piece by piece, its
         // acknowledgement), the spin goes on.
-        if (moved) until = std::max(until, Clock::now() + std::chrono::microseconds(20));
-        if ((moved || (n & 15) == 0) && !t->tagged_.empty()) t->reapTagged(completions);
+        if (movedSinceLook) until = std::max(until, now + std::chrono::microseconds(20));
+        movedSinceLook = false;
+        stop = now >= until;
       }
-      stop = w.doneForWait() || spin.count() == 0 || ((n & 63) == 63 && Clock::now() >= until);
-      if (stop && completions.empty()) {
-        t->shm_->guestEnd(w.doneForWait());
-        return;
-      }
+      if (stop) t->shm_->guestEnd(served);
     }
     for (auto& c : completions) c.run();
-    if (stop || w.doneForWait()) {
-      std::shared_lock<std::shared_mutex> gl(g.m);
-      if (g.t && g.t->shm_) g.t->shm_->guestEnd(w.doneForWait());
-      return;
-    }
+    completions.clear();
+    if (stop) return;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif

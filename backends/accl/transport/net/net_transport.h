@@ -225,9 +225,9 @@ class NetTransport : public Transport, private FrameSink {
     int source;
     void run() { work->markCompleted(std::move(error), source); }
   };
-  // The finished (done, failed or timed out) point-to-point ops, taken off
-  // tagged_ into `out` (appended).
-  void reapTagged(std::vector<Completion>& out);
+  // The finished (done, failed, or with `deadlines` timed out) point-to-point
+  // ops, taken off tagged_ into `out` (appended).
+  void reapTagged(std::vector<Completion>& out, bool deadlines = true);
 
   Options o_;
   mutable std::mutex mu_;
