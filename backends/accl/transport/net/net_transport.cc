@@ -224,7 +224,17 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
   // read), not on the pass that finds the message.
   Clock::time_point until{};
   bool guest = false, movedSinceLook = false;
-  std::vector<Completion> completions;
+  // This thread's list from its last wait (no allocation per op); a wait
+  // nested in a completion's callback finds none and makes its own.
+  static thread_local std::vector<Completion> spare;
+  std::vector<Completion> completions = std::move(spare);
+  struct GiveBack {
+    std::vector<Completion>& v;
+    ~GiveBack() {
+      v.clear();
+      spare = std::move(v);
+    }
+  } giveBack{completions};
   for (int n = 0;; ++n) {
     bool stop;
     {

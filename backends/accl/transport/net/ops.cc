@@ -268,7 +268,7 @@ void NetTransport::reapTagged(std::vector<Completion>& out, bool deadlines) {
   auto now = deadlines ? Clock::now() : Clock::time_point::min();
   for (size_t i = 0; i < tagged_.size();) {
     Tagged& p = tagged_[i];
-    auto r = p.req;
+    const RequestPtr& r = p.req;  // p stays in place until its completion is taken below
     std::exception_ptr err;
     bool finish = false;
     if (r->done) {
