@@ -1,6 +1,7 @@
 #include "transport/net/net_transport.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -20,6 +21,9 @@ namespace {
 // How long a waiter polls the rings for a small message before it sleeps
 // (see waiterHook).
 constexpr size_t kWaiterSpinUs = 20;
+// Where the host's ranks share cores, the waiter polls this long, yielding
+// the core between passes (the peer it waits for may need it).
+constexpr size_t kWaiterYieldUs = 200;
 // Where an abort's reason lands.
 struct TextLanding : Landing {
   explicit TextLanding(size_t n) : text(n, '\0') { base = &text[0]; }
@@ -43,8 +47,8 @@ NetTransport::NetTransport(Options o)
       busySince_(o_.size),
       lastHeard_(o_.size) {
   gate_->t = this;  // no waiter hook exists before this constructor returns
-  smallHooks_[0] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(0)});
-  smallHooks_[1] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterSpinUs)});
+  smallHooks_[0] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterYieldUs), true});
+  smallHooks_[1] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterSpinUs), false});
   auto deadline = Clock::now() + o_.timeout;
   sockets_ = std::make_unique<SocketLink>(static_cast<const SocketLink::Options&>(o_), static_cast<FrameSink*>(this),
                                           deadline);
@@ -202,17 +206,18 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
   std::shared_ptr<const HookState> state =
       !spins || extraUs == 0
           ? smallHooks_[spins]
-          : std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterSpinUs + extraUs)});
+          : std::make_shared<const HookState>(
+                HookState{gate_, std::chrono::microseconds(kWaiterSpinUs + extraUs), false});
   struct Hook {  // 16 bytes, moved without throwing: kept inside the std::function
     std::shared_ptr<const HookState> s;
     void operator()(Work& w) const {
-      if (auto g = s->gate.lock()) progressForWaiter(*g, w, s->spin);
+      if (auto g = s->gate.lock()) progressForWaiter(*g, w, s->spin, s->yields);
     }
   };
   return Hook{std::move(state)};
 }
 
-void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin) {
+void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin, bool yields) {
   // The waiter polls the rings itself for a while (as a guest: writers to
   // this rank ring no doorbell meanwhile, so the progress thread sleeps on),
   // then sleeps on the Work as any waiter. Bounded: on a host with more
@@ -220,6 +225,8 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
   // 2 ranks on 2 cores, sendrecv 8 B - 64 KiB: 2.2-6 us with a spin of
   // 20 us (0-100 us measured alike), 11-64 us with one pass and doorbells
   // (a wake-up of the progress thread and one of the waiter per message).
+  // Where ranks share cores (`yields`), the waiter gives the core up between
+  // passes, as the shared-memory collectives do there.
   // The clock is read every 64 passes (the spin counts from the first such
   // read), not on the pass that finds the message.
   Clock::time_point until{};
@@ -256,7 +263,8 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
       for (const auto& c : completions) mine = mine || c.work.get() == &w;
       bool served = mine || w.doneForWait();
       stop = served || spin.count() == 0;
-      if (!stop && (n & 63) == 63) {
+      // A pass that yields may take a while: the clock is read every 4th.
+      if (!stop && (n & (yields ? 3 : 63)) == (yields ? 3 : 63)) {
         auto now = Clock::now();
         if (until == Clock::time_point{}) until = now + spin;
         // While frames move (a large message copied piece by piece, its
@@ -270,6 +278,10 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
     for (auto& c : completions) c.run();
     completions.clear();
     if (stop) return;
+    if (yields) {
+      sched_yield();
+      continue;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif

@@ -178,7 +178,7 @@ class NetTransport : public Transport, private FrameSink {
     std::shared_mutex m;
     NetTransport* t = nullptr;
   };
-  static void progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin);
+  static void progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin, bool yields);
   std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
   std::atomic<bool> spinningWaiters_{true};
   // A waiter hook's state: the gate and how long the waiter polls. The hook
@@ -187,6 +187,7 @@ class NetTransport : public Transport, private FrameSink {
   struct HookState {
     std::weak_ptr<WaiterGate> gate;
     std::chrono::microseconds spin;
+    bool yields;  // gives the core up between passes (ranks share cores)
   };
   std::shared_ptr<const HookState> smallHooks_[2];
 
