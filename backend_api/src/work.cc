@@ -1,7 +1,14 @@
 #include "accl/work.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <climits>
 #include <cstdint>
+#include <ctime>
 
 #include "accl/trace.h"
 
@@ -146,18 +153,44 @@ bool Work::test() {
   return completed_;
 }
 
+namespace {
+// Sleeps while *word is 0, at most `ns` (< 0: no limit); returns on a wake-up,
+// a signal, the time limit, or a word that is no longer 0.
+void futexWaitZero(std::atomic<uint32_t>* word, int64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, 0, ns < 0 ? nullptr : &ts, nullptr, 0);
+}
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+}  // namespace
+
+void Work::publishDone() {
+  // Against wait(): either it sees done_, or this sees its sleeper count and
+  // wakes it (both sides seq_cst).
+  done_.store(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) futexWakeAll(&done_);
+}
+
 void Work::wait(std::chrono::milliseconds timeout) {
   // Only an unbounded wait may run the op itself: a bounded one must be able
   // to return when its time is up while the op goes on.
   if (timeout.count() < 0 && !done_.load(std::memory_order_acquire) && waitHook_) waitHook_(*this);
-  if (done_.load(std::memory_order_acquire)) {  // completed: error_ is final
-    if (error_) std::rethrow_exception(error_);
-    return;
+  if (!done_.load(std::memory_order_acquire)) {
+    using Clock = std::chrono::steady_clock;
+    auto until = timeout.count() < 0 ? Clock::time_point::max() : Clock::now() + timeout;
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    while (!done_.load(std::memory_order_seq_cst)) {
+      int64_t ns = -1;
+      if (timeout.count() >= 0) {
+        ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - Clock::now()).count();
+        if (ns <= 0) break;
+      }
+      futexWaitZero(&done_, ns);
+    }
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
   }
-  std::unique_lock<std::mutex> lk(mu_);
-  if (timeout.count() < 0) {
-    cv_.wait(lk, [&] { return callbacksDone_; });
-  } else if (!cv_.wait_for(lk, timeout, [&] { return callbacksDone_; })) {
+  if (!done_.load(std::memory_order_acquire)) {
     std::string d = description();
     // A backend's description may carry the group's context ("accl rank 0/2 ...") already.
     if (d.empty()) d = "accl: operation";
@@ -209,8 +242,7 @@ void Work::completeUnshared(std::exception_ptr error, int sourceRank) {
   completed_ = true;
   error_ = std::move(error);
   sourceRank_ = sourceRank;
-  callbacksDone_ = true;
-  done_.store(true, std::memory_order_release);
+  done_.store(1, std::memory_order_release);  // nobody waits yet
 }
 
 void Work::markCompleted(std::exception_ptr error, int sourceRank) {
@@ -225,19 +257,10 @@ void Work::markCompleted(std::exception_ptr error, int sourceRank) {
     sourceRank_ = sourceRank;
     cbs.swap(callbacks_);
     if (trace) trace->finished(traceId_, error_);
-    if (cbs.empty()) {
-      callbacksDone_ = true;
-      done_.store(true, std::memory_order_release);
-    }
   }
-  if (!cbs.empty()) {
-    // Callbacks run before waiters wake: after wait() returns, they have run.
-    for (auto& cb : cbs) cb(*this);
-    std::lock_guard<std::mutex> lk(mu_);
-    callbacksDone_ = true;
-    done_.store(true, std::memory_order_release);
-  }
-  cv_.notify_all();
+  // Callbacks run before waiters wake: after wait() returns, they have run.
+  for (auto& cb : cbs) cb(*this);
+  publishDone();
 }
 
 }  // namespace accl

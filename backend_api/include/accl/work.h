@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -75,7 +74,7 @@ class Work {
   bool succeededAtOnce() const { return done_.load(std::memory_order_acquire) && !error_; }
   // Used by wait hooks that poll: completed and its callbacks run (wait()
   // returns at once). Lock-free, for a loop that asks on every pass.
-  bool doneForWait() const { return done_.load(std::memory_order_acquire); }
+  bool doneForWait() const { return done_.load(std::memory_order_acquire) != 0; }
 
  private:
   std::string description_;
@@ -83,11 +82,17 @@ class Work {
   uint64_t seq_ = 0;
   Describer describe_ = nullptr;  // with args_: the description, when set
   std::array<int64_t, 4> args_{};
+  // Sets done_ (after the callbacks ran) and wakes the threads that sleep in wait().
+  void publishDone();
+
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   bool completed_ = false;
-  bool callbacksDone_ = false;  // wait() returns only after the callbacks ran
-  std::atomic<bool> done_{false};  // callbacksDone_ for wait()'s lock-free fast path
+  // 1 once completed and the callbacks ran: wait() returns then. Waiters
+  // sleep on this word (a futex: no condition variable to build and destroy
+  // with every op's Work), counted in sleepers_ so that completion makes a
+  // system call only when someone sleeps.
+  std::atomic<uint32_t> done_{0};
+  std::atomic<uint32_t> sleepers_{0};
   int sourceRank_ = -1;
   std::exception_ptr error_;
   std::vector<std::function<void(Work&)>> callbacks_;
