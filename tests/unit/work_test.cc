@@ -37,11 +37,45 @@ TEST(Work, WaitReturnsAfterCompletionAndRunsCallbacksOnce) {
 
 TEST(Work, WaitWithTimeoutThrowsTimeoutNamingTheOp) {
   Work w("allreduce #7");
+  auto t0 = std::chrono::steady_clock::now();
   try {
     w.wait(std::chrono::milliseconds(20));
     FAIL();
   } catch (const Timeout& e) {
     EXPECT_NE(std::string(e.what()).find("allreduce #7"), std::string::npos);
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(20)) << "not before its time";
+  EXPECT_THROW(w.wait(std::chrono::milliseconds(0)), Timeout);  // a zero bound only looks
+}
+
+// Waiters sleep on the Work's completion word: every one of them wakes when
+// another thread completes it, only after its callbacks ran, whether it went
+// to sleep before the completion or raced with it (many rounds, completion
+// after 0-300 us). A lost wake-up shows as a bounded wait's Timeout, or as
+// the test's time limit for the unbounded one.
+TEST(Work, EveryWaiterWakesWhenAnotherThreadCompletesItAfterItsCallbacks) {
+  for (int round = 0; round < 300; ++round) {
+    auto w = std::make_shared<Work>("round");
+    std::atomic<bool> ran{false};
+    w->onComplete([&](Work&) {
+      if (round % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ran = true;
+    });
+    std::atomic<int> awake{0}, sawCallback{0};
+    std::vector<std::thread> waiters;
+    for (int i = 0; i < 3; ++i)
+      waiters.emplace_back([&, i] {
+        if (i == 0) w->wait();
+        else w->wait(std::chrono::seconds(10));
+        ++awake;
+        if (ran) ++sawCallback;
+      });
+    std::this_thread::sleep_for(std::chrono::microseconds(round % 301));
+    w->markCompleted(nullptr, round);
+    for (auto& t : waiters) t.join();
+    ASSERT_EQ(awake.load(), 3) << "round " << round;
+    ASSERT_EQ(sawCallback.load(), 3) << "round " << round << ": wait() returned before the callback ran";
+    ASSERT_EQ(w->sourceRank(), round);
   }
 }
 
