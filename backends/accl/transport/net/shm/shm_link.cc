@@ -362,6 +362,12 @@ void ShmLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, c
   flush(peer);
 }
 
+void ShmLink::putAt(char* data, uint64_t pos, const char* src, size_t n) const {
+  size_t at = pos & (cap_ - 1), first = std::min(n, cap_ - at);  // the ring wraps
+  std::memcpy(data + at, src, first);
+  if (n > first) std::memcpy(data, src + first, n - first);
+}
+
 bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   Out& o = out_[peer];
   Ring* r = o.ring;
@@ -369,11 +375,7 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   uint64_t head = r->head.load(std::memory_order_relaxed);
   if (cap_ - (head - r->tail.load(std::memory_order_acquire)) < rec) return false;  // queued: flush() waits for room
   char* data = r->data();
-  auto put = [&](uint64_t pos, const char* src, size_t n) {
-    size_t at = pos & (cap_ - 1), first = std::min(n, cap_ - at);
-    std::memcpy(data + at, src, first);
-    if (n > first) std::memcpy(data, src + first, n - first);
-  };
+  auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
   if (h.len) put(head + sizeof(FrameHeader), buf, h.len);
   r->head.store(head + rec, std::memory_order_release);
@@ -397,11 +399,7 @@ bool ShmLink::flush(int peer) {
   Ring* r = o.ring;
   if (!r || o.queue.empty()) return false;
   char* data = r->data();
-  auto put = [&](uint64_t pos, const char* src, size_t n) {
-    size_t at = pos & (cap_ - 1), first = std::min(n, cap_ - at);
-    std::memcpy(data + at, src, first);
-    if (n > first) std::memcpy(data, src + first, n - first);
-  };
+  auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   uint64_t head = r->head.load(std::memory_order_relaxed);
   uint64_t tail = r->tail.load(std::memory_order_acquire);
   bool any = false;

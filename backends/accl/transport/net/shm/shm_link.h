@@ -116,6 +116,8 @@ class ShmLink : public FrameLink, public EventHandler {
   // Writes one frame (header and `buf`) into the ring to `peer` if it has
   // room (false: it has not, nothing written), and rings the reader if it sleeps.
   bool writeNow(int peer, const FrameHeader& h, const char* buf);
+  // Copies n bytes to ring position `pos` of the ring data at `data`.
+  void putAt(char* data, uint64_t pos, const char* src, size_t n) const;
   void ringIfAsleep(int peer);
   struct OutFrame {
     FrameHeader hdr{};
