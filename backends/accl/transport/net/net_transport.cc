@@ -200,7 +200,8 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
   // 2 cores, sendrecv 1-4 MiB: 2.5-3.5x Open MPI's time with 20 us, 1.0-1.2x
   // with 2 ms).
   // 4 ranks on 2 cores, the same sendrecv: 60-80 us at 8 B and 0.1-0.2x
-  // Open MPI's busbw at 128 KiB - 2 MiB with it, so there one pass instead.
+  // Open MPI's busbw at 128 KiB - 2 MiB with it; there the waiter yields
+  // between passes instead, for kWaiterYieldUs (5-6 us at 8 B).
   size_t extraUs = std::min<size_t>(bytes, size_t(4) << 20) / 2000;
   bool spins = spinningWaiters_;
   std::shared_ptr<const HookState> state =
@@ -337,18 +338,15 @@ void NetTransport::progressLoop() {
     for (auto& c : completions) c.run();
   }
   // Requests still pending at shutdown fail rather than never completing.
-  std::vector<std::function<void()>> left;
+  completions.clear();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& p : tagged_) {
-      auto w = p.work;
-      left.push_back([w] {
-        w->markCompleted(std::make_exception_ptr(RemoteError(w->description() + ": the process group was destroyed")));
-      });
-    }
+    for (auto& p : tagged_)
+      completions.push_back(
+          {p.work, std::make_exception_ptr(RemoteError(p.work->description() + ": the process group was destroyed")), -1});
     tagged_.clear();
   }
-  for (auto& f : left) f();
+  for (auto& c : completions) c.run();
 }
 
 // ---------------------------------------------------------------- frames in

@@ -183,7 +183,8 @@ class NetTransport : public Transport, private FrameSink {
   std::atomic<bool> spinningWaiters_{true};
   // A waiter hook's state: the gate and how long the waiter polls. The hook
   // holds only a pointer to it, so that std::function keeps it inline (no
-  // allocation per op); small messages share one (by spin: 0 or the base).
+  // allocation per op); small messages share one of these two (index 0: the
+  // host's ranks share cores, the waiter yields; 1: it spins).
   struct HookState {
     std::weak_ptr<WaiterGate> gate;
     std::chrono::microseconds spin;
@@ -217,7 +218,6 @@ class NetTransport : public Transport, private FrameSink {
   // error of the op leaves this transport, so that buffers freed while the
   // error unwinds (the algorithm's scratch, the caller's) are never touched.
   void retireOpLocked();
-  // Completes finished or expired user requests (mu_ held); returns the
   // A point-to-point Work to complete after mu_ is released (it may run
   // callbacks), with its outcome.
   struct Completion {
