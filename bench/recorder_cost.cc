@@ -1,11 +1,13 @@
-// The cost of the flight recorder, side by side in the same processes: two
-// groups of the same ranks, one recording (ProcessGroupOptions::record, as
-// ACCL_TRACE_BUFFER / ACCL_STATS / ACCL_TIMELINE set it) and one not, take
-// turns running blocks of the same op on the same buffers. Blocks start after
-// a barrier; a block's time is its slowest rank's. The ratio on/off of each
-// round (a block of each) is printed as the median over rounds with its
-// spread, so that the machine's drift, which an A/B of two runs sees as
-// noise, cancels out.
+// The cost of the flight recorder, side by side in the same processes and
+// the same group: one group of all ranks takes turns running blocks of the
+// same op on the same buffers with its recording on and paused
+// (ProcessGroup::setRecording; paused, an op is issued as in a group made
+// with record = false). One group for both sides: two groups differ in where
+// their shared-memory segments lie, which on some machines moves a small
+// op's time by more than the recorder does. Blocks start after a barrier; a
+// block's time is its slowest rank's. The ratio on/off of each round (a block
+// of each) is printed as the median over rounds with its spread, so that the
+// machine's drift, which an A/B of two runs sees as noise, cancels out.
 //   accl-run -n 2 accl-recorder-cost [--backend accl] [--sizes 8,4096] [--rounds 61] [--control]
 #include <CLI/CLI.hpp>
 
@@ -48,7 +50,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--block-ms", blockMs, "length of one block")->check(CLI::Range(0.1, 1000.0))->capture_default_str();
   app.add_flag("--control", control,
-               "neither group records (an A/A run: the on/off ratio it prints is the bench's own bias)");
+               "both sides run with the recording paused (an A/A run: the on/off ratio it prints is the bench's own bias)");
   CLI11_PARSE(app, argc, argv);
   for (size_t s : sizes)
     if (s == 0 || s % 4) {
@@ -60,25 +62,25 @@ int main(int argc, char** argv) {
     auto world = accl::createProcessGroup(backend, rv.store, rv.rank, rv.size);
     std::vector<int> all(static_cast<size_t>(world->size()));
     for (int r = 0; r < world->size(); ++r) all[static_cast<size_t>(r)] = r;
-    accl::ProcessGroupOptions off, on;
-    off.name = "recorder-off";
-    off.record = false;
-    on.name = "recorder-on";
-    on.record = !control;
-    auto gOff = world->split(all, off);
-    auto gOn = world->split(all, on);
+    accl::ProcessGroupOptions opts;
+    opts.name = "recorder-cost";
+    auto g = world->split(all, opts);
     const int n = world->size(), me = world->rank();
-    if (!control && !gOn->recorder()) {
+    if (!g->recorder()) {
       if (me == 0)
         std::fprintf(stderr, "accl-recorder-cost: the recorder is off in this environment (ACCL_TRACE_BUFFER=0 and "
                              "no ACCL_STATS or ACCL_TIMELINE): nothing to compare\n");
       return 2;
     }
+    auto side = [&](bool on) -> accl::ProcessGroup& {
+      g->setRecording(on && !control);
+      return *g;
+    };
     if (me == 0) {
       const accl::Config& c = accl::Config::get();
       std::printf("# allreduce float32 sum, %d ranks, %s backend; recorder: %s%d%s%s; %d rounds of "
                   "%.1f ms blocks per size\n",
-                  n, backend.c_str(), control ? "off in both groups (--control), ACCL_TRACE_BUFFER=" : "ACCL_TRACE_BUFFER=",
+                  n, backend.c_str(), control ? "paused on both sides (--control), ACCL_TRACE_BUFFER=" : "ACCL_TRACE_BUFFER=",
                   c.traceBuffer, c.stats ? ", ACCL_STATS=1" : "", c.timeline.empty() ? "" : ", ACCL_TIMELINE", rounds,
                   blockMs);
       std::printf("# %10s %10s %10s %8s %8s %8s %6s\n", "bytes", "off_us", "on_us", "on/off", "p10", "p90", "wrong");
@@ -110,10 +112,10 @@ int main(int argc, char** argv) {
       };
       // Iterations per block: from a warm-up timed on the recording group,
       // agreed on by all ranks (the largest estimate).
-      run(*gOn, 200);
-      run(*gOff, 200);
+      run(side(true), 200);
+      run(side(false), 200);
       auto t0 = Clock::now();
-      run(*gOn, 200);
+      run(side(true), 200);
       double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 200;
       double perOp = maxOverRanks(us);
       int iters = std::max(1, static_cast<int>(blockMs * 1000.0 / std::max(perOp, 1e-3)));
@@ -122,10 +124,10 @@ int main(int argc, char** argv) {
         double t[2];
         for (int k = 0; k < 2; ++k) {
           int which = (r + k) % 2;  // who runs first alternates
-          accl::ProcessGroup& g = which ? *gOn : *gOff;
+          accl::ProcessGroup& pg = side(which == 1);
           world->barrier()->wait();
           auto b0 = Clock::now();
-          run(g, iters);
+          run(pg, iters);
           t[which] = std::chrono::duration<double, std::micro>(Clock::now() - b0).count() / iters;
         }
         double a = maxOverRanks(t[0]), b = maxOverRanks(t[1]);

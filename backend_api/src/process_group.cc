@@ -47,6 +47,7 @@ ProcessGroup::ProcessGroup(int rank, int size, std::string backend, ProcessGroup
   if (options_.record && FlightRecorder::wanted()) {
     recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::wantedCapacity(), options_.name, backend_, rank, size);
     if (Config::get().traceBuffer > 0) internal::registerRecorder(recorder_);
+    active_.store(recorder_.get(), std::memory_order_relaxed);
   }
 }
 
@@ -62,8 +63,9 @@ uint64_t ProcessGroup::issuingTraceId() { return tIssuing; }
 template <typename Issue>
 std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count, int root, int peer, uint64_t bytes,
                                            Issue&& issue) {
-  if (!recorder_) return issue();
-  uint64_t id = recorder_->begin(op, t, count, root, peer, bytes);
+  FlightRecorder* rec = active_.load(std::memory_order_relaxed);
+  if (!rec) return issue();
+  uint64_t id = rec->begin(op, t, count, root, peer, bytes);
   struct Scope {
     uint64_t prev;
     explicit Scope(uint64_t id) : prev(tIssuing) { tIssuing = id; }
@@ -73,13 +75,13 @@ std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count
   try {
     w = issue();
   } catch (...) {
-    recorder_->finished(id, std::current_exception());
+    rec->finished(id, std::current_exception());
     throw;
   }
   // An op run while it was issued (small ops on the accl backend) ends here,
   // inline; others when they complete.
   if (w->succeededAtOnce())
-    recorder_->succeeded(id);
+    rec->succeeded(id);
   else
     w->setTrace(recorder_, id);
   return w;

@@ -228,6 +228,41 @@ TEST(Recorder, AGroupMadeWithRecordFalseKeepsNoRecorder) {
   });
 }
 
+TEST(Recorder, APausedGroupRecordsNoOpsUntilItResumes) {
+  if (!FlightRecorder::wanted()) GTEST_SKIP() << "the flight recorder is off in this environment (ACCL_TRACE_BUFFER=0)";
+  runRanks(2, [](ProcessGroup& pg) {
+    auto g = pg.split({0, 1});
+    ASSERT_NE(g, nullptr);
+    ASSERT_NE(g->recorder(), nullptr);
+    EXPECT_TRUE(g->recording());
+    float x = 1;
+    AllreduceOptions o;
+    g->allreduce(Buffer(&x, 1, DataType::Float32), o)->wait();  // recorded
+    g->setRecording(false);
+    EXPECT_FALSE(g->recording());
+    EXPECT_NE(g->recorder(), nullptr);  // paused, not gone
+    g->allreduce(Buffer(&x, 1, DataType::Float32), o)->wait();
+    BroadcastOptions b;
+    g->broadcast(Buffer(&x, 1, DataType::Float32), b)->wait();
+    float y = static_cast<float>(pg.rank());
+    if (pg.rank() == 0)
+      g->send(Buffer(&y, 1, DataType::Float32), 1)->wait();
+    else
+      g->recv(Buffer(&y, 1, DataType::Float32), 0)->wait();
+    EXPECT_EQ(y, 0.0f);
+    EXPECT_EQ(g->recorder()->entries().size(), 1u) << "ops issued while paused were recorded";
+    g->setRecording(true);
+    g->barrier()->wait();
+    EXPECT_EQ(x, 4.0f);  // two sums over two ranks of 1, then a broadcast
+    auto e = g->recorder()->entries();
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(e[0].op, OpType::Allreduce);
+    EXPECT_EQ(e[1].op, OpType::Barrier);
+    EXPECT_EQ(e[1].state, OpState::Done);
+    EXPECT_EQ(e[1].id, e[0].id + 1) << "a paused op took an id";
+  });
+}
+
 TEST(Async, WorkCallbacksAndManyGroupsConcurrently) {
   // Two disjoint sub-groups run at the same time; callbacks fire exactly once.
   runRanks(4, [](ProcessGroup& pg) {

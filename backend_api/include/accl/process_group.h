@@ -1,6 +1,7 @@
 // The one API every backend implements (modeled on c10d::Backend).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -162,6 +163,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // This group's flight recorder (accl/trace.h); nullptr when it is off
   // (ACCL_TRACE_BUFFER=0 without ACCL_STATS or ACCL_TIMELINE).
   FlightRecorder* recorder() const { return recorder_.get(); }
+  // Pauses (false) or resumes (true) this group's recording for the ops
+  // issued from then on: while paused, an op is issued as in a group made
+  // with record = false (no flight-recorder entry, no statistics, no
+  // timeline span); ops issued before still end their entries. The recorder
+  // itself stays: its ring, failure dumps and statistics table remain. No
+  // effect on a group without a recorder. Takes effect for ops issued after
+  // it returns (call it between ops). bench/recorder_cost.cc measures the
+  // recorder's cost by turning it on and off in one group, whose memory the
+  // two sides then share.
+  void setRecording(bool on) { active_.store(on ? recorder_.get() : nullptr, std::memory_order_relaxed); }
+  bool recording() const { return active_.load(std::memory_order_relaxed) != nullptr; }
   // The flight recorder id of the op being issued on this thread (0: none,
   // or the recorder is off): a backend's do*() passes it to
   // recorder()->started(); an op that runs while being issued has this id.
@@ -277,6 +289,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   ProcessGroupOptions options_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<FlightRecorder> recorder_;
+  std::atomic<FlightRecorder*> active_{nullptr};  // recorder_ while recording; nullptr: off or paused
 };
 
 }  // namespace accl
