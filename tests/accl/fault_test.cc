@@ -608,7 +608,7 @@ TEST_F(EagerShm, EagerAndLockStepOpsInARowKeepEveryResult) {
   const int n = 4;
   runRanks(n, "shm,tcp", [&](int r, ProcessGroup& pg, Ctx& c) {
     std::mt19937 order(12345), lag(777 + r);
-    const size_t sizes[] = {0, 1, 7, 250, 4096, 16384, 20000};  // floats; 16384 = 64 KiB, the limit
+    const size_t sizes[] = {0, 1, 7, 250, 4096, 16384, 20000};  // floats: 4096 = 16 KiB and 16384 = 64 KiB, the single-copy limits
     std::vector<float> a, b;
     recordOutcome(c, r, [&] {
       for (int it = 0; it < 600; ++it) {

@@ -379,7 +379,9 @@ size_t gLargeCountBytes = size_t{1} << 20;
 void setLargeCountBytes(size_t bytes) { gLargeCountBytes = bytes; }
 
 std::vector<size_t> standardCounts(DataType t) {
-  return {0, 1, 7, gLargeCountBytes / dataTypeSize(t) + 3};
+  // 24 KiB: above the eager cells (8 KiB) and the shared-memory single-copy
+  // threshold (16 KiB where each local rank has a CPU), below reduce's (32 KiB).
+  return {0, 1, 7, (size_t{24} << 10) / dataTypeSize(t) + 1, gLargeCountBytes / dataTypeSize(t) + 3};
 }
 
 std::string Case::describe() const {

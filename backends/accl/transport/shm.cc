@@ -29,7 +29,16 @@ namespace core {
 namespace {
 constexpr uint32_t kShmMagic = 0x53434341;  // "ACCS"
 constexpr int kMaxLocal = 64;
-constexpr size_t kCmaMinBytes = 64u << 10;     // below this, copying through slots is faster
+// From these sizes ops read and write the peers' buffers (process_vm_readv /
+// writev) instead of copying through the segment's slots: where every local
+// rank has a CPU of its own, from 16 KiB (32 KiB for reduce); where local
+// ranks share CPUs, from 64 KiB (the single-copy steps make each rank wait
+// for its peers' reads, more hand-offs of the shared CPUs). Measured with
+// accl-vs-mpi at 8-64 KiB, 2 ranks bound and unbound and 4 ranks on 2 cores
+// (docs/performance.md, "The single-copy threshold").
+constexpr size_t kCmaMinBytes = 16u << 10;
+constexpr size_t kCmaMinReduceBytes = 32u << 10;
+constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
 constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-copy reductions (L2-resident)
 // Eager rooted ops: a rank that only sends (the root of a broadcast or a
@@ -112,6 +121,12 @@ char* ShmDomain::slot(uint64_t round, int r) const {
 char* ShmDomain::cell(uint64_t round, int r) const {
   size_t cellOff = align64(sizeof(Header) + sizeof(Ctl) * o_.localSize) + 2 * o_.localSize * slot_;
   return static_cast<char*>(base_) + cellOff + (static_cast<size_t>(r) * kDepth + round % kDepth) * kCell;
+}
+
+bool ShmDomain::singleCopyRooted(size_t total, size_t largest) const {
+  // A gather's or a scatter's parts that fit the eager cells go eagerly unless
+  // the whole is large enough for single copy where CPUs are shared too.
+  return total >= cmaMin_ && (largest > kCell || total >= kCmaMinSharedCpuBytes);
 }
 
 ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
@@ -252,6 +267,8 @@ void ShmDomain::checkOversubscribed() {
     CPU_OR(&all, &all, &theirs);
   }
   oversubscribed_ = CPU_COUNT(&all) < o_.localSize;
+  cmaMin_ = oversubscribed_ ? kCmaMinSharedCpuBytes : kCmaMinBytes;
+  cmaMinReduce_ = std::max(cmaMin_, kCmaMinReduceBytes);
   if (oversubscribed_)
     ACCL_INFO("INIT", o_.where << ": " << o_.localSize << " local ranks share " << CPU_COUNT(&all)
                                << " CPUs: waiting ranks yield their CPU instead of spinning");
@@ -503,7 +520,7 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
     if (in != out && bytes) std::memcpy(out, in, bytes);
     return;
   }
-  if (cma_ && bytes >= kCmaMinBytes) {
+  if (cma_ && bytes >= cmaMin_) {
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
     round(d);
@@ -554,7 +571,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     if (in != out && bytes) std::memcpy(out, in, bytes);
     return;
   }
-  if (cma_ && bytes >= kCmaMinBytes) {
+  if (cma_ && bytes >= cmaMinReduce_) {
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
@@ -623,7 +640,7 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
   int n = o_.localSize, me = o_.localRank;
   if (n == 1) return;
   char* b = static_cast<char*>(buf);
-  if (cma_ && bytes >= kCmaMinBytes) {
+  if (cma_ && bytes >= cmaMin_) {
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(buf);
     round(d);
@@ -673,7 +690,7 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
   if (o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  if (cma_ && displ[n] >= kCmaMinBytes) {
+  if (cma_ && displ[n] >= cmaMin_) {
     // The peers read this rank's part from its input, which nobody writes
     // during the op, not from the copy just made in its output: those lines
     // are dirty in this core's cache, and the peers' reads of them in the op
@@ -707,7 +724,7 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
     if (in != out && counts[0]) std::memmove(out, in, counts[0] * es);
     return;
   }
-  if (cma_ && total * es >= kCmaMinBytes) {
+  if (cma_ && total * es >= cmaMin_) {
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     round(d);
     reduceFromAll(o, displ[me], counts[me], t, k, 0, false, 0);
@@ -758,7 +775,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   bool big = true;
   for (int p = 0; p < n; ++p) {
     maxb = std::max<size_t>(maxb, ctl(p).aux);
-    big = big && ctl(p).aux * n >= kCmaMinBytes;
+    big = big && ctl(p).aux * n >= cmaMin_;
   }
   if (cma_ && big && !overlap) {
     for (int p = 0; p < n; ++p)
@@ -792,10 +809,10 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   char* o = static_cast<char*>(out);
-  bool single = cma_ && n > 1 && displ[n] >= kCmaMinBytes;
+  size_t maxb = *std::max_element(bytes.begin(), bytes.end());
+  bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb);
   if (me == root && !single && o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
-  size_t maxb = *std::max_element(bytes.begin(), bytes.end());
   if (single) {
     begin(deadline);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
@@ -844,10 +861,10 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   int n = o_.localSize, me = o_.localRank;
   auto displ = prefixSums(bytes);
   const char* i = static_cast<const char*>(in);
-  bool single = cma_ && n > 1 && displ[n] >= kCmaMinBytes;
+  size_t maxb = *std::max_element(bytes.begin(), bytes.end());
+  bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb);
   if (me == root && !single && i + displ[me] != out && bytes[me]) std::memmove(out, i + displ[me], bytes[me]);
   if (n == 1) return;
-  size_t maxb = *std::max_element(bytes.begin(), bytes.end());
   if (single) {
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);

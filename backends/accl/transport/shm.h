@@ -109,8 +109,12 @@ class ShmDomain : public HostGroup {
   // another local rank exited, another rank's failure (RemoteError), or errno.
   [[noreturn]] void cmaFailed(int peer, const char* what, int e);
   void probeCma();
-  // Sets oversubscribed_ from every local rank's affinity mask (one round).
+  // Sets oversubscribed_ from every local rank's affinity mask (one round),
+  // and with it the single-copy thresholds.
   void checkOversubscribed();
+  // Whether a gather or scatter of `total` bytes, `largest` from one rank,
+  // goes by single copy.
+  bool singleCopyRooted(size_t total, size_t largest) const;
   void reduceFromAll(char* dst, size_t offBytes, size_t n, DataType t, ReduceKind k,
                      uint64_t round, bool fromSlots, size_t slotOff);
 
@@ -120,6 +124,8 @@ class ShmDomain : public HostGroup {
   size_t slot_ = 0;
   bool cma_ = false;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
+  size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
+  size_t cmaMinReduce_ = 64u << 10;  // the same for reduce
   uint64_t round_ = 0;       // the last round this rank arrived at
   uint64_t chain_ = 0;       // the running hash of this rank's descriptors up to round_
   struct Hist {
