@@ -662,6 +662,56 @@ TEST_F(EagerShm, EagerAndLockStepOpsInARowKeepEveryResult) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(out(dir, r).substr(0, 2), "ok") << "rank " << r << ": " << out(dir, r);
 }
 
+// alltoallv where ranks' chunks lie on different sides of the shared-memory
+// limits in one op: a rank whose chunks are small puts them in its slot with
+// its layout, one whose chunks are larger does not (single copy, or the
+// slots piece by piece beyond a slot's share); all must still agree on the
+// path, and every result is checked. 2 ranks (a CPU each on a 2-core host)
+// and 3 (sharing CPUs there: other limits).
+TEST_F(EagerShm, AlltoallvWithRanksOnBothSidesOfTheLimitsKeepsEveryResult) {
+  for (int n : {2, 3}) {
+    std::string dir;
+    runRanks(n, "shm,tcp", [&](int r, ProcessGroup& pg, Ctx& c) {
+      std::mt19937 lag(99 + r);
+      // floats: 0 to 560 KB (a slot's share for 2 ranks is 512 KiB)
+      const size_t sizes[] = {0, 1, 7, 1000, 3000, 5000, 20000, 140000};
+      std::vector<float> a, b;
+      recordOutcome(c, r, [&] {
+        for (int it = 0; it < 150; ++it) {
+          // The whole matrix, the same on every rank: cnt[s][d] floats from s to d.
+          std::mt19937 m(static_cast<unsigned>(it));
+          std::vector<std::vector<size_t>> cnt(n, std::vector<size_t>(n));
+          for (int s2 = 0; s2 < n; ++s2) {
+            size_t base = sizes[m() % 8];
+            for (int d = 0; d < n; ++d) cnt[s2][d] = (m() % 3 == 0) ? sizes[m() % 8] : base;
+          }
+          std::vector<size_t> sc(n), rc(n);
+          size_t st = 0, rt = 0;
+          for (int p = 0; p < n; ++p) sc[p] = cnt[r][p], rc[p] = cnt[p][r], st += sc[p], rt += rc[p];
+          auto val = [&](int from, int to, size_t i) { return static_cast<float>((it * 13 + from * 5 + to * 3 + i) % 4096); };
+          a.assign(st + 1, 0.0f);
+          b.assign(rt + 1, -1.0f);
+          for (int p = 0, off = 0; p < n; off += static_cast<int>(sc[p]), ++p)
+            for (size_t i = 0; i < sc[p]; ++i) a[off + i] = val(r, p, i);
+          if (lag() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(lag() % 300));
+          pg.alltoallv(Buffer(a.data(), st, DataType::Float32), sc, Buffer(b.data(), rt, DataType::Float32), rc)->wait();
+          size_t off = 0;
+          for (int p = 0; p < n; off += rc[p], ++p)
+            for (size_t i = 0; i < rc[p]; ++i)
+              if (b[off + i] != val(p, r, i))
+                throw std::runtime_error("iteration " + std::to_string(it) + ": from rank " + std::to_string(p) +
+                                         " element " + std::to_string(i) + " of " + std::to_string(rc[p]) + " is " +
+                                         std::to_string(b[off + i]) + ", want " + std::to_string(val(p, r, i)));
+          if (b[rt] != -1.0f) throw std::runtime_error("iteration " + std::to_string(it) + ": written past the output");
+        }
+        pg.barrier(BarrierOptions{})->wait();
+      });
+    }, 120s, &dir);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(out(dir, r).substr(0, 2), "ok") << n << " ranks, rank " << r << ": " << out(dir, r);
+    cleanRunDirs(HasFailure());
+  }
+}
+
 // A root that returned from an eager op learns at its next op that a rank it
 // did not wait for has died.
 TEST_F(EagerShm, ARankThatDiesAfterAnEagerRootReturnedFailsTheRootsNextOp) {

@@ -47,6 +47,7 @@ constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-c
 // kDepth cells (shm.h), one per round modulo kDepth, so a sender may run up
 // to kDepth - 1 rounds ahead of the slowest rank (its credits).
 constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
+constexpr uint64_t kSlotsWritten = uint64_t(1) << 63;  // Ctl::a2a
 
 // The running hash of a rank's op descriptors, round by round: equal chains
 // at a round mean equal op sequences up to it.
@@ -105,6 +106,11 @@ struct alignas(128) ShmDomain::Ctl {
   int32_t pid;
   int32_t cmaOk;
   uint64_t ptrIn, ptrOut, aux;
+  // alltoallv's layout word of round k at k % 2: the largest chunk this rank
+  // sends, and kSlotsWritten when its chunks are in its slot already (two
+  // words: a rank that returns after the layout round writes the next op's
+  // while its peers may still read this one's).
+  uint64_t a2a[2];
   uint64_t offs[kMaxLocal];
   uint64_t cpus[16];  // the CPUs this rank may run on (a cpu_set_t's first 1024)
 };
@@ -756,7 +762,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   Ctl& c = ctl(me);
   c.ptrIn = reinterpret_cast<uint64_t>(in);
   for (int p = 0; p < n; ++p) c.offs[p] = sd[p];
-  c.aux = *std::max_element(sendBytes.begin(), sendBytes.end());
+  uint64_t mine = *std::max_element(sendBytes.begin(), sendBytes.end());
   // This rank's own chunk: copied straight across, unless the buffers overlap
   // (in place), where it is set aside first.
   bool overlap = sd[n] && rd[n] && i < o + rd[n] && o < i + sd[n];
@@ -770,12 +776,34 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     copyOwn();
     return;
   }
+  // Where this rank's chunks fit the slot and it will not be read by single
+  // copy, they go into the slot with the layout: if every rank did so, the
+  // op is done in that one round (small alltoalls: one round, not two).
+  size_t q = (slot_ / n) & ~size_t(63);
+  bool early = mine <= q && (!cma_ || mine * n < cmaMin_ || overlap);
+  if (early) {
+    char* s = slot(round_ + 1, me);
+    for (int p = 0; p < n; ++p)
+      if (p != me && sendBytes[p]) std::memcpy(s + p * q, i + sd[p], sendBytes[p]);
+  }
+  c.a2a[(round_ + 1) & 1] = mine | (early ? kSlotsWritten : 0);
   round(d);
   size_t maxb = 0;
-  bool big = true;
+  bool big = true, allEarly = true;
   for (int p = 0; p < n; ++p) {
-    maxb = std::max<size_t>(maxb, ctl(p).aux);
-    big = big && ctl(p).aux * n >= cmaMin_;
+    uint64_t w = ctl(p).a2a[round_ & 1];
+    size_t b = static_cast<size_t>(w & ~kSlotsWritten);
+    maxb = std::max(maxb, b);
+    big = big && b * n >= cmaMin_;
+    allEarly = allEarly && (w & kSlotsWritten);
+  }
+  if (allEarly) {
+    // Every rank took the slots (one that would read by single copy did not
+    // write early), and every chunk is whole in them.
+    for (int p = 0; p < n; ++p)
+      if (p != me && recvBytes[p]) std::memcpy(o + rd[p], slot(round_, p) + me * q, recvBytes[p]);
+    copyOwn();
+    return;
   }
   if (cma_ && big && !overlap) {
     for (int p = 0; p < n; ++p)
@@ -790,8 +818,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     staged.assign(i, i + sd[n]);
     i = staged.data();
   }
-  size_t q = (slot_ / n) & ~size_t(63);
-  if (maxb == 0) round(d);  // peers may still read this rank's published layout
+  // (maxb > 0 here: with nothing to send every rank wrote early.)
   for (size_t off = 0; off < maxb; off += q) {
     char* s = slot(round_ + 1, me);
     for (int p = 0; p < n; ++p)
