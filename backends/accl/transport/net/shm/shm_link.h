@@ -15,7 +15,7 @@
 // and its closing still tells this rank that a local peer is gone; the peer's
 // ring is read to its end before the peer is failed.
 //
-// Single copy: a message of 64 KiB to 16 MiB to a peer that may read this
+// Single copy: a message of 64 KiB or more to a peer that may read this
 // process's memory (process_vm_readv, probed at set-up; ACCL_SHM_CMA=off
 // turns it off) goes as one descriptor frame in the ring, with the address
 // of the sender's buffer; the reader copies it straight into the receive
@@ -106,9 +106,6 @@ class ShmLink : public FrameLink, public EventHandler {
   // the peer from this process's memory.
   bool singleCopyTo(int peer) const { return out_[peer].cma; }
   static constexpr size_t singleCopyMin() { return size_t(64) << 10; }
-  // Beyond it the ring's pipelined copies measured faster on 2 cores
-  // (process_vm_readv's page walks of a cold buffer).
-  static constexpr size_t singleCopyMax() { return size_t(16) << 20; }
 
  private:
   bool pollRings(bool owner);
