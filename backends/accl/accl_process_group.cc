@@ -347,7 +347,10 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
     notePeers();
     // On one host nothing of the op went through the transport: nothing to
     // clean up (saves a lock per op on the latency path).
-    if (!layout_.singleHost()) net_->endOp();
+    if (!layout_.singleHost())
+      net_->endOp();
+    else
+      net_->leaveOp();
     return -1;
   };
   // Small ops, and ops whose caller waits at once, run on the calling thread

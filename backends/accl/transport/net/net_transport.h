@@ -82,6 +82,9 @@ class NetTransport : public Transport, private FrameSink {
   // the stall warnings count from deadline - timeout).
   void beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout);
   void endOp(const std::string& error = "");
+  // The end of an op that moved nothing through this transport (a group on
+  // one host): no lock, no bookkeeping (OpSession::leave).
+  void leaveOp() { session_.leave(); }
 
   void send(int peer, uint32_t step, const void* buf, size_t len) override;
   void recv(int peer, uint32_t step, void* buf, size_t len) override;

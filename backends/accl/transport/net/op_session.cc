@@ -8,7 +8,7 @@ namespace net {
 
 void OpSession::begin(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
   cur_ = d;
-  active_ = true;
+  active_.store(true, std::memory_order_relaxed);
   deadline_ = deadline;
   timeout_ = timeout;
   entered_ = d.seq + 1;
@@ -17,7 +17,7 @@ void OpSession::begin(const OpDesc& d, Clock::time_point deadline, std::chrono::
 }
 
 void OpSession::end(bool ok) {
-  active_ = false;
+  active_.store(false, std::memory_order_relaxed);
   reqs_.clear();
   if (!ok) {
     anyFailed_ = true;
@@ -28,7 +28,7 @@ void OpSession::end(bool ok) {
 }
 
 void OpSession::noteDesc(int peer, const OpDesc& theirs) {
-  if (active_ && theirs.seq == cur_.seq && theirs != cur_ && mismatch_.empty())
+  if (active() && theirs.seq == cur_.seq && theirs != cur_ && mismatch_.empty())
     mismatch_ = "rank " + std::to_string(peer) + " called " + describe(theirs);
 }
 
