@@ -23,14 +23,18 @@ constexpr auto kQueryGrace = std::chrono::milliseconds(1500);
 void NetTransport::beginOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lk(mu_);
   session_.begin(d, deadline, timeout);
-  for (const auto& b : opTraffic_) opTrafficAt_[b.rank] = -1;
-  opTraffic_.clear();
+  if (!opTraffic_.empty()) {
+    for (const auto& b : opTraffic_) opTrafficAt_[b.rank] = -1;
+    opTraffic_.clear();
+  }
   if (o_.stallWarn.count() > 0) {
     opBegan_ = deadline - timeout;  // the caller read the clock for the deadline: no second read per op
     nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
   }
   // Messages of this op that arrived early tell whether the peers run the
-  // same op; those of ops before it are late.
+  // same op; those of ops before it are late. (Usually none are held: then
+  // no std::function is built.)
+  if (matcher_.heldCount() == 0) return;
   matcher_.sweepHeldOps([&](const Inbound& u) {
     uint64_t seq = u.key >> 32;
     if (seq < d.seq) {
