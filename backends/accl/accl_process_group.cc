@@ -303,7 +303,12 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
       throw RemoteError(prefix + core::describe(d) + ": the group is unusable after an earlier failure: " + broken_);
     }
     auto deadline = core::deadlineAfter(timeout);
-    net_->beginOp(d, deadline, timeout);
+    // On one host nothing of the op goes through the transport: it only
+    // learns which op runs (for stall warnings and peers' queries), no lock.
+    if (layout_.singleHost())
+      net_->beginLocalOp(d, deadline, timeout);
+    else
+      net_->beginOp(d, deadline, timeout);
     // With the timeline or statistics on, the transports time this op's
     // waits for its peers (the timeline's "waiting for peers" span).
     struct TimedWaits {

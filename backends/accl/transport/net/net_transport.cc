@@ -481,7 +481,8 @@ void NetTransport::sendControl(int peer, FrameType type, uint64_t key, std::shar
   // Control goes over the socket, also for peers whose data goes over verbs.
   const char* buf = text ? text->data() : nullptr;
   size_t len = text ? text->size() : 0;
-  sockets_->send(peer, type, key, session_.current(), buf, len, owner, FrameLink::Route::Ordered);
+  // The published copy: a group on one host begins its ops without the lock.
+  sockets_->send(peer, type, key, session_.published(), buf, len, owner, FrameLink::Route::Ordered);
 }
 
 // ---------------------------------------------------------------- withdrawal

@@ -85,6 +85,15 @@ class NetTransport : public Transport, private FrameSink {
   // The end of an op that moved nothing through this transport (a group on
   // one host): no lock, no bookkeeping (OpSession::leave).
   void leaveOp() { session_.leave(); }
+  // The start of such an op: no lock (OpSession::beginLocal), only what the
+  // stall warnings and the peers' queries read.
+  void beginLocalOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
+    session_.beginLocal(d, deadline, timeout);
+    if (o_.stallWarn.count() > 0) {
+      opBegan_ = deadline - timeout;
+      nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
+    }
+  }
 
   void send(int peer, uint32_t step, const void* buf, size_t len) override;
   void recv(int peer, uint32_t step, void* buf, size_t len) override;

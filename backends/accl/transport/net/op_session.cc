@@ -8,6 +8,7 @@ namespace net {
 
 void OpSession::begin(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
   cur_ = d;
+  publish(d);
   active_.store(true, std::memory_order_relaxed);
   deadline_ = deadline;
   timeout_ = timeout;

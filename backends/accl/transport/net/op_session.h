@@ -26,6 +26,19 @@ class OpSession {
   explicit OpSession(int size) : aborts_(size) {}
 
   void begin(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout);
+  // The same for an op that moves nothing through the transport (a group on
+  // one host: its ops run in the shared segment), called without the lock:
+  // such an op makes no requests, and no data frame of an op comes for it,
+  // so only the fields that other threads read are shared, and those are
+  // atomic (active, entered, the published descriptor).
+  void beginLocal(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
+    cur_ = d;
+    publish(d);
+    active_.store(true, std::memory_order_relaxed);
+    deadline_ = deadline;
+    timeout_ = timeout;
+    entered_.store(d.seq + 1);
+  }
   // The op left this rank; `ok` adds it to the completed ops.
   void end(bool ok);
   // The op left this rank having used nothing of the transport (an op of a
@@ -37,6 +50,25 @@ class OpSession {
   void leave() { active_.store(false, std::memory_order_relaxed); }
 
   const OpDesc& current() const { return cur_; }
+  // The current op's descriptor for any thread, lock or not (what replies to
+  // peers carry): a consistent copy.
+  OpDesc published() const {
+    for (;;) {
+      uint64_t v = pubVer_.load(std::memory_order_acquire);
+      uint64_t w0 = pub_[0].load(std::memory_order_relaxed), w1 = pub_[1].load(std::memory_order_relaxed),
+               w2 = pub_[2].load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if ((v & 1) || pubVer_.load(std::memory_order_relaxed) != v) continue;
+      OpDesc d;
+      d.seq = w0;
+      d.count = w1;
+      d.op = static_cast<uint16_t>(w2);
+      d.dtype = static_cast<uint8_t>(w2 >> 16);
+      d.redop = static_cast<uint8_t>(w2 >> 24);
+      d.root = static_cast<int32_t>(static_cast<uint32_t>(w2 >> 32));
+      return d;
+    }
+  }
   bool active() const { return active_.load(std::memory_order_relaxed); }
   Clock::time_point deadline() const { return deadline_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -64,7 +96,23 @@ class OpSession {
   void check(const std::vector<std::string>& peerFailed, const std::vector<int>& peers) const;
 
  private:
+  // Written only by the thread that runs the op (a seqlock: pubVer_ odd
+  // while the words change).
+  void publish(const OpDesc& d) {
+    uint64_t v = pubVer_.load(std::memory_order_relaxed);
+    pubVer_.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    pub_[0].store(d.seq, std::memory_order_relaxed);
+    pub_[1].store(d.count, std::memory_order_relaxed);
+    pub_[2].store(uint64_t(d.op) | uint64_t(d.dtype) << 16 | uint64_t(d.redop) << 24 |
+                      uint64_t(static_cast<uint32_t>(d.root)) << 32,
+                  std::memory_order_relaxed);
+    pubVer_.store(v + 2, std::memory_order_release);
+  }
+
   OpDesc cur_{};
+  std::atomic<uint64_t> pubVer_{0};
+  std::atomic<uint64_t> pub_[3] = {{0}, {0}, {uint64_t(0xffffffff) << 32}};  // root -1
   std::atomic<bool> active_{false};
   Clock::time_point deadline_{};
   std::chrono::milliseconds timeout_{0};
