@@ -141,6 +141,8 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
   l->maxFrame_ = l->cap_ / 4;
   l->segBytes_ = segBytes(rings, l->cap_);
   l->out_.resize(o.size);
+  l->serving_.reset(new std::atomic<bool>[o.size]);
+  for (int p = 0; p < o.size; ++p) l->serving_[p].store(false, std::memory_order_relaxed);
   l->in_.resize(o.size);
   l->peerSegs_.assign(o.size, nullptr);
   auto remaining = [&] {
@@ -239,6 +241,7 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
     if (bad.empty()) {
       l->peerSegs_[p] = ps;
       l->out_[p].ring = ringAt(ps, indexIn(p, o.rank), l->cap_);
+      l->serving_[p].store(true, std::memory_order_relaxed);
       l->out_[p].bell = pb;
       l->in_[p].ring = ringAt(l->seg_, indexIn(o.rank, p), l->cap_);
       l->in_[p].bell = pb;
@@ -773,6 +776,7 @@ void ShmLink::dropPeer(int peer) {
   out_[peer].pending.clear();
   out_[peer].remoteOut = 0;
   out_[peer].ring = nullptr;  // its segment stays mapped until the link goes
+  serving_[peer].store(false, std::memory_order_relaxed);
   in_[peer].dead = true;
 }
 

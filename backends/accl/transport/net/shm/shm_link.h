@@ -67,7 +67,9 @@ class ShmLink : public FrameLink, public EventHandler {
   size_t ringBytes() const { return cap_; }
 
   const char* name() const override { return "shm"; }
-  bool serves(int peer) const override { return out_[peer].ring != nullptr; }
+  // Any thread, lock or not (a point-to-point op asks before it takes the
+  // transport's lock): a flag of its own, not the ring pointer dropPeer clears.
+  bool serves(int peer) const override { return serving_[peer].load(std::memory_order_relaxed); }
   void send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
             const OutPtr& m, Route route) override;
   bool withdraw(const OutPtr& m) override;
@@ -167,6 +169,7 @@ class ShmLink : public FrameLink, public EventHandler {
   std::vector<void*> peerSegs_;  // mapped segments of the peers (outbound rings)
   int bellFd_ = -1;              // this rank's doorbell (read end, also held open for writing)
   std::vector<Out> out_;
+  std::unique_ptr<std::atomic<bool>[]> serving_;  // per peer: out_[p].ring is set (serves())
   std::vector<In> in_;
 };
 
