@@ -351,7 +351,7 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
     }
     notePeers();
     // On one host nothing of the op went through the transport: nothing to
-    // clean up (saves a lock per op on the latency path).
+    // clean up but the flag that an op runs (no lock on the latency path).
     if (!layout_.singleHost())
       net_->endOp();
     else
