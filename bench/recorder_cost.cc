@@ -72,10 +72,7 @@ int main(int argc, char** argv) {
                              "no ACCL_STATS or ACCL_TIMELINE): nothing to compare\n");
       return 2;
     }
-    auto side = [&](bool on) -> accl::ProcessGroup& {
-      g->setRecording(on && !control);
-      return *g;
-    };
+    auto record = [&](bool on) { g->setRecording(on && !control); };
     if (me == 0) {
       const accl::Config& c = accl::Config::get();
       std::printf("# allreduce float32 sum, %d ranks, %s backend; recorder: %s%d%s%s; %d rounds of "
@@ -110,12 +107,15 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < count; i += std::max<size_t>(1, count / 16))
           if (out[i] != want) ++wrong;
       };
-      // Iterations per block: from a warm-up timed on the recording group,
+      // Iterations per block: from a warm-up timed with the recording on,
       // agreed on by all ranks (the largest estimate).
-      run(side(true), 200);
-      run(side(false), 200);
+      record(true);
+      run(*g, 200);
+      record(false);
+      run(*g, 200);
+      record(true);
       auto t0 = Clock::now();
-      run(side(true), 200);
+      run(*g, 200);
       double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 200;
       double perOp = maxOverRanks(us);
       int iters = std::max(1, static_cast<int>(blockMs * 1000.0 / std::max(perOp, 1e-3)));
@@ -124,10 +124,10 @@ int main(int argc, char** argv) {
         double t[2];
         for (int k = 0; k < 2; ++k) {
           int which = (r + k) % 2;  // who runs first alternates
-          accl::ProcessGroup& pg = side(which == 1);
+          record(which == 1);
           world->barrier()->wait();
           auto b0 = Clock::now();
-          run(pg, iters);
+          run(*g, iters);
           t[which] = std::chrono::duration<double, std::micro>(Clock::now() - b0).count() / iters;
         }
         double a = maxOverRanks(t[0]), b = maxOverRanks(t[1]);

@@ -89,10 +89,7 @@ class NetTransport : public Transport, private FrameSink {
   // stall warnings and the peers' queries read.
   void beginLocalOp(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
     session_.beginLocal(d, deadline, timeout);
-    if (o_.stallWarn.count() > 0) {
-      opBegan_ = deadline - timeout;
-      nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
-    }
+    armStallWarning(deadline, timeout);
   }
 
   void send(int peer, uint32_t step, const void* buf, size_t len) override;
@@ -230,6 +227,13 @@ class NetTransport : public Transport, private FrameSink {
   // error of the op leaves this transport, so that buffers freed while the
   // error unwinds (the algorithm's scratch, the caller's) are never touched.
   void retireOpLocked();
+  // The op that began now warns after ACCL_STALL_WARN (the caller read the
+  // clock for the deadline: no second read per op).
+  void armStallWarning(Clock::time_point deadline, std::chrono::milliseconds timeout) {
+    if (o_.stallWarn.count() <= 0) return;
+    opBegan_ = deadline - timeout;
+    nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
+  }
   // A point-to-point Work to complete after mu_ is released (it may run
   // callbacks), with its outcome.
   struct Completion {

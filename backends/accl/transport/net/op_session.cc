@@ -7,12 +7,7 @@ namespace core {
 namespace net {
 
 void OpSession::begin(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
-  cur_ = d;
-  publish(d);
-  active_.store(true, std::memory_order_relaxed);
-  deadline_ = deadline;
-  timeout_ = timeout;
-  entered_ = d.seq + 1;
+  beginLocal(d, deadline, timeout);
   mismatch_.clear();
   reqs_.clear();
 }

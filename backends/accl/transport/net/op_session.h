@@ -26,10 +26,11 @@ class OpSession {
   explicit OpSession(int size) : aborts_(size) {}
 
   void begin(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout);
-  // The same for an op that moves nothing through the transport (a group on
-  // one host: its ops run in the shared segment), called without the lock:
-  // such an op makes no requests, and no data frame of an op comes for it,
-  // so only the fields that other threads read are shared, and those are
+  // What begin() does but for the findings of the op before (requests, a
+  // mismatch), for an op that moves nothing through the transport (a group
+  // on one host: its ops run in the shared segment), called without the
+  // lock: such an op makes no requests, and no data frame of an op comes for
+  // it, so only the fields that other threads read are shared, and those are
   // atomic (active, entered, the published descriptor).
   void beginLocal(const OpDesc& d, Clock::time_point deadline, std::chrono::milliseconds timeout) {
     cur_ = d;

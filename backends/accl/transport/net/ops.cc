@@ -27,10 +27,7 @@ void NetTransport::beginOp(const OpDesc& d, Clock::time_point deadline, std::chr
     for (const auto& b : opTraffic_) opTrafficAt_[b.rank] = -1;
     opTraffic_.clear();
   }
-  if (o_.stallWarn.count() > 0) {
-    opBegan_ = deadline - timeout;  // the caller read the clock for the deadline: no second read per op
-    nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
-  }
+  armStallWarning(deadline, timeout);
   // Messages of this op that arrived early tell whether the peers run the
   // same op; those of ops before it are late. (Usually none are held: then
   // no std::function is built.)
