@@ -23,12 +23,17 @@
 # The build dependencies must be installed first (scripts/setup.sh does it on
 # Debian and Ubuntu). Logs: ${BUILD_DIR}/gpu-check/. Exit status: 0 when every
 # stage passed.
+# STAGE_TIMEOUT (seconds, default 1800) ends a stage that runs longer, as a
+# failure of that stage; BENCH_MAX (default 256M) is the largest size of step 2.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 STEPS=${STEPS:-12}
 CONFIG=${CONFIG:-large}
+STAGE_TIMEOUT=${STAGE_TIMEOUT:-1800}
+BENCH_MAX=${BENCH_MAX:-256M}
+[[ $STAGE_TIMEOUT =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check.sh: STAGE_TIMEOUT=$STAGE_TIMEOUT; accepted: a whole number of seconds" >&2; exit 2; }
 py=$(command -v python3) || { echo "gpu-check.sh: no python3 on PATH" >&2; exit 2; }
 if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   echo "gpu-check.sh: $py's torch sees no GPU (torch.cuda.is_available() is False): run this on a GPU host" >&2
@@ -43,9 +48,10 @@ stage() {  # stage NAME COMMAND...: runs it, its output also in $logs/NAME.log
   local name=$1; shift
   local t0=$(date +%s)
   echo "== gpu-check: $name"
-  "$@" 2>&1 | tee "$logs/$name.log"
+  timeout -k 10 "$STAGE_TIMEOUT" "$@" 2>&1 | tee "$logs/$name.log"
   local rc=${PIPESTATUS[0]}
-  echo "== gpu-check: $name: rc $rc in $(( $(date +%s) - t0 )) s"
+  local why=""; [ "$rc" -eq 124 ] && why=" (stopped after STAGE_TIMEOUT=${STAGE_TIMEOUT} s)"
+  echo "== gpu-check: $name: rc $rc in $(( $(date +%s) - t0 )) s$why"
   [ "$rc" -eq 0 ] || failed+=("$name")
   return "$rc"
 }
@@ -66,7 +72,7 @@ ngpu=$("$py" -c 'import torch; print(torch.cuda.device_count())')
 # tensors, and the copies any staging needs (2 ranks; they share a GPU on a
 # host with one).
 stage cuda-bench env ACCL_TORCH_CUDA=stage PYTHONPATH="$pydir" "$BUILD_DIR/bin/accl-run" -n 2 \
-  "$py" bench/torch_cuda_bench.py --min 64K --max 256M
+  "$py" bench/torch_cuda_bench.py --min 64K --max "$BENCH_MAX"
 for run in nccl accl accl-stage; do
   backend=${run%-stage}
   env=(); [ "$run" = accl-stage ] && env=(ACCL_TORCH_CUDA=stage)
