@@ -333,8 +333,9 @@ const std::vector<CoreRow>& coreRows() {
         "then runs over the chosen device's netdev. An ACCL_IB_HCA that matches no RDMA device of the topology is "
         "an error.",
         &Config::ibHca, {"NCCL_IB_HCA"}));
-    v.push_back(field("ACCL_TRACE_BUFFER", config::intRange(0, 1000000, "0: off"), 2000, nullptr,
-                      "Ops each process group keeps in its flight recorder (rounded up to a power of two): the "
+    v.push_back(field("ACCL_TRACE_BUFFER", config::intRange(0, 1000000, "0: off"), 1000, nullptr,
+                      "Collectives each process group keeps in its flight recorder, and as many point-to-point "
+                      "ops beside them (each rounded up to a power of two): the "
                       "last ones, with when each was queued, started and finished (to the kernel's coarse clock, "
                       "1-4 ms, unless ACCL_STATS or ACCL_TIMELINE is on), its algorithm, transport and failure. "
                       "Written to "

@@ -60,6 +60,19 @@ __attribute__((tls_model("initial-exec"))) thread_local uint64_t tIssuing = 0;
 
 uint64_t ProcessGroup::issuingTraceId() { return tIssuing; }
 
+namespace {
+// The op's Work from `issue`, its failure to issue recorded as op `id`'s end.
+template <typename Issue>
+std::shared_ptr<Work> issueRecorded(FlightRecorder* rec, uint64_t id, Issue& issue) {
+  try {
+    return issue();
+  } catch (...) {
+    rec->finished(id, std::current_exception());
+    throw;
+  }
+}
+}  // namespace
+
 template <typename Issue>
 std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count, int root, int peer, uint64_t bytes,
                                            Issue&& issue) {
@@ -71,13 +84,9 @@ std::shared_ptr<Work> ProcessGroup::traced(OpType op, DataType t, uint64_t count
     explicit Scope(uint64_t id) : prev(tIssuing) { tIssuing = id; }
     ~Scope() { tIssuing = prev; }
   } scope(id);
-  std::shared_ptr<Work> w;
-  try {
-    w = issue();
-  } catch (...) {
-    rec->finished(id, std::current_exception());
-    throw;
-  }
+  // Constructed in place and returned as it is (no move, no swap, no
+  // destructor of an empty pointer on an 8-byte op's path).
+  std::shared_ptr<Work> w = issueRecorded(rec, id, issue);
   // An op run while it was issued (small ops on the accl backend) ends here,
   // inline; others when they complete.
   if (w->succeededAtOnce())

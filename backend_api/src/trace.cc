@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -348,8 +349,9 @@ FlightRecorder::FlightRecorder(size_t capacity, std::string group, std::string b
     // A power of two: an op's slot is its id masked (no integer division on
     // the op's path).
     : capacity_(size_t(1) << (64 - __builtin_clzll(std::max<uint64_t>(capacity, 2) - 1))),
-      mask_(capacity_ - 1),
-      ring_(new Slot[capacity_]),
+      slots_(2 * capacity_),
+      mask_(slots_ - 1),
+      ring_(new Slot[slots_]),
       group_(std::move(group)),
       backend_(std::move(backend)),
       rank_(rank),
@@ -417,18 +419,20 @@ void FlightRecorder::checkStall(std::chrono::milliseconds warnAfter) {
   // Backends that warn by themselves do it for collectives; their point-to-
   // point ops are the watchdog's.
   bool collectives = !ownStallWarnings_.load();
-  // The oldest op not finished, among those the ring still holds.
-  uint64_t next = next_.load(std::memory_order_acquire);
-  uint64_t first = next > capacity_ ? next - capacity_ : 1;
+  // The oldest op not finished, among those the ring still holds: the oldest
+  // of each kind, then the one queued first.
   Copy oldest;
-  for (uint64_t id = first; id < next; ++id) {
-    const Slot& s = ring_[id & (capacity_ - 1)];
-    uint64_t m = s.meta.load(R);
-    if (idOf(s) != id || (s.endedId.load(R) & ~kFailedTag) == id) continue;
-    uint8_t op = static_cast<uint8_t>(m & 0xff);
-    if (!collectives && op != uint8_t(OpType::Send) && op != uint8_t(OpType::Recv)) continue;
-    oldest = read(s);
-    if (oldest.id == id) break;
+  for (int kind = collectives ? 0 : 1; kind < 2; ++kind) {
+    uint64_t first, next;
+    heldIds(kind, first, next);
+    for (uint64_t id = first; id < next; id += 2) {
+      const Slot& s = ring_[id & mask_];
+      if (idOf(s) != id || (s.endedId.load(R) & ~kFailedTag) == id) continue;
+      Copy c = read(s);
+      if (c.id != id) continue;
+      if (oldest.id == 0 || c.queuedNs < oldest.queuedNs) oldest = std::move(c);
+      break;
+    }
   }
   if (oldest.id == 0) return;
   int64_t since = oldest.startedNs ? oldest.startedNs : oldest.queuedNs;
@@ -582,9 +586,10 @@ int64_t FlightRecorder::nowSlow() { return precise_ ? steadyNs() : TickClock::ge
 FlightRecorder::Texts& FlightRecorder::textsOf(Slot& s, uint64_t id) {
   // Ops older than the ring's oldest keep no texts (the first failure is
   // kept apart, in firstFailure_).
-  while (!texts_.empty() && texts_.begin()->first + capacity_ <= id) texts_.erase(texts_.begin());
+  auto& texts = texts_[id & 1];
+  while (!texts.empty() && texts.begin()->first + slots_ <= id) texts.erase(texts.begin());
   s.textId.store(id, R);
-  return texts_[id];
+  return texts[id];
 }
 
 void FlightRecorder::waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_t totalNs) {
@@ -666,7 +671,7 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
     uint64_t m = s.meta.load(std::memory_order_acquire);
     c.op = static_cast<OpType>(m & 0xff);
     c.dtype = static_cast<DataType>((m >> 8) & 0xff);
-    c.coll = s.coll.load(R);
+    c.coll = c.id % 2 == 0 ? static_cast<int64_t>(c.id / 2) - 1 : -1;  // collectives: even ids 2, 4, ...
     c.count = s.count.load(R);
     c.bytes = s.bytes.load(R);
     uint64_t ranks = s.ranks.load(R);
@@ -704,8 +709,8 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
   }
   if (s.textId.load(R) == c.id) {
     std::lock_guard<std::mutex> lk(textMu_);
-    auto it = texts_.find(c.id);
-    if (it != texts_.end()) {
+    auto it = texts_[c.id & 1].find(c.id);
+    if (it != texts_[c.id & 1].end()) {
       c.error = it->second.error;
       c.note = it->second.note;
       c.peers = it->second.peers;
@@ -745,14 +750,30 @@ TraceEntry toEntry(const C& s, int64_t offsetUs) {
 
 std::vector<TraceEntry> FlightRecorder::entries() const {
   int64_t offsetUs = wallUs() - steadyNs() / 1000;
-  std::vector<TraceEntry> out;
-  uint64_t next = next_.load(std::memory_order_acquire);
-  uint64_t first = next > capacity_ ? next - capacity_ : 1;
-  for (uint64_t id = first; id < next; ++id) {
-    Copy c = read(ring_[id & (capacity_ - 1)]);
-    if (c.id == id) out.push_back(toEntry(c, offsetUs));  // not yet overwritten by a newer op
+  // Each kind in the order issued, then the two merged by when they were
+  // queued (collectives first among ops queued in the same tick).
+  std::vector<TraceEntry> kinds[2];
+  for (int kind = 0; kind < 2; ++kind) {
+    uint64_t first, next;
+    heldIds(kind, first, next);
+    for (uint64_t id = first; id < next; id += 2) {
+      Copy c = read(ring_[id & mask_]);
+      if (c.id == id) kinds[kind].push_back(toEntry(c, offsetUs));  // not yet overwritten by a newer op
+    }
   }
+  std::vector<TraceEntry> out;
+  out.reserve(kinds[0].size() + kinds[1].size());
+  std::merge(std::make_move_iterator(kinds[0].begin()), std::make_move_iterator(kinds[0].end()),
+             std::make_move_iterator(kinds[1].begin()), std::make_move_iterator(kinds[1].end()),
+             std::back_inserter(out),
+             [](const TraceEntry& a, const TraceEntry& b) { return a.queuedUs < b.queuedUs; });
   return out;
+}
+
+void FlightRecorder::heldIds(int kind, uint64_t& first, uint64_t& next) const {
+  uint64_t base = kind == 0 ? 2 : 1;  // the kind's first id
+  next = (kind == 0 ? nextCollId_ : nextP2pId_).load(std::memory_order_acquire);
+  first = next >= base + slots_ ? next - slots_ : base;
 }
 
 TraceEntry FlightRecorder::firstFailure() const {

@@ -259,7 +259,8 @@ TEST(Recorder, APausedGroupRecordsNoOpsUntilItResumes) {
     EXPECT_EQ(e[0].op, OpType::Allreduce);
     EXPECT_EQ(e[1].op, OpType::Barrier);
     EXPECT_EQ(e[1].state, OpState::Done);
-    EXPECT_EQ(e[1].id, e[0].id + 1) << "a paused op took an id";
+    EXPECT_EQ(e[1].id, e[0].id + 2) << "a paused op took an id";  // collectives: every other id
+    EXPECT_EQ(e[1].coll, e[0].coll + 1) << "a paused op took a collective number";
   });
 }
 

@@ -42,7 +42,7 @@ TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
   EXPECT_EQ(rec.capacity(), 4u);  // rounded up to a power of two
   std::vector<uint64_t> ids;
   for (int i = 0; i < 6; ++i) ids.push_back(rec.begin(OpType::Allreduce, DataType::Float32, 10 + i, -1, -1, 40));
-  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(ids, (std::vector<uint64_t>{2, 4, 6, 8, 10, 12}));  // collectives: even ids
   rec.started(ids[2], 7, "ring", "tcp");
   rec.finished(ids[2], nullptr);
   rec.started(ids[3], -1, nullptr, "shm+tcp");
@@ -51,7 +51,7 @@ TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
   rec.waiting(ids[4], "has waited 60 s");
   auto e = rec.entries();
   ASSERT_EQ(e.size(), 4u);  // the last four, oldest first
-  EXPECT_EQ(e[0].id, 3u);
+  EXPECT_EQ(e[0].id, ids[2]);
   EXPECT_EQ(e[0].count, 12u);
   EXPECT_EQ(e[0].coll, 2);
   EXPECT_EQ(e[0].state, OpState::Done);
@@ -71,7 +71,7 @@ TEST(FlightRecorder, KeepsTheLastOpsWithTheirStatesInOrder) {
   EXPECT_EQ(e[3].startedUs, 0);
   // The first failure is kept apart, whatever the ring holds later.
   for (int i = 0; i < 8; ++i) rec.finished(rec.begin(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0), nullptr);
-  EXPECT_EQ(rec.firstFailure().id, 4u);
+  EXPECT_EQ(rec.firstFailure().id, ids[3]);
   EXPECT_EQ(rec.firstFailure().error, "bad count");
 }
 
@@ -80,59 +80,112 @@ TEST(FlightRecorder, AReusedSlotShowsNothingOfItsFormerOp) {
   // are published by tags that name the op, its texts (error, stall note)
   // by the op's id beside them. A newer op in the same slot must show none
   // of the former op's.
-  FlightRecorder rec(2, "g", "accl", 0, 2);
+  FlightRecorder rec(2, "g", "accl", 0, 2);  // the last two ops of each kind
+  ASSERT_EQ(rec.capacity(), 2u);
   uint64_t a = rec.begin(OpType::Allreduce, DataType::Float32, 4, -1, -1, 16);
   rec.started(a, 9, "ring", "tcp");
   rec.waiting(a, "a has waited 60 s");
   rec.finished(a, std::make_exception_ptr(RemoteError("a failed")));
   uint64_t b = rec.begin(OpType::Send, DataType::Int8, 1, -1, 70000, 1);
+  // A point-to-point op takes none of the collectives' slots: a is still held.
+  ASSERT_EQ(rec.entries().size(), 2u);
+  EXPECT_EQ(rec.entries()[0].id, a);
+  rec.finished(rec.begin(OpType::Barrier, DataType::Uint8, 0, -1, -1, 0), nullptr);
   uint64_t c = rec.begin(OpType::Broadcast, DataType::Int64, 3, 1, -1, 24);  // a's slot
-  auto e = rec.entries();
-  ASSERT_EQ(e.size(), 2u);
-  EXPECT_EQ(e[0].id, b);
-  EXPECT_EQ(e[0].op, OpType::Send);
-  EXPECT_EQ(e[0].dtype, DataType::Int8);
-  EXPECT_EQ(e[0].peer, 70000);
-  EXPECT_EQ(e[0].root, -1);
-  EXPECT_EQ(e[0].coll, -1);
-  EXPECT_EQ(e[1].id, c);
-  EXPECT_EQ(e[1].op, OpType::Broadcast);
-  EXPECT_EQ(e[1].dtype, DataType::Int64);
-  EXPECT_EQ(e[1].count, 3u);
-  EXPECT_EQ(e[1].bytes, 24u);
-  EXPECT_EQ(e[1].root, 1);
-  EXPECT_EQ(e[1].peer, -1);
-  EXPECT_EQ(e[1].coll, 1);
-  EXPECT_EQ(e[1].state, OpState::Queued);
-  EXPECT_EQ(e[1].seq, -1);
-  EXPECT_EQ(e[1].algorithm, "");
-  EXPECT_EQ(e[1].transport, "");
-  EXPECT_EQ(e[1].startedUs, 0);
-  EXPECT_EQ(e[1].finishedUs, 0);
-  EXPECT_EQ(e[1].error, "");
-  EXPECT_EQ(e[1].note, "");
+  EXPECT_EQ(c, a + 4);
+  ASSERT_EQ(rec.entries().size(), 3u);  // the barrier, b and c
+  auto entry = [&rec](uint64_t id) {
+    for (auto& x : rec.entries())
+      if (x.id == id) return x;
+    ADD_FAILURE() << "no entry for op " << id;
+    return TraceEntry{};
+  };
+  TraceEntry eb = entry(b), ec = entry(c);
+  EXPECT_EQ(eb.op, OpType::Send);
+  EXPECT_EQ(eb.dtype, DataType::Int8);
+  EXPECT_EQ(eb.peer, 70000);
+  EXPECT_EQ(eb.root, -1);
+  EXPECT_EQ(eb.coll, -1);
+  EXPECT_EQ(ec.op, OpType::Broadcast);
+  EXPECT_EQ(ec.dtype, DataType::Int64);
+  EXPECT_EQ(ec.count, 3u);
+  EXPECT_EQ(ec.bytes, 24u);
+  EXPECT_EQ(ec.root, 1);
+  EXPECT_EQ(ec.peer, -1);
+  EXPECT_EQ(ec.coll, 2);
+  EXPECT_EQ(ec.state, OpState::Queued);
+  EXPECT_EQ(ec.seq, -1);
+  EXPECT_EQ(ec.algorithm, "");
+  EXPECT_EQ(ec.transport, "");
+  EXPECT_EQ(ec.startedUs, 0);
+  EXPECT_EQ(ec.finishedUs, 0);
+  EXPECT_EQ(ec.error, "");
+  EXPECT_EQ(ec.note, "");
   EXPECT_EQ(rec.firstFailure().error, "a failed");  // kept apart
   // A second started() replaces what it is given and keeps the first start
   // (20 ms later: five ticks of the coarse clock; each read of the entries
   // converts to wall time afresh, which may move a time by a microsecond).
   rec.started(c, -1, "shm", "shm");
-  int64_t firstStart = rec.entries()[1].startedUs;
+  int64_t firstStart = entry(c).startedUs;
   EXPECT_GT(firstStart, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   rec.started(c, 4, nullptr, nullptr);
-  e = rec.entries();
-  EXPECT_EQ(e[1].state, OpState::Started);
-  EXPECT_EQ(e[1].seq, 4);
-  EXPECT_EQ(e[1].algorithm, "shm");
-  EXPECT_LT(std::llabs(e[1].startedUs - firstStart), 5000);
+  ec = entry(c);
+  EXPECT_EQ(ec.state, OpState::Started);
+  EXPECT_EQ(ec.seq, 4);
+  EXPECT_EQ(ec.algorithm, "shm");
+  EXPECT_LT(std::llabs(ec.startedUs - firstStart), 5000);
   // An op that ends without a start of its own started when it ended; a
   // stall warning that comes after the end keeps its text, not its state.
   rec.finished(b, nullptr);
   rec.waiting(b, "late warning");
-  e = rec.entries();
-  EXPECT_EQ(e[0].state, OpState::Done);
-  EXPECT_EQ(e[0].startedUs, e[0].finishedUs);
-  EXPECT_EQ(e[0].note, "late warning");
+  eb = entry(b);
+  EXPECT_EQ(eb.state, OpState::Done);
+  EXPECT_EQ(eb.startedUs, eb.finishedUs);
+  EXPECT_EQ(eb.note, "late warning");
+}
+
+TEST(FlightRecorder, PointToPointOpsFromOtherThreadsKeepIdsAndSlotsOfTheirOwn) {
+  // Collectives take their ids by a plain increment (one issuer at a time,
+  // the API's rule); point-to-point ops, from any thread, by an atomic one.
+  // Issued at once from three threads, every op gets an id no other op has,
+  // and the ring ends with the last ops of each kind.
+  FlightRecorder rec(64, "g", "accl", 0, 2);
+  constexpr int kOps = 20000;
+  std::vector<uint64_t> ids[3];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kOps; ++i) {
+        uint64_t id = t == 0 ? rec.begin(OpType::Allreduce, DataType::Float32, i, -1, -1, 4)
+                             : rec.begin(t == 1 ? OpType::Send : OpType::Recv, DataType::Float32, i, -1, 1, 4);
+        rec.finished(id, nullptr);
+        ids[t].push_back(id);
+      }
+    });
+  for (auto& th : threads) th.join();
+  std::vector<uint64_t> all;
+  for (auto& v : ids) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "two ops got one id";
+  for (int i = 0; i < kOps; ++i) ASSERT_EQ(ids[0][i], 2u * (i + 1)) << "collective " << i;
+  auto e = rec.entries();
+  size_t colls = 0, p2p = 0;
+  for (const auto& x : e) {
+    EXPECT_EQ(x.state, OpState::Done);
+    if (x.op == OpType::Allreduce) {
+      ++colls;
+      EXPECT_EQ(x.id % 2, 0u);
+      EXPECT_EQ(x.coll, static_cast<int64_t>(x.id / 2) - 1);
+      EXPECT_GE(x.count, static_cast<uint64_t>(kOps - 64));
+    } else {
+      ++p2p;
+      EXPECT_EQ(x.id % 2, 1u);
+      EXPECT_EQ(x.coll, -1);
+    }
+  }
+  EXPECT_EQ(colls, 64u);
+  EXPECT_EQ(p2p, 64u);
 }
 
 TEST(FlightRecorder, ReadersGetConsistentEntriesWhileOpsAreRecorded) {

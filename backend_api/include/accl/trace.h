@@ -1,5 +1,6 @@
 // The flight recorder: every process group keeps its last ACCL_TRACE_BUFFER
-// ops (default 2000; 0 turns it off) in a ring, with when each was queued,
+// collectives and as many point-to-point ops (default 1000; 0 turns it off)
+// in a ring, with when each was queued,
 // started and finished, its algorithm and transport, and how it failed. The
 // rings of all groups of a process are written as one JSON file
 // (ACCL_TRACE_DIR/accl-trace-<host>-<pid>.json) when an op times out or fails,
@@ -37,7 +38,8 @@ struct PeerBytes {
 };
 
 struct TraceEntry {
-  uint64_t id = 0;         // the group's op counter (every op, point-to-point included), from 1
+  uint64_t id = 0;         // the op's number in its group: collectives 2, 4, 6, ... (id / 2 - 1 is
+                           // coll), point-to-point ops 1, 3, 5, ...; each kind in the order issued
   int64_t seq = -1;        // the backend's collective sequence number where it has one
   int64_t coll = -1;       // the group's collective number (from 0; -1 for send/recv): equal on
                            // every rank for the same call, whatever the backend
@@ -84,20 +86,23 @@ class FlightRecorder {
   // flight recorder is on by default, so an 8-byte op pays for it).
   __attribute__((always_inline)) uint64_t begin(OpType op, DataType dtype, uint64_t count, int root, int peer,
                                                 uint64_t bytes) {
-    uint64_t id = next_.fetch_add(1, kRelaxed);
-    // Collectives of a group are issued in one order (the API's rule), so no
-    // two threads issue them at once: a plain increment, no locked instruction.
-    int64_t coll = -1;
-    if (op != OpType::Send && op != OpType::Recv) {
-      coll = nextColl_.load(kRelaxed);
-      nextColl_.store(coll + 1, kRelaxed);
+    uint64_t id;
+    if (__builtin_expect(op != OpType::Send && op != OpType::Recv, 1)) {
+      // Collectives of a group are issued in one order (the API's rule), so
+      // no two threads issue them at once: a plain increment, no locked
+      // instruction (a locked add drains the store buffer: it alone cost
+      // more than the rest of the recorder on an 8-byte allreduce).
+      id = nextCollId_.load(kRelaxed);
+      nextCollId_.store(id + 2, kRelaxed);  // the op's collective number is id / 2 - 1
+    } else {
+      // Point-to-point ops may be issued by any thread, beside collectives.
+      id = nextP2pId_.fetch_add(2, kRelaxed);
     }
     int64_t now = opNow();
     Slot& s = slotOf(id);
     s.ver.store(2 * id + 1, kRelaxed);  // odd: being written
     std::atomic_thread_fence(std::memory_order_release);
     s.meta.store(packMeta(op, dtype), kRelaxed);
-    s.coll.store(coll, kRelaxed);
     s.count.store(count, kRelaxed);
     s.bytes.store(bytes, kRelaxed);
     s.ranks.store(static_cast<uint32_t>(root) | (static_cast<uint64_t>(static_cast<uint32_t>(peer)) << 32), kRelaxed);
@@ -189,6 +194,8 @@ class FlightRecorder {
   const std::string& backend() const { return backend_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // How many ops of each kind the ring keeps: the last capacity()
+  // collectives and, beside them, the last capacity() point-to-point ops.
   size_t capacity() const { return capacity_; }
 
  private:
@@ -217,7 +224,6 @@ class FlightRecorder {
     // begin()'s line
     std::atomic<uint64_t> ver{0};   // 2 * id + 2 (odd: being written; 0: never used)
     std::atomic<uint64_t> meta{0};  // op, dtype, flags (packMeta, kWaitingBit, kWaitedBit)
-    std::atomic<int64_t> coll{-1};
     std::atomic<uint64_t> count{0}, bytes{0};
     std::atomic<uint64_t> ranks{0};  // root (low 32 bits), peer (high), as int32
     std::atomic<int64_t> queuedNs{0};  // CLOCK_MONOTONIC, like the other times
@@ -281,13 +287,20 @@ class FlightRecorder {
   void finishedSlow(uint64_t id, const std::exception_ptr& error);
   void account(const Copy& c);     // timeline and statistics of a finished op
 
-  size_t capacity_;  // a power of two
-  size_t mask_;      // capacity_ - 1: an op's slot is its id masked
+  // The ring's slots: a power of two, 2 * capacity_. An op's slot is its id
+  // masked, so collectives (even ids) take the even slots and point-to-point
+  // ops (odd ids) the odd ones: a flood of either never pushes the other out.
+  size_t capacity_;  // ops of each kind kept (a power of two)
+  size_t slots_;     // 2 * capacity_
+  size_t mask_;      // slots_ - 1
   std::unique_ptr<Slot[]> ring_;
-  std::atomic<uint64_t> next_{1};
-  std::atomic<int64_t> nextColl_{0};
+  std::atomic<uint64_t> nextCollId_{2};  // the next collective's id (written by the issuing thread only)
+  std::atomic<uint64_t> nextP2pId_{1};   // the next point-to-point op's id (any thread)
+  // The ids of each kind the ring may hold, oldest first: [first, next) by 2
+  // (kind 0: collectives, 1: point-to-point).
+  void heldIds(int kind, uint64_t& first, uint64_t& next) const;
   mutable std::mutex textMu_;  // texts_, firstFailure_
-  std::map<uint64_t, Texts> texts_;  // by op id
+  std::map<uint64_t, Texts> texts_[2];  // by op id, per kind (id & 1)
   Copy firstFailure_;  // id 0: none yet
   mutable std::mutex metaMu_;  // hosts_, trafficSource_, closed_
   std::string group_, backend_;
