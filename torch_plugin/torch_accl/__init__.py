@@ -102,8 +102,8 @@ def register():
 
 
 def dump_traces(reason="on request"):
-    """Writes the flight recorder of every ACCL group of this process (the last ACCL_TRACE_BUFFER ops of
-    each, with their state, algorithm and timing) to ACCL_TRACE_DIR/accl-trace-<host>-<pid>.json and
+    """Writes the flight recorder of every ACCL group of this process (the last ACCL_TRACE_BUFFER
+    collectives and as many point-to-point ops of each, with their state, algorithm and timing) to ACCL_TRACE_DIR/accl-trace-<host>-<pid>.json and
     returns the path ("" when ACCL_TRACE_BUFFER=0). Call it on every rank, e.g. from a watchdog, then
     run `accl-diag DIR` (or `python -m torch_accl.diag DIR`) on the files of all ranks."""
     return _C.dump_traces(reason)
