@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +21,7 @@
 #include <cstring>
 #include <mutex>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -709,8 +709,9 @@ FlightRecorder::Copy FlightRecorder::read(const Slot& s) const {
   }
   if (s.textId.load(R) == c.id) {
     std::lock_guard<std::mutex> lk(textMu_);
-    auto it = texts_[c.id & 1].find(c.id);
-    if (it != texts_[c.id & 1].end()) {
+    const auto& texts = texts_[c.id & 1];
+    auto it = texts.find(c.id);
+    if (it != texts.end()) {
       c.error = it->second.error;
       c.note = it->second.note;
       c.peers = it->second.peers;
