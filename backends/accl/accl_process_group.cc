@@ -611,15 +611,25 @@ std::shared_ptr<Work> AcclProcessGroup::pointToPointWork(bool send, int peer, in
   int64_t me = static_cast<int64_t>(rank()) | static_cast<int64_t>(size()) << 24 | static_cast<int64_t>(send) << 48;
   auto work = internal::makeWork(&describePointToPoint,
                                  std::array<int64_t, 4>{me, peer, tag, static_cast<int64_t>(bytes)});
-  if (auto hook = net_->waiterHook(peer, bytes)) work->setWaitHook(std::move(hook));
   tracePointToPoint(peer);
   return work;
+}
+
+void AcclProcessGroup::addWaiterHook(Work& work, int peer, size_t bytes) {
+  // Only for an op still running once posted: a small send into a
+  // shared-memory ring, or a receive whose message had arrived, completed
+  // while it was posted and is never waited for (the hook is a heap
+  // allocation). No other thread has the Work yet but the transport, whose
+  // completion does not touch the hook.
+  if (work.doneForWait()) return;
+  if (auto hook = net_->waiterHook(peer, bytes)) work.setWaitHook(std::move(hook));
 }
 
 std::shared_ptr<Work> AcclProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
   size_t bytes = buf.count * dataTypeSize(buf.dtype);
   auto work = pointToPointWork(true, dst, o.tag, bytes);
   net_->postTagged(true, dst, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work);
+  addWaiterHook(*work, dst, bytes);
   return work;
 }
 
@@ -627,6 +637,7 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   size_t bytes = buf.count * dataTypeSize(buf.dtype);
   auto work = pointToPointWork(false, src, o.tag, bytes);
   net_->postTagged(false, src, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work);
+  addWaiterHook(*work, src, bytes);
   return work;
 }
 

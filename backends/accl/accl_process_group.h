@@ -66,9 +66,10 @@ class AcclProcessGroup : public ProcessGroup {
   }
   // Records a point-to-point op with `peer` (-1: any) as started.
   void tracePointToPoint(int peer);
-  // A send's or receive's Work (described lazily, with the waiter's poll
-  // where the link has one), its op recorded as started.
+  // A send's or receive's Work (described lazily), its op recorded as started.
   std::shared_ptr<Work> pointToPointWork(bool send, int peer, int tag, size_t bytes);
+  // The waiter's poll, where the link has one, for a posted op still running.
+  void addWaiterHook(Work& work, int peer, size_t bytes);
   // What op `traceId` moved per peer over the network, into its flight
   // recorder entry (a lock and a copy: called only for ops that crossed hosts).
   __attribute__((noinline)) void notePeerBytes(uint64_t traceId);

@@ -1,5 +1,7 @@
 #include "transport/net/matcher.h"
 
+#include "accl/internal/work_pool.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -32,7 +34,7 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
   // Tagged messages travel in order on one channel: a frame past the first
   // belongs to the message in progress.
   if (s == Space::Tagged && h.offset != 0) throw ProtocolError{"a continuation frame without its message"};
-  auto in = std::make_shared<Inbound>();
+  auto in = std::allocate_shared<Inbound>(internal::WorkAllocator<Inbound>{});  // the block pool, as a Request
   in->peer = peer;
   in->space = s;
   in->key = h.key;
