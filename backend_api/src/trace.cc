@@ -592,6 +592,14 @@ FlightRecorder::Texts& FlightRecorder::textsOf(Slot& s, uint64_t id) {
   return texts[id];
 }
 
+void FlightRecorder::updateStart(uint64_t id, int64_t seq, const char* algorithm, const char* transport) {
+  Slot& s = slotOf(id);
+  if (s.startedId.load(std::memory_order_relaxed) != id) return started(id, seq, algorithm, transport);
+  if (seq >= 0) s.seq.store(seq, std::memory_order_relaxed);
+  if (algorithm) s.algorithm.store(algorithm, std::memory_order_relaxed);
+  if (transport) s.transport.store(transport, std::memory_order_relaxed);
+}
+
 void FlightRecorder::waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_t totalNs) {
   Slot& s = slotOf(id);
   if (idOf(s) != id || totalNs <= 0) return;

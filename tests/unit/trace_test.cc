@@ -122,14 +122,16 @@ TEST(FlightRecorder, AReusedSlotShowsNothingOfItsFormerOp) {
   EXPECT_EQ(ec.error, "");
   EXPECT_EQ(ec.note, "");
   EXPECT_EQ(rec.firstFailure().error, "a failed");  // kept apart
-  // A second started() replaces what it is given and keeps the first start
-  // (20 ms later: five ticks of the coarse clock; each read of the entries
-  // converts to wall time afresh, which may move a time by a microsecond).
-  rec.started(c, -1, "shm", "shm");
+  // updateStart() starts an op the first time; a second call replaces what
+  // it is given and keeps the first start (20 ms later: five ticks of the
+  // coarse clock; each read of the entries converts to wall time afresh,
+  // which may move a time by a microsecond).
+  rec.updateStart(c, -1, "shm", "shm");
   int64_t firstStart = entry(c).startedUs;
   EXPECT_GT(firstStart, 0);
+  EXPECT_EQ(entry(c).algorithm, "shm");
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  rec.started(c, 4, nullptr, nullptr);
+  rec.updateStart(c, 4, nullptr, nullptr);
   ec = entry(c);
   EXPECT_EQ(ec.state, OpState::Started);
   EXPECT_EQ(ec.seq, 4);
