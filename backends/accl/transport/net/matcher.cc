@@ -1,10 +1,10 @@
 #include "transport/net/matcher.h"
 
-#include "accl/internal/work_pool.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#include "accl/internal/work_pool.h"
 
 namespace accl {
 namespace core {

@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "accl/errors.h"
-#include "accl/logging.h"
 #include "accl/internal/work_pool.h"
+#include "accl/logging.h"
 #include "accl/process_group.h"
 #include "transport/net/net_transport.h"
 
@@ -236,7 +236,7 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
                               std::shared_ptr<Work> work) {
   std::lock_guard<std::mutex> lk(mu_);
   // From the per-thread block pool, as an op's Work: a small message's
-  // request lives for one op, and malloc and free were a tenth of a small
+  // request lives for one op, and malloc and free were a fifth of a small
   // sendrecv's instructions.
   auto r = std::allocate_shared<Request>(internal::WorkAllocator<Request>{});
   r->isSend = isSend;
