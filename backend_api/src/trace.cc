@@ -122,7 +122,10 @@ std::string expandPattern(const std::string& pattern, int rank) {
 // transport names are plain ASCII; an error message may not be).
 class EventText {
  public:
-  EventText() { out_ = "{"; }
+  EventText() {
+    out_.reserve(384);  // an op event with its args, without a reallocation
+    out_ = "{";
+  }
   EventText& str(const char* k, std::string_view v) {
     key(k);
     bool plain = true;
