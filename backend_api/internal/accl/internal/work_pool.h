@@ -2,7 +2,9 @@
 // heap: an 8-byte op's Work (with its shared_ptr control block) is allocated
 // and freed once per op, and malloc plus free cost about a tenth of such an
 // op's instructions. Blocks freed on a thread are kept there (a bounded
-// number), like malloc's own per-thread cache but without its checks.
+// number), like malloc's own per-thread cache but without its checks. The
+// accl backend's point-to-point requests and inbound message records, which
+// also live for one small op, come from the same pool (WorkAllocator).
 #pragma once
 
 #include <cstddef>
