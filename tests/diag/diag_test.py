@@ -193,7 +193,12 @@ def stall(tmp):
         for r in (0, 1, 3):
             if r in warned:
                 print(f"rank {r} warned after {warned[r][0]:.1f} s: {warned[r][1][:400]}")
-            check(r in warned and warned[r][0] <= 5.0, f"rank {r} warns naming rank 2 within 5 s of the SIGSTOP")
+            if not check(r in warned and warned[r][0] <= 5.0, f"rank {r} warns naming rank 2 within 5 s of the SIGSTOP"):
+                # So that the failure explains itself: every warning the rank wrote, whole.
+                log.seek(0)
+                for line in log.read().splitlines():
+                    if line.startswith(f"[{r}] ") and " WARN " in line:
+                        print(f"rank {r} wrote: {line}")
         ops = sorted({w[2] for w in warned.values()}, key=lambda o: int(o.split("#")[1]))
         if PARAM == "shm":
             check(len(ops) == 1, "every rank names the same op")

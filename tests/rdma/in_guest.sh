@@ -98,6 +98,7 @@ if has fault; then
   # Its deadline is 40 s here: the guest's emulated CPU takes over 12 s for the steps before it.
   ACCL_TEST_STALL_DEADLINE_S=40 python3 "$OUT/tests/diag/diag_test.py" "$B" stall ib >"$OUT/matrix_stall.log" 2>&1
   r=$?; grep -E "^rank [0-9] warned|^FAIL" "$OUT/matrix_stall.log" | cut -c1-240
+  [ $r = 0 ] || grep -E "^rank [0-9] wrote: " "$OUT/matrix_stall.log" | cut -c1-1500
   ok $r "fault matrix over verbs: SIGSTOP until the deadline ($(( $(t) - s )) s)"
 fi
 
