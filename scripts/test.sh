@@ -38,7 +38,9 @@ if [ -n "$sanitize" ]; then
   export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0:allocator_may_return_null=1:verify_asan_link_order=0
   export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp
-  export TSAN_OPTIONS=suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1:print_suppressions=0
+  # history_size=5: the earlier access of a race is reported with its stack
+  # (suppressions match it), also when many threads run MPI calls.
+  export TSAN_OPTIONS=suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1:print_suppressions=0:history_size=5
   [ $# -gt 0 ] || set -- -L 'unit|threads|sanitizer|faults|netns' -LE 'rdma|fuzz|package|install|perf|gpu'
 # CI's 90 minutes: the conformance suite's large count is 256 KiB there (the
 # same ops, dtypes, reductions and roots; still several chunks), 1 MiB elsewhere.

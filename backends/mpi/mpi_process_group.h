@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "accl/internal/op_queue.h"
 #include "accl/process_group.h"
@@ -77,9 +78,43 @@ class MpiProcessGroup : public ProcessGroup {
   // one outlives its deadline, which MPI gives no other way to end.
   void guardLoop();
 
+  // A point-to-point request that did not complete when it was posted. The
+  // thread that waits on its Work polls it (the wait hook); the progress
+  // thread polls what no thread waits on. One thread tests it at a time
+  // (`claimed`): MPI forbids two testing one request at once.
+  struct PendingP2p {
+    MpiProcessGroup* g = nullptr;  // touched only until finished
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::shared_ptr<Work> work;  // until it finished (then the Work holds this, through its hook)
+    std::chrono::steady_clock::time_point posted, deadline;
+    std::chrono::milliseconds timeout{0};
+    bool isRecv = false;
+    int peer = 0, tag = 0;  // recv: kAnySource or the source
+    size_t count = 0;
+    DataType dtype = DataType::Float32;
+    std::atomic<bool> claimed{false};
+    std::atomic<bool> finished{false};
+  };
+  // `work` completes when `req` does: a Work whose waiter polls it, and the
+  // progress thread meanwhile. `p` describes the op (req, work and the
+  // times are filled in here).
+  std::shared_ptr<Work> pendP2p(std::shared_ptr<Work> work, MPI_Request req, std::chrono::milliseconds timeout,
+                                std::shared_ptr<PendingP2p> p);
+  // "send to rank 1 tag 7" / "recv from any rank tag 7", with the rank prefix.
+  std::string describeP2p(bool isRecv, int peer, int tag) const;
+  // One test of `p` (its claim held): true once it finished (its Work
+  // completed: done, failed, or past its deadline when `clock`).
+  bool testP2p(PendingP2p& p, bool clock);
+  void p2pLoop();
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::unique_ptr<internal::OpQueue> queue_;
-  std::unique_ptr<internal::OpQueue> p2pWaits_;
+  std::mutex p2pMu_;
+  std::condition_variable p2pCv_;
+  std::vector<std::shared_ptr<PendingP2p>> p2p_;  // the progress thread's (finished ones go on its next pass)
+  bool p2pIdle_ = false;                          // it sleeps until a request comes (else it looks every tick)
+  bool p2pStop_ = false;
+  std::thread p2pThread_;
   std::atomic<uint64_t> seq_{0};
   size_t inlineBytes_ = 0;    // ACCL_MPI_BLOCKING_BYTES: ops up to it run on the calling thread
   size_t blockingBytes_ = 0;  // the same, 0 when MPI serializes calls: ops up to it call blocking MPI

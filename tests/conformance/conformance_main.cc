@@ -9,11 +9,15 @@
 // the even ranks in reverse order, and the odd ranks, concurrently.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "accl/registry.h"
 #include "checker.h"
@@ -153,6 +157,82 @@ TEST(Async, ManyOutstandingOpsCompleteInOrder) {
     for (int i = 0; i < count; ++i)
       ASSERT_EQ(bufs[j][i], (j + 1) * n * (n + 1) / 2 + n * i) << "op " << j << " element " << i;
   }
+}
+
+TEST(PointToPointCompletion, ARecvNobodyWaitsOnCompletesAndCallsBack) {
+  // A receive that no thread waits on (the caller polls isCompleted, as
+  // torch's is_completed() does) still completes once its message came, and
+  // runs its callback; 512 KiB: more than one fragment, and more than an
+  // eager send, so the backend must progress it by itself.
+  ProcessGroup& pg = *gPg;
+  if (pg.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const size_t count = 64 * 1024;
+  std::vector<int64_t> buf(count);
+  if (pg.rank() == 1) {
+    std::fill(buf.begin(), buf.end(), -1);
+    RecvOptions ro;
+    ro.tag = 4242;
+    auto w = pg.recv(Buffer(buf.data(), count, DataType::Int64), 0, ro);
+    std::atomic<int> fired{0};
+    w->onComplete([&](Work&) { fired++; });
+    pg.barrier()->wait();  // rank 0 sends after it
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!w->isCompleted() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(w->isCompleted()) << "the receive did not complete within 60 s without a waiter";
+    w->wait();
+    EXPECT_EQ(fired.load(), 1);
+    EXPECT_EQ(w->sourceRank(), 0);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[i], static_cast<int64_t>(i * 3 + 1)) << "element " << i;
+  } else {
+    pg.barrier()->wait();
+    if (pg.rank() == 0) {
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<int64_t>(i * 3 + 1);
+      SendOptions so;
+      so.tag = 4242;
+      pg.send(Buffer(buf.data(), count, DataType::Int64), 1, so)->wait();
+    }
+  }
+  pg.barrier()->wait();
+}
+
+TEST(PointToPointCompletion, ThreadsOfOneRankSendAndReceiveAtOnce) {
+  // Ranks 0 and 1 exchange messages on 4 threads each, at once, a tag per
+  // thread: every thread waits on its own requests while the others post.
+  ProcessGroup& pg = *gPg;
+  if (pg.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  if (pg.rank() < 2) {
+    constexpr int kThreads = 4, kRounds = 200;
+    int peer = 1 - pg.rank();
+    std::atomic<int> bad{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        for (int i = 0; i < kRounds; ++i) {
+          std::vector<int32_t> out(16 + t * 700, pg.rank() * 1000000 + t * 10000 + i), in(out.size(), -1);
+          RecvOptions ro;
+          SendOptions so;
+          ro.tag = so.tag = 100 + t;
+          auto r = pg.recv(Buffer(in.data(), in.size(), DataType::Int32), peer, ro);
+          auto s = pg.send(Buffer(out.data(), out.size(), DataType::Int32), peer, so);
+          if (i % 2) {
+            r->wait();
+            s->wait();
+          } else {
+            s->wait();
+            r->wait();
+          }
+          for (int32_t v : in)
+            if (v != peer * 1000000 + t * 10000 + i) {
+              bad++;
+              break;
+            }
+        }
+      });
+    for (auto& th : ts) th.join();
+    EXPECT_EQ(bad.load(), 0) << "messages with the wrong content";
+  }
+  pg.barrier()->wait();
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 //                                with ACCL_DIAG_DUMP=1)
 //   diag_driver late S           an 8-byte allreduce that rank 1 joins S seconds late (prints
 //                                "late: done" on every rank that completed it)
+//   diag_driver p2plate S wait|poll  rank 0 receives 2 floats (tag 5) that rank 1 sends S seconds
+//                                late, waiting on the Work or polling isCompleted() (prints
+//                                "p2plate: done" when the receive completed)
 // The backend is ACCL_DIAG_BACKEND (default accl). Every failure is printed
 // as "error (<code>): <message>".
 #include <chrono>
@@ -71,6 +74,22 @@ int main(int argc, char** argv) {
       if (pg->rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(std::atoi(argv[2])));
       pg->allreduce(Buffer(x, 2, DataType::Float32))->wait();
       std::printf("late: done\n");
+    } else if (mode == "p2plate" && argc > 3) {
+      float x[2] = {1, 2};
+      if (pg->rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(std::atoi(argv[2])));
+        SendOptions so;
+        so.tag = 5;
+        pg->send(Buffer(x, 2, DataType::Float32), 0, so)->wait();
+      } else if (pg->rank() == 0) {
+        RecvOptions ro;
+        ro.tag = 5;
+        auto w = pg->recv(Buffer(x, 2, DataType::Float32), 1, ro);
+        if (std::string(argv[3]) == "poll")
+          while (!w->isCompleted()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        w->wait();
+        std::printf("p2plate: done\n");
+      }
     } else if (mode == "bulk" && argc > 3) {
       size_t n = static_cast<size_t>(std::atoi(argv[2])) << 20 >> 2;
       std::vector<float> a(n, 1.0f);
@@ -79,7 +98,7 @@ int main(int argc, char** argv) {
       const char* d = std::getenv("ACCL_DIAG_DUMP");
       if (d && std::string(d) == "1") dumpTraces("on request");
     } else {
-      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | exit N | bulk MIB N | late S\n");
+      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | exit N | bulk MIB N | late S | p2plate S wait|poll\n");
       return 2;
     }
     return 0;

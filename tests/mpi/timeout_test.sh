@@ -6,7 +6,11 @@
 #                within a few seconds, long before rank 1 arrives;
 #   nonblocking  (ACCL_MPI_BLOCKING_BYTES=0): the op fails with accl::Timeout,
 #                which the program catches and prints.
-# usage: timeout_test.sh MPIEXEC DIAG_DRIVER blocking|nonblocking
+# p2p_wait and p2p_poll: rank 0 receives what rank 1 sends 30 s late, waiting
+# on the Work (its thread polls the request) or polling isCompleted() (the
+# backend's progress thread polls it); either way the receive fails with
+# accl::Timeout at its deadline.
+# usage: timeout_test.sh MPIEXEC DIAG_DRIVER blocking|nonblocking|p2p_wait|p2p_poll
 set -u
 mpiexec=$1 driver=$2 mode=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -14,10 +18,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bytes=65536
 [ "$mode" = nonblocking ] && bytes=0
+case $mode in
+  blocking|nonblocking) args="late 30" ;;
+  p2p_wait) args="p2plate 30 wait" ;;
+  p2p_poll) args="p2plate 30 poll" ;;
+  *) echo "FAILED: unknown mode $mode (blocking, nonblocking, p2p_wait, p2p_poll)"; exit 1 ;;
+esac
 start=$(date +%s)
 ACCL_TIMEOUT=2s ACCL_MPI_BLOCKING_BYTES=$bytes ACCL_DIAG_BACKEND=mpi ACCL_TRACE_DIR=$tmp \
   timeout 60 "$mpiexec" -n 2 -x ACCL_TIMEOUT -x ACCL_MPI_BLOCKING_BYTES -x ACCL_DIAG_BACKEND -x ACCL_TRACE_DIR \
-  "$driver" late 30 >"$tmp/out" 2>&1
+  "$driver" $args >"$tmp/out" 2>&1
 rc=$?
 elapsed=$(( $(date +%s) - start ))
 cat "$tmp/out"
@@ -27,7 +37,11 @@ fail() { echo "FAILED: $*"; exit 1; }
 [ "$rc" -ne 124 ] || fail "the job hung until timeout(1) killed it"
 [ "$elapsed" -le 20 ] || fail "the job took $elapsed s; the deadline is 2 s and rank 1 arrives after 30 s"
 grep -q "late: done" "$tmp/out" && fail "a rank completed the allreduce"
-if [ "$mode" = blocking ]; then
+grep -q "p2plate: done" "$tmp/out" && fail "rank 0 completed the receive"
+if [ "${mode#p2p_}" != "$mode" ]; then
+  grep -q "error (Timeout): accl rank 0/2 mpi: recv from rank 1 tag 5: timed out after 2000 ms; some rank did not take part" "$tmp/out" ||
+    fail "rank 0 does not catch an accl::Timeout naming the receive, its peer, tag and deadline"
+elif [ "$mode" = blocking ]; then
   grep -q "accl rank 0/2 mpi: allreduce #0 (2 elements): timed out after 2000 ms in MPI_Allreduce; some rank did not take part.*aborted (MPI_Abort, exit status 3)" "$tmp/out" ||
     fail "rank 0 does not name the op, its deadline and MPI_Allreduce before the abort"
   # mpirun passes on the guard's MPI_Abort status (its own banner about the

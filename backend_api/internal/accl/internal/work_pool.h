@@ -3,8 +3,9 @@
 // and freed once per op, and malloc plus free cost about a tenth of such an
 // op's instructions. Blocks freed on a thread are kept there (a bounded
 // number), like malloc's own per-thread cache but without its checks. The
-// accl backend's point-to-point requests and inbound message records, which
-// also live for one small op, come from the same pool (WorkAllocator).
+// accl backend's point-to-point requests and inbound message records, and
+// the mpi backend's pending point-to-point requests, which also live for one
+// small op, come from the same pool (WorkAllocator).
 #pragma once
 
 #include <cstddef>
