@@ -621,14 +621,6 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
     std::lock_guard<std::mutex> b(brokenMu_);
     throw RemoteError(what() + ": the group is unusable since " + broken_);
   }
-  auto finish = [&](const MPI_Status& st) {
-    int got = 0;
-    MPI_Get_count(&st, mpiType(buf.dtype), &got);
-    if (static_cast<size_t>(got) != buf.count)
-      throw InvalidArgument(what() + ": received " + std::to_string(got) + " elements, expected " +
-                            std::to_string(buf.count));
-    return st.MPI_SOURCE;
-  };
   MPI_Request req;
   MPI_Status st{};
   int done = 0;
@@ -642,7 +634,7 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
   auto work = internal::makeWork("recv", seq_++);
   if (done) {
     try {
-      work->markCompleted(nullptr, finish(st));
+      work->markCompleted(nullptr, recvSource(st, buf.dtype, buf.count, src, o.tag));
     } catch (...) {
       work->markCompleted(std::current_exception());
     }
@@ -712,6 +704,15 @@ std::string MpiProcessGroup::describeP2p(bool isRecv, int peer, int tag) const {
                  " tag " + std::to_string(tag));
 }
 
+int MpiProcessGroup::recvSource(const MPI_Status& st, DataType dtype, size_t count, int src, int tag) const {
+  int got = 0;
+  MPI_Get_count(&st, mpiType(dtype), &got);
+  if (static_cast<size_t>(got) != count)
+    throw InvalidArgument(describeP2p(true, src, tag) + ": received " + std::to_string(got) + " elements, expected " +
+                          std::to_string(count));
+  return st.MPI_SOURCE;
+}
+
 bool MpiProcessGroup::testP2p(PendingP2p& p, bool clock) {
   if (p.finished.load(std::memory_order_relaxed)) return true;
   int done = 0, rc;
@@ -726,14 +727,11 @@ bool MpiProcessGroup::testP2p(PendingP2p& p, bool clock) {
     error = std::make_exception_ptr(RemoteError(describeP2p(p.isRecv, p.peer, p.tag) + ": MPI error: " + mpiError(rc)));
   } else if (done) {
     if (p.isRecv) {
-      int got = 0;
-      MPI_Get_count(&st, mpiType(p.dtype), &got);
-      if (static_cast<size_t>(got) != p.count)
-        error = std::make_exception_ptr(InvalidArgument(describeP2p(true, p.peer, p.tag) + ": received " +
-                                                        std::to_string(got) + " elements, expected " +
-                                                        std::to_string(p.count)));
-      else
-        src = st.MPI_SOURCE;
+      try {
+        src = recvSource(st, p.dtype, p.count, p.peer, p.tag);
+      } catch (...) {
+        error = std::current_exception();
+      }
     }
   } else if (clock && std::chrono::steady_clock::now() > p.deadline) {
     std::string w = describeP2p(p.isRecv, p.peer, p.tag);

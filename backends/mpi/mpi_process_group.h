@@ -102,6 +102,9 @@ class MpiProcessGroup : public ProcessGroup {
                                 std::shared_ptr<PendingP2p> p);
   // "send to rank 1 tag 7" / "recv from any rank tag 7", with the rank prefix.
   std::string describeP2p(bool isRecv, int peer, int tag) const;
+  // A completed receive's source rank; InvalidArgument naming both sizes if
+  // its message was not `count` elements.
+  int recvSource(const MPI_Status& st, DataType dtype, size_t count, int src, int tag) const;
   // One test of `p` (its claim held): true once it finished (its Work
   // completed: done, failed, or past its deadline when `clock`).
   bool testP2p(PendingP2p& p, bool clock);
