@@ -179,8 +179,9 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     };
     auto* dom = new core::ShmDomain(so);
     host_.reset(dom);
-    // Ranks that share cores: a spinning waiter takes the core its peer needs.
-    net_->setSpinningWaiters(!dom->oversubscribed());
+    // Ranks that share cores: a spinning waiter takes the core its peer
+    // needs, and a single-copy message makes its sender wait for a hand-off.
+    net_->setLocalRanksShareCpus(dom->oversubscribed());
   } else {
     host_ = core::makeSoloHost();
   }

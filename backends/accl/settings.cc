@@ -96,7 +96,8 @@ const config::Var<int> socketNstreams(
 const config::Var<std::string> shmCma(
     "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
     "Single-copy shared-memory transfers with process_vm_readv (collectives within a host from "
-    "64 KiB; point-to-point messages of 64 KiB - 16 MiB). auto: used when the kernel allows it; "
+    "16 KiB (reduce 32 KiB), point-to-point messages from 8 KiB; where the host's ranks share CPUs, "
+    "from 64 KiB and 16 KiB). auto: used when the kernel allows it; "
     "off: always copy through the shared segment and rings; on: fail if unavailable.");
 
 const config::Var<int> inlineBytes(

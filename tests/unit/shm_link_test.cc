@@ -108,18 +108,31 @@ OpDesc desc() {
 
 class ShmLinkCopies : public ::testing::TestWithParam<bool> {};
 
+static void framesArriveIntact(bool cma, size_t one);
+
+// At both single-copy thresholds (ranks with a CPU each, ranks sharing CPUs).
 TEST_P(ShmLinkCopies, FramesArriveIntactAndInOrderThroughManyWrapArounds) {
-  PairOfLinks p(GetParam());
+  for (size_t one : {ShmLink::kSingleCopyMinOwnCpus, ShmLink::kSingleCopyMinSharedCpus}) {
+    SCOPED_TRACE("single copy from " + std::to_string(one) + " bytes");
+    framesArriveIntact(GetParam(), one);
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+static void framesArriveIntact(bool cma, size_t one) {
+  PairOfLinks p(cma);
   ASSERT_TRUE(p.link[0] && p.link[1]) << p.why[0] << " / " << p.why[1];
   EXPECT_TRUE(p.link[0]->serves(1) && p.link[1]->serves(0));
-  if (!GetParam()) {
+  if (!cma) {
     EXPECT_FALSE(p.link[0]->singleCopyTo(1));
   }
   bool single = p.link[0]->singleCopyTo(1);
-  if (GetParam() && !single) GTEST_SKIP() << "process_vm_readv is not allowed here: the copy path only";
+  if (cma && !single) GTEST_SKIP() << "process_vm_readv is not allowed here: the copy path only";
+  p.link[0]->setSingleCopyMin(one);
+  ASSERT_EQ(p.link[0]->singleCopyMin(), one);
   const size_t ring = p.link[0]->ringBytes();
+  ASSERT_GT(ring / 4, one) << "the test needs single-copy sizes that fit one frame of the ring";
   // Sizes around the frame size and beyond the ring: empty, odd, several frames.
-  const size_t one = ShmLink::singleCopyMin();
   std::vector<size_t> sizes = {0,         1,       63,      64,  65,  ring / 4 - 64, ring / 4, ring / 4 + 1, ring,
                                3 * ring + 17, 4096, one - 1, one, one + 1, 9 * ring + 3};
   std::vector<std::vector<char>> msgs;
@@ -154,6 +167,19 @@ TEST_P(ShmLinkCopies, FramesArriveIntactAndInOrderThroughManyWrapArounds) {
   for (auto& m : msgs)
     frames += single && m.size() >= one ? 1 : m.empty() ? 1 : (m.size() + ring / 4 - 1) / (ring / 4);
   EXPECT_EQ(p.sink[0].sent, frames);
+  if (!single) return;
+  // The threshold itself: a message just below it goes into the ring and is
+  // sent at once, before the reader looks; one of `one` bytes waits for the
+  // reader to copy it from this process and acknowledge it.
+  std::vector<char> below(one - 1, 'b'), at(one, 'a');
+  auto mBelow = std::make_shared<OutMessage>(), mAt = std::make_shared<OutMessage>();
+  p.link[0]->send(1, FrameType::Tagged, 1000, desc(), below.data(), below.size(), mBelow, FrameLink::Route::Ordered);
+  EXPECT_EQ(mBelow->framesLeft, 0u) << "a message of " << below.size() << " bytes was not written into the ring";
+  p.link[0]->send(1, FrameType::Tagged, 1001, desc(), at.data(), at.size(), mAt, FrameLink::Route::Ordered);
+  EXPECT_EQ(mAt->framesLeft, 1u) << "a message of " << at.size() << " bytes did not wait for its reader";
+  ASSERT_TRUE(p.pump([&] { return p.sink[1].done.size() == msgs.size() + 2 && mAt->framesLeft == 0; }));
+  EXPECT_TRUE(p.sink[1].done[msgs.size()].second == below);
+  EXPECT_TRUE(p.sink[1].done[msgs.size() + 1].second == at);
 }
 
 INSTANTIATE_TEST_SUITE_P(ShmLink, ShmLinkCopies, ::testing::Values(true, false),
@@ -234,7 +260,7 @@ TEST(ShmLink, AWithdrawnSingleCopyMessageIsNeverRead) {
   PairOfLinks p;
   ASSERT_TRUE(p.link[0] && p.link[1]);
   if (!p.link[0]->singleCopyTo(1)) GTEST_SKIP() << "process_vm_readv is not allowed here";
-  std::vector<char> a(ShmLink::singleCopyMin() * 4, 'a'), b(a.size(), 'b'), c(a.size(), 'c');
+  std::vector<char> a(p.link[0]->singleCopyMin() * 4, 'a'), b(a.size(), 'b'), c(a.size(), 'c');
   auto ma = std::make_shared<OutMessage>(), mb = std::make_shared<OutMessage>(), mc = std::make_shared<OutMessage>();
   p.link[0]->send(1, FrameType::Tagged, 1, desc(), a.data(), a.size(), ma, FrameLink::Route::Ordered);
   p.link[0]->send(1, FrameType::Tagged, 2, desc(), b.data(), b.size(), mb, FrameLink::Route::Ordered);
@@ -264,7 +290,7 @@ TEST(ShmLink, AMalformedSingleCopyDescriptorFailsItsWriter) {
     uint64_t addr, seq;
     const char* want;
   };
-  std::vector<char> real(ShmLink::singleCopyMin(), 7);
+  std::vector<char> real(ShmLink::kSingleCopyMinSharedCpus, 7);
   const Case cases[] = {
       {true, 1, 0, 0, "process_vm_readv"},  // the sender's buffer is unmapped
       {true, 1, reinterpret_cast<uint64_t>(real.data()), 5, "does not hold"},  // no posted slot
@@ -287,7 +313,7 @@ TEST(ShmLink, AMalformedSingleCopyDescriptorFailsItsWriter) {
     f.seq = c.seq;
     if (c.want == std::string("process_vm_readv")) {
       // A real descriptor whose buffer is unmapped before the reader reads it.
-      size_t n = ShmLink::singleCopyMin();
+      size_t n = p.link[0]->singleCopyMin();
       void* gone = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       ASSERT_NE(gone, MAP_FAILED);
       p.link[0]->send(1, FrameType::Tagged, 9, desc(), static_cast<char*>(gone), n, std::make_shared<OutMessage>(),

@@ -150,6 +150,11 @@ void NetTransport::setupShm(Clock::time_point deadline) {
                                << shmWhy_);
 }
 
+void NetTransport::setLocalRanksShareCpus(bool shared) {
+  spinningWaiters_ = !shared;
+  if (shm_) shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyMinOwnCpus);
+}
+
 void NetTransport::setupIb(Clock::time_point deadline) {
   bool anyRemote = std::find(o_.remote.begin(), o_.remote.end(), true) != o_.remote.end();
   if (!anyRemote) return;

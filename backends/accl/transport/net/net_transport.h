@@ -113,8 +113,10 @@ class NetTransport : public Transport, private FrameSink {
   // (over TCP the wait would only burn a core; verbs is left to the progress
   // thread). Harmless once the transport is gone.
   std::function<void(Work&)> waiterHook(int peer, size_t bytes = 0);
-  // Off where the ranks of this host share cores: the waiter then polls once.
-  void setSpinningWaiters(bool on) { spinningWaiters_ = on; }
+  // Where the ranks of this host share CPUs: a waiter then gives its core up
+  // between polls rather than spin, and point-to-point messages to them go by
+  // single copy from a larger size (ShmLink::singleCopyMin).
+  void setLocalRanksShareCpus(bool shared);
 
   // For waits outside this transport (shared memory): throws RemoteError if
   // one of `peers` failed or any peer aborted the current op; detects mismatch.
