@@ -605,7 +605,7 @@ std::shared_ptr<Work> MpiProcessGroup::doSend(Buffer buf, int dst, const SendOpt
   }
   auto work = internal::makeWork("send", seq_++);
   if (done) {
-    work->markCompleted();
+    work->completeUnshared(nullptr, -1);  // no other thread has it yet: plain stores, no lock
     return work;
   }
   auto p = std::allocate_shared<PendingP2p>(internal::WorkAllocator<PendingP2p>{});
@@ -634,9 +634,9 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
   auto work = internal::makeWork("recv", seq_++);
   if (done) {
     try {
-      work->markCompleted(nullptr, recvSource(st, buf.dtype, buf.count, src, o.tag));
+      work->completeUnshared(nullptr, recvSource(st, buf.dtype, buf.count, src, o.tag));
     } catch (...) {
-      work->markCompleted(std::current_exception());
+      work->completeUnshared(std::current_exception(), -1);
     }
     return work;
   }
