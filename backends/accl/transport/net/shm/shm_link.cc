@@ -379,7 +379,13 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   Ring* r = o.ring;
   size_t rec = sizeof(FrameHeader) + align64(h.len);
   uint64_t head = r->head.load(std::memory_order_relaxed);
-  if (cap_ - (head - r->tail.load(std::memory_order_acquire)) < rec) return false;  // queued: flush() waits for room
+  // The reader's tail as last seen: it only grows, so the room it shows is
+  // there; the shared line is read again only when that room is too small
+  // (reading it on every frame moved the line between the cores each time).
+  if (cap_ - (head - o.tailSeen) < rec) {
+    o.tailSeen = r->tail.load(std::memory_order_acquire);
+    if (cap_ - (head - o.tailSeen) < rec) return false;  // queued: flush() waits for room
+  }
   char* data = r->data();
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
@@ -407,7 +413,7 @@ bool ShmLink::flush(int peer) {
   char* data = r->data();
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   uint64_t head = r->head.load(std::memory_order_relaxed);
-  uint64_t tail = r->tail.load(std::memory_order_acquire);
+  uint64_t tail = o.tailSeen;  // read again below when the room it shows is too small
   bool any = false;
   while (!o.queue.empty()) {
     OutFrame& f = o.queue.front();
@@ -444,6 +450,7 @@ bool ShmLink::flush(int peer) {
     if (remote) o.pending.push_back(Pending{seq, std::move(m)});  // sent when acknowledged
     else if (m) sink_->onSent(m);
   }
+  o.tailSeen = tail;
   if (any) ringIfAsleep(peer);
   return any;
 }

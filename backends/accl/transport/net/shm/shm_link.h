@@ -143,6 +143,7 @@ class ShmLink : public FrameLink, public EventHandler {
   struct Out {  // to one peer: its ring in the peer's segment, the frames waiting for space
     Ring* ring = nullptr;
     int bell = -1;
+    uint64_t tailSeen = 0;  // the ring's tail as this writer last read it
     std::deque<OutFrame> queue;
     bool cma = false;        // the peer reads single-copy messages from this process
     uint64_t nextSeq = 0;    // of single-copy messages
