@@ -256,7 +256,7 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
     }
   } giveBack{completions};
   for (int n = 0;; ++n) {
-    bool stop, contended = false;
+    bool stop, yieldNow = yields;  // and where the pass found the lock taken
     {
       // The gate is held only while polling, not while completions run (one
       // may destroy the group, whose destructor takes the gate).
@@ -266,7 +266,7 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
       if (!guest) t->shm_->guestBegin(), guest = true;
       // The progress thread may be polling: then it completes the Work.
       std::unique_lock<std::mutex> lk(t->mu_, std::try_to_lock);
-      contended = !lk.owns_lock();
+      yieldNow = yields || !lk.owns_lock();
       if (lk.owns_lock() && !t->stop_) {
         bool moved = t->shm_->pollAsGuest();
         movedSinceLook = movedSinceLook || moved;
@@ -278,7 +278,6 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
       bool served = mine || w.doneForWait();
       stop = served || spin.count() == 0;
       // A pass that yields may take a while: the clock is read every 4th.
-      bool yieldNow = yields || contended;
       if (!stop && (n & (yieldNow ? 3 : 63)) == (yieldNow ? 3 : 63)) {
         auto now = Clock::now();
         if (until == Clock::time_point{}) until = now + spin;
@@ -293,7 +292,7 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
     for (auto& c : completions) c.run();
     completions.clear();
     if (stop) return;
-    if (yields || contended) {
+    if (yieldNow) {
       sched_yield();
       continue;
     }

@@ -17,8 +17,9 @@
 //
 // Single copy: a message of singleCopyMin() bytes or more (8 KiB where the
 // host's ranks each have a CPU of their own, 16 KiB where they share CPUs)
-// to a peer that may read this process's memory (process_vm_readv, probed at set-up; ACCL_SHM_CMA=off
-// turns it off) goes as one descriptor frame in the ring, with the address
+// to a peer that may read this process's memory (process_vm_readv, probed
+// at set-up; ACCL_SHM_CMA=off turns it off) goes as one descriptor frame in
+// the ring, with the address
 // of the sender's buffer; the reader copies it straight into the receive
 // buffer, 4 MiB per poll, and acknowledges it through its own ring, which
 // completes the send. A slot per descriptor in the ring's header says
