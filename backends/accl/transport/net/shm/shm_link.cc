@@ -466,6 +466,12 @@ bool ShmLink::readFrom(int peer) {
     if (n > first) std::memcpy(dst + first, data, n - first);
   };
   uint64_t tail = r->tail.load(std::memory_order_relaxed);
+  // The next frame's header and first payload line, asked for together
+  // with the head: when a frame has come, its lines arrive from the
+  // writer's core beside the head's instead of after it (2 ranks, 8 B
+  // sendrecv: 0.91-0.99 -> 0.86-0.92 us).
+  __builtin_prefetch(data + (tail & (cap_ - 1)));
+  __builtin_prefetch(data + ((tail + 64) & (cap_ - 1)));
   uint64_t head = r->head.load(std::memory_order_acquire);
   bool any = false;
   for (int n = 0; tail != head && n < 64 && !i.dead; ++n) {
