@@ -40,7 +40,15 @@ struct Sink : FrameSink {
   std::vector<std::string> failed;
   size_t sent = 0;
   std::map<uint64_t, size_t> got;
+  bool posted = true;  // receivePosted(): whether a receive waits for each message
+  size_t asked = 0;    // how often the link asked
+  Clock::time_point firstAsk{}, firstHeader{};  // since the test last cleared them
+  bool receivePosted(int, const FrameHeader&) override {
+    if (!asked++ || firstAsk == Clock::time_point{}) firstAsk = Clock::now();
+    return posted;
+  }
   LandingPtr onHeader(int, const FrameHeader& h) override {
+    if (firstHeader == Clock::time_point{}) firstHeader = Clock::now();
     auto& l = open[h.key];
     if (!l) l = std::make_shared<Into>(h.total);
     return l;
@@ -184,6 +192,55 @@ static void framesArriveIntact(bool cma, size_t one) {
 
 INSTANTIATE_TEST_SUITE_P(ShmLink, ShmLinkCopies, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "single_copy" : "through_the_ring"; });
+
+// A single-copy message that no receive wants yet stays in its sender's
+// memory (the frames behind it wait too), until a receive is posted or its
+// time (deferNs) is up; then it is read, and its send completes.
+TEST(ShmLink, ASingleCopyMessageWithoutAReceiveWaitsInItsSendersMemoryForABoundedTime) {
+  PairOfLinks p;
+  ASSERT_TRUE(p.link[0] && p.link[1]) << p.why[0] << " / " << p.why[1];
+  if (!p.link[0]->singleCopyTo(1)) GTEST_SKIP() << "process_vm_readv is not allowed here";
+  EXPECT_EQ(ShmLink::deferNs(size_t(4) << 20), 2000000);  // its size at 2 GB/s, at most 2 ms
+  EXPECT_EQ(ShmLink::deferNs(size_t(16) << 10), 20000);    // and at least 20 us
+  const size_t big = size_t(256) << 10;
+  std::vector<char> a(big, 'a'), b(100, 'b');
+  Sink& in = p.sink[1];
+  // A receive posted while it waits: the first look leaves it (and the
+  // frame behind it) unread, the send open; the post reads both, in order.
+  in.posted = false;
+  auto ma = std::make_shared<OutMessage>(), mb = std::make_shared<OutMessage>();
+  p.link[0]->send(1, FrameType::Tagged, 1, desc(), a.data(), a.size(), ma, FrameLink::Route::Ordered);
+  p.link[0]->send(1, FrameType::Tagged, 2, desc(), b.data(), b.size(), mb, FrameLink::Route::Ordered);
+  EXPECT_FALSE(p.link[1]->poll());
+  EXPECT_EQ(in.asked, 1u);
+  EXPECT_TRUE(in.done.empty()) << "a message no receive wanted was read at once";
+  EXPECT_EQ(ma->framesLeft, 1u);
+  EXPECT_GT(p.link[1]->deferredUntil(), 0);
+  EXPECT_TRUE(p.link[1]->deferring());
+  in.posted = true;
+  EXPECT_TRUE(p.link[1]->readDeferred());
+  ASSERT_EQ(in.done.size(), 2u);
+  EXPECT_EQ(in.done[0].first, 1u);
+  EXPECT_TRUE(in.done[0].second == a);
+  EXPECT_EQ(in.done[1].first, 2u);
+  EXPECT_FALSE(p.link[1]->deferring());
+  EXPECT_EQ(p.link[1]->deferredUntil(), 0);
+  ASSERT_TRUE(p.pump([&] { return ma->framesLeft == 0; })) << "the send was never acknowledged";
+  // No receive ever: read once its time is up (counted from the first
+  // look), not before.
+  in.posted = false;
+  in.firstAsk = in.firstHeader = Clock::time_point{};
+  auto mc = std::make_shared<OutMessage>();
+  p.link[0]->send(1, FrameType::Tagged, 3, desc(), a.data(), a.size(), mc, FrameLink::Route::Ordered);
+  auto until = Clock::now() + std::chrono::seconds(10);
+  while (in.done.size() < 3 && Clock::now() < until) p.link[1]->poll();
+  ASSERT_EQ(in.done.size(), 3u);
+  EXPECT_GE(in.firstHeader - in.firstAsk, std::chrono::nanoseconds(ShmLink::deferNs(big)))
+      << "read before its time was up";
+  EXPECT_TRUE(in.done[2].second == a);
+  ASSERT_TRUE(p.pump([&] { return mc->framesLeft == 0; })) << "the send was never acknowledged";
+  EXPECT_TRUE(p.sink[0].failed.empty() && in.failed.empty());
+}
 
 TEST(ShmLink, AMalformedFrameFailsItsWriterWithAProtocolErrorAndNothingElse) {
   PairOfLinks p;

@@ -71,6 +71,12 @@ class Matcher {
   // returns true for are discarded.
   void sweepHeldOps(const std::function<bool(const Inbound&)>& drop);
 
+  // Whether a new message from `peer` with this key would land in a posted
+  // receive (arrive() would not hold it).
+  bool hasPosted(int peer, Space s, uint64_t key) const {
+    return std::any_of(posted_.begin(), posted_.end(),
+                       [&](const RequestPtr& r) { return matches(*r, peer, s, key); });
+  }
   size_t postedCount() const { return posted_.size(); }
   size_t heldCount() const { return held_.size(); }
 

@@ -344,6 +344,11 @@ void NetTransport::progressLoop() {
       } else if (shm_->arm(false)) {
         lastShm = now, waitMs = 0;
       }
+      // A message left in its sender's memory is read by its deadline.
+      if (Clock::rep until = shm_->deferredUntil()) {
+        Clock::rep left = until - now.time_since_epoch().count();
+        waitMs = std::min<int>(waitMs, left <= 0 ? 0 : static_cast<int>((left + 999999) / 1000000));
+      }
     }
     if (!tagged_.empty()) reapTagged(completions);
     cv_.notify_all();
@@ -400,6 +405,11 @@ LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
     default:
       throw ProtocolError{"unexpected frame type " + std::to_string(h.type)};
   }
+}
+
+bool NetTransport::receivePosted(int peer, const FrameHeader& h) {
+  // An op's steps are received as the op runs: never held for long.
+  return static_cast<FrameType>(h.type) != FrameType::Tagged || matcher_.hasPosted(peer, Space::Tagged, h.key);
 }
 
 void NetTransport::onFrame(int peer, const FrameHeader& h, const LandingPtr& l) {

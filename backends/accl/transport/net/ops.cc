@@ -255,6 +255,17 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
                         FrameLink::Route::Ordered);
   } else {
     matcher_.post(r);
+    // A message from a local peer that came before this receive may have
+    // been left in its sender's memory: it lands here now, in one copy (as
+    // a held copy would have been copied into it now).
+    if (!r->done && shm_ && shm_->deferring() && shm_->readDeferred()) {
+      // Frames behind it may have finished other requests: reaped by the loop.
+      for (const auto& t : tagged_)
+        if (t.req->done) {
+          loop_->wake();
+          break;
+        }
+    }
   }
   if (r->done && r->failure == Failure::None) {
     // Done already: a send whose frames went out at once (a small message

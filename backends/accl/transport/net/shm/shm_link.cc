@@ -498,6 +498,7 @@ bool ShmLink::readFrom(int peer) {
           }
           int done = readRemote(peer, h, tail);
           if (done < 0) return true;
+          if (done == 2) break;  // left in the sender's memory for now
           if (done == 0) {  // the next piece at the next poll
             any = true;
             break;
@@ -626,6 +627,14 @@ int ShmLink::readRemote(int peer, const FrameHeader& h, uint64_t pos) {
   }
   std::atomic<uint64_t>& slot = r->slots[d.seq % kSlots];
   uint64_t want = d.seq << 2 | kPosted;
+  // No receive for it yet: left in the sender's memory a while (deferNs).
+  if (i.remoteOff == 0 && !draining_ && slot.load(std::memory_order_relaxed) == want &&
+      !sink_->receivePosted(peer, h)) {
+    Clock::rep now = Clock::now().time_since_epoch().count();
+    if (i.deferUntil == 0) i.deferUntil = now + deferNs(h.total), ++deferred_;
+    if (now < i.deferUntil) return 2;
+  }
+  if (i.deferUntil != 0) i.deferUntil = 0, --deferred_;
   if (!slot.compare_exchange_strong(want, d.seq << 2 | kReading)) {
     if (want == (d.seq << 2 | kCancelled)) {  // withdrawn: skipped, unacknowledged
       i.remoteOff = 0;
@@ -713,7 +722,10 @@ bool ShmLink::arm(bool lazy) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int p = 0; p < o_.size; ++p) {
     Ring* r = in_[p].ring;
-    if (r && !in_[p].dead && r->head.load(std::memory_order_acquire) != r->tail.load(std::memory_order_relaxed))
+    // A ring whose tail is a message left waiting is looked at again by its
+    // deadline (deferredUntil), or when a receive is posted.
+    if (r && !in_[p].dead && in_[p].deferUntil == 0 &&
+        r->head.load(std::memory_order_acquire) != r->tail.load(std::memory_order_relaxed))
       return true;
     Out& o = out_[p];
     if (o.ring && !o.queue.empty()) {
@@ -726,8 +738,25 @@ bool ShmLink::arm(bool lazy) {
 }
 
 void ShmLink::drain(int peer) {
+  draining_ = true;
   for (int n = 0; n < 1 << 16 && readFrom(peer); ++n) {
   }
+  draining_ = false;
+}
+
+Clock::rep ShmLink::deferredUntil() const {
+  Clock::rep first = 0;
+  for (int p = 0; deferred_ > 0 && p < o_.size; ++p)
+    if (in_[p].ring && !in_[p].dead && in_[p].deferUntil != 0 && (first == 0 || in_[p].deferUntil < first))
+      first = in_[p].deferUntil;
+  return first;
+}
+
+bool ShmLink::readDeferred() {
+  bool any = false;
+  for (int p = 0; deferred_ > 0 && p < o_.size; ++p)
+    if (in_[p].deferUntil != 0) any = readFrom(p) || any;  // readFrom skips a dead ring
+  return any;
 }
 
 bool ShmLink::withdraw(const OutPtr& m) {

@@ -24,7 +24,9 @@
 // buffer, 4 MiB per poll, and acknowledges it through its own ring, which
 // completes the send. A slot per descriptor in the ring's header says
 // whether the reader is copying, so that a withdrawn send is never read
-// after withdraw() returns (it waits out a piece being copied).
+// after withdraw() returns (it waits out a piece being copied). A message
+// that no receive wants yet is left in the sender's memory a while
+// (deferNs), so that a receive posted meanwhile takes it in one copy.
 //
 // Set-up is collective among the ranks of a host; a rank that cannot make its
 // segment (no /dev/shm space, no FIFO support) publishes why, and its peers
@@ -32,6 +34,7 @@
 // has opened them: nothing is left in /dev/shm, even after a crash.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -101,6 +104,19 @@ class ShmLink : public FrameLink, public EventHandler {
   void onEvents(uint32_t) override;  // the doorbell: drained; the loop then polls
   // Reads what `peer` wrote to this rank up to now (before it is failed).
   void drain(int peer);
+  // A single-copy message that arrives before its receive is posted stays
+  // in its sender's memory for as long as reading it into a held copy and
+  // then copying that into the receive would take (its size at 2 GB/s,
+  // 20 us - 2 ms), so that a receive posted meanwhile takes it with one copy.
+  // Then it is held, so that a send never waits for its receive for long.
+  static Clock::rep deferNs(size_t bytes) { return std::clamp<Clock::rep>(bytes / 2, 20000, 2000000); }
+  // When the first such message left waiting should be read anyway (Clock
+  // ns; 0: none waits). The loop does not sleep past it.
+  Clock::rep deferredUntil() const;
+  // A receive was posted: reads the messages left waiting that it (or any
+  // receive) now takes. True if frames moved.
+  bool readDeferred();
+  bool deferring() const { return deferred_ > 0; }
 
   struct Ring;  // shared-memory layout (shm_link.cc)
   // For tests that play a broken peer: writes `bytes` raw into the ring to
@@ -158,6 +174,9 @@ class ShmLink : public FrameLink, public EventHandler {
     int pid = 0;             // the peer's process, for single-copy reads
     bool canRead = false;    // the probe read its memory
     uint64_t remoteOff = 0;  // bytes of the single-copy message at the tail done
+    // The single-copy message at the tail, which no receive wants yet, is
+    // left in its sender's memory until then (Clock ns; 0: none is).
+    Clock::rep deferUntil = 0;
   };
   // The single-copy message whose descriptor is at `pos` of the ring from
   // `peer`: copies its next piece. 1: done (acknowledged or skipped, the
@@ -185,6 +204,8 @@ class ShmLink : public FrameLink, public EventHandler {
   std::vector<Out> out_;
   std::unique_ptr<std::atomic<bool>[]> serving_;  // per peer: out_[p].ring is set (serves())
   std::vector<In> in_;
+  int deferred_ = 0;       // rings whose tail is a message left waiting (In::deferUntil)
+  bool draining_ = false;  // drain(): everything is read now
 };
 
 }  // namespace net
