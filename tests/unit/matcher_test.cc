@@ -296,6 +296,34 @@ TEST(Matcher, TaggedReceivesMatchInPostingOrderAndAnySourceTakesTheFirstArrival)
   EXPECT_EQ(oneBuf, b);
 }
 
+// What the shared-memory link asks before it reads a single-copy message
+// (NetTransport::readNow): whether a posted receive would take a new
+// message, and whether messages from that rank are held already.
+TEST(Matcher, TellsWhetherAReceiveWaitsForANewMessageAndWhetherARanksMessagesAreHeld) {
+  FakeLink from1(1, 1 << 20), from2(2, 1 << 20);
+  Receiver rx;
+  std::vector<char> anyBuf(32), oneBuf(32), opBuf(32);
+  EXPECT_FALSE(rx.m.hasPosted(1, Space::Tagged, 5));
+  rx.m.post(tagRecv(1, 5, oneBuf));
+  EXPECT_TRUE(rx.m.hasPosted(1, Space::Tagged, 5));
+  EXPECT_FALSE(rx.m.hasPosted(1, Space::Tagged, 6)) << "another tag";
+  EXPECT_FALSE(rx.m.hasPosted(2, Space::Tagged, 5)) << "another rank";
+  EXPECT_FALSE(rx.m.hasPosted(1, Space::Op, 5)) << "an op's step is not a tagged message";
+  rx.m.post(tagRecv(-1, 6, anyBuf));
+  EXPECT_TRUE(rx.m.hasPosted(2, Space::Tagged, 6)) << "a receive from any rank";
+  rx.m.post(opRecv(2, 3, 0, opBuf));
+  EXPECT_TRUE(rx.m.hasPosted(2, Space::Op, (uint64_t(3) << 32) | 0));
+  EXPECT_FALSE(rx.m.holds(2, Space::Tagged));
+  sendTag(from2, 9, randomBytes(32, 9));  // no receive for tag 9: held
+  rx.deliver(from2.wire.back());
+  EXPECT_TRUE(rx.m.holds(2, Space::Tagged));
+  EXPECT_FALSE(rx.m.holds(1, Space::Tagged));
+  EXPECT_FALSE(rx.m.holds(2, Space::Op));
+  std::vector<char> nineBuf(32);
+  rx.m.post(tagRecv(2, 9, nineBuf));  // takes it
+  EXPECT_FALSE(rx.m.holds(2, Space::Tagged));
+}
+
 TEST(Matcher, TaggedMessagesInSeveralFramesKeepTheirOrder) {
   FakeLink link(1, 100);
   Receiver rx;

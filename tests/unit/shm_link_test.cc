@@ -40,10 +40,10 @@ struct Sink : FrameSink {
   std::vector<std::string> failed;
   size_t sent = 0;
   std::map<uint64_t, size_t> got;
-  bool posted = true;  // receivePosted(): whether a receive waits for each message
+  bool posted = true;  // readNow(): whether a receive waits for each message
   size_t asked = 0;    // how often the link asked
   Clock::time_point firstAsk{}, firstHeader{};  // since the test last cleared them
-  bool receivePosted(int, const FrameHeader&) override {
+  bool readNow(int, const FrameHeader&) override {
     if (!asked++ || firstAsk == Clock::time_point{}) firstAsk = Clock::now();
     return posted;
   }
@@ -239,6 +239,15 @@ TEST(ShmLink, ASingleCopyMessageWithoutAReceiveWaitsInItsSendersMemoryForABounde
       << "read before its time was up";
   EXPECT_TRUE(in.done[2].second == a);
   ASSERT_TRUE(p.pump([&] { return mc->framesLeft == 0; })) << "the send was never acknowledged";
+  // Below the link's deferral size (ranks with a CPU each: 64 KiB), read at once.
+  p.link[1]->setDeferMin(ShmLink::kDeferMinOwnCpus);
+  std::vector<char> small(ShmLink::kDeferMinOwnCpus - 64, 's');
+  auto ms = std::make_shared<OutMessage>();
+  p.link[0]->send(1, FrameType::Tagged, 4, desc(), small.data(), small.size(), ms, FrameLink::Route::Ordered);
+  ASSERT_EQ(ms->framesLeft, 1u) << "not sent by single copy";
+  EXPECT_TRUE(p.link[1]->poll());
+  ASSERT_EQ(in.done.size(), 4u) << "a message below the deferral size waited";
+  EXPECT_TRUE(in.done[3].second == small);
   EXPECT_TRUE(p.sink[0].failed.empty() && in.failed.empty());
 }
 

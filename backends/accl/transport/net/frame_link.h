@@ -77,11 +77,13 @@ class FrameSink {
   // `link` can no longer reach `peer` (connection closed or reset, queue
   // pair in error, protocol error): nothing more comes from it that way.
   virtual void onPeerFailed(FrameLink* link, int peer, const std::string& why) = 0;
-  // Whether a message that starts with header h from `peer` would land in a
-  // receive posted now (else it is held until one is). A link that can
-  // leave a message in the sender's memory for a while (single copy) asks,
-  // to read it once into its receive rather than into a held copy first.
-  virtual bool receivePosted(int /*peer*/, const FrameHeader& /*h*/) { return true; }
+  // Whether a message that starts with header h from `peer` is wanted now:
+  // it would land in a receive posted already (else it is held until one
+  // is), or messages from `peer` are held already (its receives lag behind
+  // its sends: waiting for them gains nothing). A link that can leave a
+  // message in the sender's memory for a while (single copy) asks, to read
+  // it once into its receive rather than into a held copy first.
+  virtual bool readNow(int /*peer*/, const FrameHeader& /*h*/) { return true; }
 };
 
 // The receiving side of every link: a header that validateHeader passes, and

@@ -77,6 +77,11 @@ class Matcher {
     return std::any_of(posted_.begin(), posted_.end(),
                        [&](const RequestPtr& r) { return matches(*r, peer, s, key); });
   }
+  // Whether a message from `peer` is held (arrived, no receive took it yet).
+  bool holds(int peer, Space s) const {
+    return std::any_of(held_.begin(), held_.end(),
+                       [&](const InboundPtr& u) { return u->peer == peer && u->space == s; });
+  }
   size_t postedCount() const { return posted_.size(); }
   size_t heldCount() const { return held_.size(); }
 

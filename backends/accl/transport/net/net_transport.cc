@@ -152,7 +152,10 @@ void NetTransport::setupShm(Clock::time_point deadline) {
 
 void NetTransport::setLocalRanksShareCpus(bool shared) {
   spinningWaiters_ = !shared;
-  if (shm_) shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyMinOwnCpus);
+  if (shm_) {
+    shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyMinOwnCpus);
+    shm_->setDeferMin(shared ? ShmLink::kDeferMinSharedCpus : ShmLink::kDeferMinOwnCpus);
+  }
 }
 
 void NetTransport::setupIb(Clock::time_point deadline) {
@@ -407,9 +410,10 @@ LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
   }
 }
 
-bool NetTransport::receivePosted(int peer, const FrameHeader& h) {
+bool NetTransport::readNow(int peer, const FrameHeader& h) {
   // An op's steps are received as the op runs: never held for long.
-  return static_cast<FrameType>(h.type) != FrameType::Tagged || matcher_.hasPosted(peer, Space::Tagged, h.key);
+  return static_cast<FrameType>(h.type) != FrameType::Tagged || matcher_.hasPosted(peer, Space::Tagged, h.key) ||
+         matcher_.holds(peer, Space::Tagged);
 }
 
 void NetTransport::onFrame(int peer, const FrameHeader& h, const LandingPtr& l) {
