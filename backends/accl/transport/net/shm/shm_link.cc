@@ -754,8 +754,15 @@ Clock::rep ShmLink::deferredUntil() const {
 
 bool ShmLink::readDeferred() {
   bool any = false;
-  for (int p = 0; deferred_ > 0 && p < o_.size; ++p)
-    if (in_[p].deferUntil != 0) any = readFrom(p) || any;  // readFrom skips a dead ring
+  for (int p = 0; deferred_ > 0 && p < o_.size; ++p) {
+    In& i = in_[p];
+    if (i.deferUntil == 0) continue;
+    if (!i.ring || i.dead) {  // its peer failed while a message waited: nothing will read it
+      i.deferUntil = 0, --deferred_;
+      continue;
+    }
+    any = readFrom(p) || any;
+  }
   return any;
 }
 

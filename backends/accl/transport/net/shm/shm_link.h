@@ -188,7 +188,8 @@ class ShmLink : public FrameLink, public EventHandler {
   };
   // The single-copy message whose descriptor is at `pos` of the ring from
   // `peer`: copies its next piece. 1: done (acknowledged or skipped, the
-  // descriptor may go); 0: more to copy; -1: the peer was failed.
+  // descriptor may go); 0: more to copy; -1: the peer was failed; 2: left
+  // in the sender's memory for now (no receive wants it yet: deferNs).
   int readRemote(int peer, const FrameHeader& h, uint64_t pos);
   void ack(int peer, uint64_t seq);
   bool onAck(int peer, const FrameHeader& h);  // false: the peer was failed
