@@ -135,13 +135,10 @@ Case makeCase(const std::string& op, size_t c, accl::ProcessGroup& pg, Buffers& 
     int to = (r + 1) % n, from = (r + n - 1) % n;
     k.mpi = [=] { MPI_Sendrecv(in, ic, MPI_FLOAT, to, 7, om, ic, MPI_FLOAT, from, 7, comm, MPI_STATUS_IGNORE); };
     k.accl = [=, &pg] {
-      accl::SendOptions so;
-      accl::RecvOptions ro;
-      so.tag = ro.tag = 7;
-      auto rw = pg.recv(F(oa, c), from, ro);
-      auto sw = pg.send(F(in, c), to, so);
-      sw->wait();
-      rw->wait();
+      accl::SendRecvOptions o;
+      o.sendTag = o.recvTag = 7;
+      o.blocking = true;
+      pg.sendrecv(F(in, c), to, F(oa, c), from, o)->wait();
     };
     k.resultCount = c;
   }

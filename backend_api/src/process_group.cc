@@ -10,6 +10,7 @@
 #include "accl/logging.h"
 #include "accl/internal/diag_responder.h"
 #include "accl/internal/trace_registry.h"
+#include "accl/internal/work_pool.h"
 #include "accl/trace.h"
 
 namespace accl {
@@ -31,6 +32,7 @@ const char* toString(OpType op) {
     case OpType::Send: return "send";
     case OpType::Recv: return "recv";
     case OpType::Split: return "split";
+    case OpType::SendRecv: return "sendrecv";
   }
   return "unknown";
 }
@@ -352,6 +354,29 @@ std::shared_ptr<Work> ProcessGroup::recv(Buffer buf, int src, const RecvOptions&
   return traced(OpType::Recv, buf.dtype, buf.count, -1, src, buf.bytes(), [&] { return doRecv(buf, src, o); });
 }
 
+std::shared_ptr<Work> ProcessGroup::sendrecv(Buffer sendBuf, int dst, Buffer recvBuf, int src,
+                                             const SendRecvOptions& o) {
+  checkBuffer(OpType::SendRecv, "send buffer", sendBuf);
+  checkBuffer(OpType::SendRecv, "receive buffer", recvBuf);
+  checkPeer(OpType::SendRecv, dst, false);
+  checkPeer(OpType::SendRecv, src, true);
+  if (o.sendTag < 0 || o.recvTag < 0)
+    throw InvalidArgument(context("sendrecv: negative tag (sendTag " + std::to_string(o.sendTag) + ", recvTag " +
+                                  std::to_string(o.recvTag) + "); accepted: 0 or more"));
+  auto* s = static_cast<const char*>(sendBuf.data);
+  auto* r = static_cast<const char*>(recvBuf.data);
+  if (__builtin_expect(sendBuf.bytes() && recvBuf.bytes() && sendBuf.device == recvBuf.device &&
+                           s < r + recvBuf.bytes() && r < s + sendBuf.bytes(),
+                       0))
+    throw InvalidArgument(context("sendrecv: the send buffer (" + std::to_string(sendBuf.bytes()) +
+                                  " bytes) and the receive buffer (" + std::to_string(recvBuf.bytes()) +
+                                  " bytes) overlap; accepted: disjoint buffers"));
+  // Recorded as one op: the receive's peer (the send's where any rank may
+  // send) and the bytes sent.
+  return traced(OpType::SendRecv, sendBuf.dtype, sendBuf.count, -1, src == kAnySource ? dst : src, sendBuf.bytes(),
+                [&] { return doSendRecv(sendBuf, dst, recvBuf, src, o); });
+}
+
 std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<int>& ranks,
                                                   const ProcessGroupOptions& opts) {
   if (ranks.empty()) throw InvalidArgument(context("split: the rank list is empty"));
@@ -413,6 +438,41 @@ std::shared_ptr<Work> ProcessGroup::doSend(Buffer, int, const SendOptions&) {
 std::shared_ptr<Work> ProcessGroup::doRecv(Buffer, int, const RecvOptions&) {
   notSupported(OpType::Recv);
 }
+std::shared_ptr<Work> ProcessGroup::doSendRecv(Buffer sendBuf, int dst, Buffer recvBuf, int src,
+                                               const SendRecvOptions& o) {
+  RecvOptions ro;
+  static_cast<OpOptions&>(ro) = o;
+  ro.tag = o.recvTag;
+  SendOptions so;
+  static_cast<OpOptions&>(so) = o;
+  so.tag = o.sendTag;
+  // Neither half blocks its caller: the send must not wait before the
+  // receive is posted, nor the receive before the send.
+  ro.blocking = so.blocking = false;
+  // If the send cannot be posted, the receive stays posted (no backend can
+  // take one back) and completes by its deadline at the latest.
+  auto rw = doRecv(recvBuf, src, ro);
+  auto sw = doSend(sendBuf, dst, so);
+  auto both = internal::makeWork(context("sendrecv: send to rank " + std::to_string(dst) + " tag " +
+                                         std::to_string(o.sendTag) + ", recv from " +
+                                         (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) +
+                                         " tag " + std::to_string(o.recvTag)));
+  both->setParts(2);
+  // A waiter waits on each half (running it, where its backend lets a
+  // waiter run a queued op); each half's completion completes its part.
+  both->setWaitHook([rw, sw](Work&) {
+    for (auto* w : {rw.get(), sw.get()}) {
+      try {
+        w->wait();
+      } catch (...) {
+      }
+    }
+  });
+  for (auto* w : {rw.get(), sw.get()})
+    w->onComplete([both](Work& half) { both->markCompleted(half.exception(), half.sourceRank()); });
+  return both;
+}
+
 std::shared_ptr<ProcessGroup> ProcessGroup::doSplit(const std::vector<int>&,
                                                     const ProcessGroupOptions&) {
   notSupported(OpType::Split);

@@ -523,7 +523,7 @@ void FlightRecorder::checkStall(std::chrono::milliseconds warnAfter) {
   char tail[200];
   snprintf(tail, sizeof(tail), ") has waited %.1f s%s; ACCL_TIMEOUT stays the hard limit", waited / 1e9,
            oldest.startedNs ? "" : " in the queue (not started)");
-  bool p2p = oldest.op == OpType::Send || oldest.op == OpType::Recv;
+  bool p2p = isPointToPoint(oldest.op);
   std::string msg = what + tail + ". " +
                     (p2p ? std::string("A point-to-point op waits for its peer to post the matching one")
                          : backend_ + " does not say which ranks have not arrived") +

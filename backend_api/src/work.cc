@@ -237,7 +237,27 @@ void Work::setTrace(const std::shared_ptr<FlightRecorder>& recorder, uint64_t id
   traceId_ = id;
 }
 
+bool Work::lastPart(std::exception_ptr& error, int& sourceRank) {
+  // A successful part takes no lock: its source goes in an atomic, ordered
+  // before the count by the count's release.
+  if (sourceRank >= 0) partSource_.store(sourceRank, std::memory_order_relaxed);
+  if (error) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!partError_) partError_ = error;
+    partFailed_.store(true, std::memory_order_relaxed);
+  }
+  if (parts_.fetch_sub(1, std::memory_order_acq_rel) != 1) return false;
+  if (partFailed_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    error = partError_;
+  }
+  sourceRank = partSource_.load(std::memory_order_relaxed);
+  return true;
+}
+
 void Work::completeUnshared(std::exception_ptr error, int sourceRank) {
+  // A part of a Work of several: another thread may end the other parts.
+  if (multiPart_) return markCompleted(std::move(error), sourceRank);
   if (completed_) return;
   completed_ = true;
   error_ = std::move(error);
@@ -246,6 +266,7 @@ void Work::completeUnshared(std::exception_ptr error, int sourceRank) {
 }
 
 void Work::markCompleted(std::exception_ptr error, int sourceRank) {
+  if (multiPart_ && !lastPart(error, sourceRank)) return;
   std::vector<std::function<void(Work&)>> cbs;
   std::shared_ptr<FlightRecorder> trace;
   {

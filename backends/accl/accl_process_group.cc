@@ -616,6 +616,19 @@ std::shared_ptr<Work> AcclProcessGroup::pointToPointWork(bool send, int peer, in
   return work;
 }
 
+// A sendrecv's description, as describePointToPoint's. args: this rank |
+// size << 24, dst | (src + 1) << 32, sendTag | recvTag << 32, bytes sent.
+static std::string describeSendRecv(const std::array<int64_t, 4>& a) {
+  int rank = static_cast<int>(a[0] & 0xffffff), size = static_cast<int>((a[0] >> 24) & 0xffffff);
+  int dst = static_cast<int>(a[1] & 0xffffffff), src = static_cast<int>(a[1] >> 32) - 1;
+  int sendTag = static_cast<int>(a[2] & 0xffffffff), recvTag = static_cast<int>(a[2] >> 32);
+  return errorContext(rank, size, "accl",
+                      "sendrecv: send to rank " + std::to_string(dst) + " (tag " + std::to_string(sendTag) + ", " +
+                          std::to_string(a[3]) + " bytes), recv from " +
+                          (src == kAnySource ? std::string("any rank") : "rank " + std::to_string(src)) + " (tag " +
+                          std::to_string(recvTag) + ")");
+}
+
 void AcclProcessGroup::addWaiterHook(Work& work, int peer, size_t bytes) {
   // Only for an op still running once posted: a small send into a
   // shared-memory ring, or a receive whose message had arrived, completed
@@ -639,6 +652,24 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   auto work = pointToPointWork(false, src, o.tag, bytes);
   net_->postTagged(false, src, o.tag, buf.data, bytes, core::deadlineAfter(effectiveTimeout(o)), work);
   addWaiterHook(*work, src, bytes);
+  return work;
+}
+
+std::shared_ptr<Work> AcclProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb, int src, const SendRecvOptions& o) {
+  size_t sbytes = sb.count * dataTypeSize(sb.dtype), rbytes = rb.count * dataTypeSize(rb.dtype);
+  int64_t me = static_cast<int64_t>(rank()) | static_cast<int64_t>(size()) << 24;
+  auto work = internal::makeWork(
+      &describeSendRecv,
+      std::array<int64_t, 4>{me, static_cast<int64_t>(dst) | static_cast<int64_t>(src + 1) << 32,
+                             static_cast<int64_t>(o.sendTag) | static_cast<int64_t>(o.recvTag) << 32,
+                             static_cast<int64_t>(sbytes)});
+  tracePointToPoint(src >= 0 ? src : dst);
+  work->setParts(2);
+  auto deadline = core::deadlineAfter(effectiveTimeout(o));
+  // The receive first: a message that comes while the send goes out lands in place.
+  net_->postTagged(false, src, o.recvTag, rb.data, rbytes, deadline, work);
+  net_->postTagged(true, dst, o.sendTag, sb.data, sbytes, deadline, work);
+  addWaiterHook(*work, src, std::max(sbytes, rbytes));
   return work;
 }
 

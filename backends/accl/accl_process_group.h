@@ -42,6 +42,9 @@ class AcclProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> doBarrier(const BarrierOptions& o) override;
   std::shared_ptr<Work> doSend(Buffer buf, int dst, const SendOptions& o) override;
   std::shared_ptr<Work> doRecv(Buffer buf, int src, const RecvOptions& o) override;
+  // Both halves posted to the transport with one Work of two parts.
+  std::shared_ptr<Work> doSendRecv(Buffer sendBuf, int dst, Buffer recvBuf, int src,
+                                   const SendRecvOptions& o) override;
   std::shared_ptr<ProcessGroup> doSplit(const std::vector<int>& ranks,
                                         const ProcessGroupOptions& opts) override;
 

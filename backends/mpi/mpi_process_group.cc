@@ -649,6 +649,66 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
   return pendP2p(std::move(work), req, timeout, std::move(p));
 }
 
+std::shared_ptr<Work> MpiProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb, int src, const SendRecvOptions& o) {
+  auto timeout = effectiveTimeout(o);
+  auto p = std::allocate_shared<PendingP2p>(internal::WorkAllocator<PendingP2p>{});
+  p->isRecv = true;
+  p->peer = src;
+  p->tag = o.recvTag;
+  p->count = rb.count;
+  p->dtype = rb.dtype;
+  p->sendPeer = dst;
+  p->sendTag = o.sendTag;
+  p->nreq = 2;
+  auto what = [&] { return describeP2p(*p); };
+  if (isBroken_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> b(brokenMu_);
+    throw RemoteError(what() + ": the group is unusable since " + broken_);
+  }
+  MPI_Status st[2];
+  int done = 0;
+  {
+    auto lk = mpiLock();
+    int rn = icount(rb.count, what), sn = icount(sb.count, what);
+    checkLazy(MPI_Irecv(rb.data, rn, mpiType(rb.dtype), src == kAnySource ? MPI_ANY_SOURCE : src, o.recvTag, comm_,
+                        &p->req[0]),
+              what);
+    int rc = MPI_Isend(sb.data, sn, mpiType(sb.dtype), dst, o.sendTag, comm_, &p->req[1]);
+    if (rc != MPI_SUCCESS) {
+      // Not left posted into the caller's buffer, which the failed call hands back.
+      MPI_Cancel(&p->req[0]);
+      MPI_Request_free(&p->req[0]);
+      checkLazy(rc, what);
+    }
+    checkLazy(MPI_Testall(2, p->req, &done, st), what);
+  }
+  auto work = internal::makeWork("sendrecv", seq_++);
+  if (done) {
+    try {
+      work->completeUnshared(nullptr, recvSource(st[0], rb.dtype, rb.count, src, o.recvTag));
+    } catch (...) {
+      work->completeUnshared(std::current_exception(), -1);
+    }
+    return work;
+  }
+  if (o.blocking) {
+    // The caller waits at once: it tests the pair until it finished (as
+    // MPI_Sendrecv's own wait would), with no pending record for the
+    // progress thread and no wait hook. Its deadline still fails it with a
+    // Timeout, as a pending request's would.
+    PendingP2p& q = *p;
+    q.g = this;
+    q.work = work;
+    q.deadline = std::chrono::steady_clock::now() + timeout;
+    q.timeout = timeout;
+    for (unsigned spins = 0; !testP2p(q, (spins & 255) == 255); ++spins)
+      if (spins > 1000) sched_yield();
+    return work;
+  }
+  MPI_Request recvReq = p->req[0];  // read before p is moved into the call
+  return pendP2p(std::move(work), recvReq, timeout, std::move(p));
+}
+
 namespace {
 // How long a new request is left to its waiter before the progress thread
 // polls it too (its poll would take the core that the waiter or the peer
@@ -664,7 +724,7 @@ constexpr auto kP2pLinger = std::chrono::milliseconds(100);
 std::shared_ptr<Work> MpiProcessGroup::pendP2p(std::shared_ptr<Work> work, MPI_Request req,
                                                std::chrono::milliseconds timeout, std::shared_ptr<PendingP2p> p) {
   p->g = this;
-  p->req = req;
+  p->req[0] = req;
   p->work = work;
   p->posted = std::chrono::steady_clock::now();
   p->deadline = p->posted + timeout;
@@ -704,6 +764,14 @@ std::string MpiProcessGroup::describeP2p(bool isRecv, int peer, int tag) const {
                  " tag " + std::to_string(tag));
 }
 
+std::string MpiProcessGroup::describeP2p(const PendingP2p& p) const {
+  std::string recv = describeP2p(p.isRecv, p.peer, p.tag);
+  if (p.nreq < 2) return recv;
+  return context("sendrecv: send to rank " + std::to_string(p.sendPeer) + " tag " + std::to_string(p.sendTag) +
+                 ", recv from " + (p.peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(p.peer)) +
+                 " tag " + std::to_string(p.tag));
+}
+
 int MpiProcessGroup::recvSource(const MPI_Status& st, DataType dtype, size_t count, int src, int tag) const {
   int got = 0;
   MPI_Get_count(&st, mpiType(dtype), &got);
@@ -716,25 +784,25 @@ int MpiProcessGroup::recvSource(const MPI_Status& st, DataType dtype, size_t cou
 bool MpiProcessGroup::testP2p(PendingP2p& p, bool clock) {
   if (p.finished.load(std::memory_order_relaxed)) return true;
   int done = 0, rc;
-  MPI_Status st{};
+  MPI_Status st[2]{};
   {
     auto lk = mpiLock();
-    rc = MPI_Test(&p.req, &done, &st);
+    rc = p.nreq == 1 ? MPI_Test(&p.req[0], &done, &st[0]) : MPI_Testall(p.nreq, p.req, &done, st);
   }
   std::exception_ptr error;
   int src = -1;
   if (rc != MPI_SUCCESS) {
-    error = std::make_exception_ptr(RemoteError(describeP2p(p.isRecv, p.peer, p.tag) + ": MPI error: " + mpiError(rc)));
+    error = std::make_exception_ptr(RemoteError(describeP2p(p) + ": MPI error: " + mpiError(rc)));
   } else if (done) {
     if (p.isRecv) {
       try {
-        src = recvSource(st, p.dtype, p.count, p.peer, p.tag);
+        src = recvSource(st[0], p.dtype, p.count, p.peer, p.tag);
       } catch (...) {
         error = std::current_exception();
       }
     }
   } else if (clock && std::chrono::steady_clock::now() > p.deadline) {
-    std::string w = describeP2p(p.isRecv, p.peer, p.tag);
+    std::string w = describeP2p(p);
     {
       std::lock_guard<std::mutex> b(brokenMu_);
       broken_ = w;

@@ -41,6 +41,10 @@ class MpiProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> doBarrier(const BarrierOptions& o) override;
   std::shared_ptr<Work> doSend(Buffer buf, int dst, const SendOptions& o) override;
   std::shared_ptr<Work> doRecv(Buffer buf, int src, const RecvOptions& o) override;
+  // MPI_Irecv and MPI_Isend tested together (MPI_Testall): one Work, one
+  // pending record, as MPI_Sendrecv posts them.
+  std::shared_ptr<Work> doSendRecv(Buffer sendBuf, int dst, Buffer recvBuf, int src,
+                                   const SendRecvOptions& o) override;
   std::shared_ptr<ProcessGroup> doSplit(const std::vector<int>& ranks,
                                         const ProcessGroupOptions& opts) override;
 
@@ -84,12 +88,14 @@ class MpiProcessGroup : public ProcessGroup {
   // (`claimed`): MPI forbids two testing one request at once.
   struct PendingP2p {
     MpiProcessGroup* g = nullptr;  // touched only until finished
-    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // a sendrecv's: receive, send
+    int nreq = 1;
     std::shared_ptr<Work> work;  // until it finished (then the Work holds this, through its hook)
     std::chrono::steady_clock::time_point posted, deadline;
     std::chrono::milliseconds timeout{0};
     bool isRecv = false;
     int peer = 0, tag = 0;  // recv: kAnySource or the source
+    int sendPeer = -1, sendTag = 0;  // a sendrecv's send (isRecv is set: req[0] is its receive)
     size_t count = 0;
     DataType dtype = DataType::Float32;
     std::atomic<bool> claimed{false};
@@ -102,6 +108,8 @@ class MpiProcessGroup : public ProcessGroup {
                                 std::shared_ptr<PendingP2p> p);
   // "send to rank 1 tag 7" / "recv from any rank tag 7", with the rank prefix.
   std::string describeP2p(bool isRecv, int peer, int tag) const;
+  // The same for a pending request, a sendrecv's naming both halves.
+  std::string describeP2p(const PendingP2p& p) const;
   // A completed receive's source rank; InvalidArgument naming both sizes if
   // its message was not `count` elements.
   int recvSource(const MPI_Status& st, DataType dtype, size_t count, int src, int tag) const;

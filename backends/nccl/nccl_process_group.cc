@@ -453,6 +453,24 @@ std::shared_ptr<Work> NcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   });
 }
 
+std::shared_ptr<Work> NcclProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb, int src, const SendRecvOptions& o) {
+  if (src == kAnySource) notSupported(OpType::SendRecv, "receiving from any source (NCCL needs the peer's rank)");
+  if (o.sendTag != 0 || o.recvTag != 0)
+    notSupported(OpType::SendRecv, "tags " + std::to_string(o.sendTag) + "/" + std::to_string(o.recvTag) +
+                                       " (NCCL matches point-to-point by order only; accepted: tag 0)");
+  if (!(sb.device == rb.device))
+    throw InvalidArgument(context("sendrecv: the send buffer is on " + toString(sb.device) +
+                                  " but the receive buffer on " + toString(rb.device) + "; accepted: one device"));
+  // One NCCL group: the send does not wait for the peer's receive before
+  // this rank's receive is posted.
+  return run(OpType::SendRecv, rb.count, rb.device, o, [=](const std::string& what) {
+    check(ncclGroupStart(), what);
+    check(ncclSend(sb.data, sb.count, ncclType(sb.dtype), dst, comm_, stream_), what);
+    check(ncclRecv(rb.data, rb.count, ncclType(rb.dtype), src, comm_, stream_), what);
+    check(ncclGroupEnd(), what);
+  });
+}
+
 std::shared_ptr<ProcessGroup> NcclProcessGroup::doSplit(const std::vector<int>& ranks,
                                                         const ProcessGroupOptions& opts) {
   return splitAs<NcclProcessGroup>(ranks, opts, splits_++, store_);

@@ -646,6 +646,60 @@ std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uin
   return err.take();
 }
 
+std::vector<std::string> runSendRecv(ProcessGroup& pg, DataType t, size_t count, uint64_t seed) {
+  const int n = pg.size(), me = pg.rank();
+  Errors err(p2pCase(OpType::SendRecv, t, count), me);
+  if (n < 2) return {};
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  Gen g(t, ReduceKind::Sum, seed);
+  for (int round = 0; round < 3; ++round) {
+    Storage s(count, t), r(count, t);
+    g.fill(s.buf.data, 0, me, 0, count);
+    // A tag per round and seed: a rank may run ahead into the next round,
+    // and a receive from any source must not take a later round's message.
+    // (NCCL takes tag 0 only, and matches by order.)
+    int tag = pg.backendName() == "nccl" ? 0 : static_cast<int>(10000 + (seed % 5000) * 3 + static_cast<uint64_t>(round));
+    SendRecvOptions o;
+    o.sendTag = o.recvTag = tag;
+    try {
+      if (round == 1 && me % 2 == 1) {
+        RecvOptions ro;
+        ro.tag = tag;
+        SendOptions so;
+        so.tag = tag;
+        auto wr = pg.recv(r.buf, prev, ro);
+        auto ws = pg.send(s.buf, next, so);
+        wr->wait();
+        ws->wait();
+      } else {
+        std::shared_ptr<Work> w;
+        try {
+          w = pg.sendrecv(s.buf, next, r.buf, round == 2 ? kAnySource : prev, o);
+        } catch (const NotSupported&) {
+          if (round == 2 && pg.backendName() == "nccl") {
+            // Its peers' round-2 sendrecv still expects this rank's send.
+            SendOptions so;
+            so.tag = tag;
+            pg.send(s.buf, next, so)->wait();
+            continue;
+          }
+          throw;
+        }
+        w->wait();
+        if (w->sourceRank() != prev && (round == 2 || w->sourceRank() != -1))
+          err.add("round " + std::to_string(round) + ": sourceRank() = " + std::to_string(w->sourceRank()) +
+                  ", expected " + std::to_string(prev));
+      }
+      std::string what = "received, round " + std::to_string(round);
+      err.checkCopy(g, r.buf, 0, prev, 0, count, what.c_str());
+      err.checkCopy(g, s.buf, 0, me, 0, count, "send buffer (must be unchanged)");
+    } catch (const std::exception& e) {
+      err.add("round " + std::to_string(round) + " threw: " + e.what());
+    }
+  }
+  return err.take();
+}
+
 std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count, uint64_t seed) {
   const int n = pg.size(), me = pg.rank();
   Errors err(p2pCase(OpType::Recv, t, count), me);

@@ -44,6 +44,12 @@ PendingCase startCase(ProcessGroup& pg, const Case& c);
 // Point-to-point checks: a ring of send/recv, and recv from any source.
 std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uint64_t seed);
 std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count, uint64_t seed);
+// ProcessGroup::sendrecv in a ring (send to the next rank, receive from the
+// previous one), three rounds: every rank calls sendrecv; the odd ranks post a
+// plain recv and send instead (each half must match them); the receive from
+// any source (sourceRank() must name the previous rank), skipped where the
+// backend says it cannot receive from any source.
+std::vector<std::string> runSendRecv(ProcessGroup& pg, DataType t, size_t count, uint64_t seed);
 
 // The counts every op is checked with: 0, 1, 7 and an odd count whose size
 // exceeds 1 MiB for `t`.

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -131,8 +132,50 @@ TEST_P(PointToPoint, RecvFromAnySource) {
   }
 }
 
+TEST_P(PointToPoint, SendRecvInOneOp) {
+  uint64_t seed = 3000 + 16 * static_cast<uint64_t>(GetParam());
+  for (size_t count : countsFor(GetParam())) {
+    auto errors = runSendRecv(*gPg, GetParam(), count, seed++);
+    EXPECT_TRUE(errors.empty()) << join(errors);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, PointToPoint, ::testing::ValuesIn(allDataTypes()),
                          [](const ::testing::TestParamInfo<DataType>& i) { return std::string(toString(i.param)); });
+
+TEST(SendRecv, BadArgumentsAreRefusedBeforeAnythingIsPosted) {
+  // Each is refused by the call itself on every backend, so no rank posts
+  // anything and the ranks need not agree.
+  ProcessGroup& pg = *gPg;
+  if (pg.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int next = (pg.rank() + 1) % pg.size(), prev = (pg.rank() + pg.size() - 1) % pg.size();
+  std::vector<float> a(64), b(64);
+  Buffer sa(a.data(), 64, DataType::Float32), sb(b.data(), 64, DataType::Float32);
+  auto refused = [&](const char* what, const std::function<void()>& call, const char* says) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": not refused";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  refused("overlapping buffers", [&] { pg.sendrecv(Buffer(a.data(), 32, DataType::Float32), next,
+                                                    Buffer(a.data() + 16, 32, DataType::Float32), prev); },
+          "overlap; accepted: disjoint buffers");
+  refused("one buffer for both", [&] { pg.sendrecv(sa, next, sa, prev); }, "overlap");
+  refused("this rank as the destination", [&] { pg.sendrecv(sa, pg.rank(), sb, prev); }, "is this rank");
+  refused("a source out of range", [&] { pg.sendrecv(sa, next, sb, pg.size()); }, "invalid peer rank");
+  SendRecvOptions o;
+  o.recvTag = -3;
+  refused("a negative tag", [&] { pg.sendrecv(sa, next, sb, prev, o); }, "negative tag");
+  refused("a null buffer", [&] { pg.sendrecv(Buffer(nullptr, 4, DataType::Float32), next, sb, prev); }, "null pointer");
+  // Adjacent buffers do not overlap: a real exchange, checked.
+  std::vector<int32_t> both(128);
+  for (int i = 0; i < 64; ++i) both[i] = pg.rank() * 1000 + i;
+  pg.sendrecv(Buffer(both.data(), 64, DataType::Int32), next, Buffer(both.data() + 64, 64, DataType::Int32), prev)
+      ->wait();
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(both[64 + i], prev * 1000 + i) << "element " << i;
+}
 
 TEST(Barrier, CompletesOnEveryRank) {
   for (int i = 0; i < 5; ++i) {

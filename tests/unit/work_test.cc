@@ -88,6 +88,69 @@ TEST(Work, ErrorsAreRethrownWithTheirType) {
   EXPECT_TRUE(w.exception() != nullptr);
 }
 
+TEST(Work, AWorkOfTwoPartsCompletesWithTheLastKeepingTheFirstFailureAndTheSource) {
+  // A sendrecv's Work: the receive's part reports the source, the send's
+  // part may fail; either may end first, on any thread.
+  {
+    auto w = std::make_shared<Work>("two parts");
+    w->setParts(2);
+    int calls = 0;
+    w->onComplete([&](Work&) { ++calls; });
+    w->markCompleted(nullptr, 3);
+    EXPECT_FALSE(w->isCompleted());
+    EXPECT_EQ(calls, 0);
+    w->markCompleted(std::make_exception_ptr(RemoteError("the send failed")), -1);
+    EXPECT_TRUE(w->isCompleted());
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(w->sourceRank(), 3);
+    EXPECT_THROW(w->wait(), RemoteError);
+    w->markCompleted(nullptr, 5);  // later calls are ignored
+    EXPECT_EQ(w->sourceRank(), 3);
+    EXPECT_FALSE(w->isSuccess());
+  }
+  {
+    // The first failure wins; completeUnshared of a part is a part too.
+    auto w = std::make_shared<Work>("two parts");
+    w->setParts(2);
+    w->completeUnshared(std::make_exception_ptr(Timeout("first")), -1);
+    EXPECT_FALSE(w->isCompleted());
+    w->completeUnshared(std::make_exception_ptr(RemoteError("second")), 1);
+    ASSERT_TRUE(w->isCompleted());
+    try {
+      w->wait();
+      ADD_FAILURE() << "no failure";
+    } catch (const Timeout& e) {
+      EXPECT_STREQ(e.what(), "first");
+    }
+    EXPECT_EQ(w->sourceRank(), 1);
+  }
+  // Parts ended on two threads at once, many times: exactly one completion,
+  // after both, and a waiter wakes.
+  for (int round = 0; round < 200; ++round) {
+    auto w = std::make_shared<Work>("two parts");
+    w->setParts(2);
+    std::atomic<int> calls{0};
+    w->onComplete([&](Work&) { calls++; });
+    std::atomic<bool> go{false};
+    std::thread a([&] {
+      while (!go) {
+      }
+      w->markCompleted(nullptr, 2);
+    });
+    std::thread b([&] {
+      while (!go) {
+      }
+      w->markCompleted(nullptr, -1);
+    });
+    go = true;
+    w->wait();
+    a.join();
+    b.join();
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_EQ(w->sourceRank(), 2);
+  }
+}
+
 TEST(OpQueue, RunsInSubmissionOrderAndStoresExceptions) {
   internal::OpQueue q("test");
   std::vector<int> order;

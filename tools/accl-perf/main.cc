@@ -336,22 +336,11 @@ const OpSpec kOps[] = {
          b.put(want, i, inputValue(b.a.root, static_cast<size_t>(b.me) * oc + i, b.a.redop));
        return true;
      }},
-    // A ring exchange with both neighbours. Even ranks send first, odd ranks
-    // receive first: with NCCL a send completes only once the peer has posted
-    // its receive.
+    // A ring exchange with both neighbours in one op (ProcessGroup::sendrecv):
+    // send to the next rank, receive from the previous one.
     {"sendrecv", OpSpec::Same, OpSpec::AtStart, false, false, false, OpType::Send,
      [](Bench& b, Buffer in, Buffer out, size_t, size_t, bool) {
-       int next = (b.me + 1) % b.n, prev = (b.me + b.n - 1) % b.n;
-       if (b.me % 2 == 0) {
-         auto ws = b.pg.send(in, next);
-         auto wr = b.pg.recv(out, prev);
-         ws->wait();
-         return wr;
-       }
-       auto wr = b.pg.recv(out, prev);
-       auto ws = b.pg.send(in, next);
-       wr->wait();
-       return ws;
+       return b.pg.sendrecv(in, (b.me + 1) % b.n, out, (b.me + b.n - 1) % b.n);
      },
      [](const Bench& b, size_t, size_t oc, bool, std::vector<char>& want, const char**, size_t*) {
        for (size_t i = 0; i < oc; ++i) b.put(want, i, inputValue((b.me + b.n - 1) % b.n, i, b.a.redop));

@@ -60,6 +60,11 @@ struct SendOptions : OpOptions {
 struct RecvOptions : OpOptions {
   int tag = 0;
 };
+// sendrecv: the send's tag and the receive's (as MPI_Sendrecv's sendtag and recvtag).
+struct SendRecvOptions : OpOptions {
+  int sendTag = 0;
+  int recvTag = 0;
+};
 
 struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{0};  // 0: ACCL_TIMEOUT
@@ -86,8 +91,13 @@ enum class OpType {
   Send,
   Recv,
   Split,
+  SendRecv,  // after Split: the codes before it are on the wire
 };
 const char* toString(OpType op);
+// send, recv and sendrecv: matched by peer and tag, not in the group's collective order.
+inline bool isPointToPoint(OpType op) {
+  return op == OpType::Send || op == OpType::Recv || op == OpType::SendRecv;
+}
 
 class FlightRecorder;  // accl/trace.h
 
@@ -153,6 +163,15 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<Work> send(Buffer buf, int dstRank, const SendOptions& o = {});
   // srcRank may be kAnySource; Work::sourceRank() tells who sent.
   std::shared_ptr<Work> recv(Buffer buf, int srcRank, const RecvOptions& o = {});
+  // A send to dstRank and a receive from srcRank (kAnySource allowed) as one
+  // op, like MPI_Sendrecv and nccl-tests' sendrecv: one Work, which completes
+  // when both have (failed with the first failure; sourceRank() tells who
+  // sent). Each half matches a plain recv / send of the peer, by peer and
+  // tag. The two buffers must not overlap. A backend runs the pair as one
+  // call where its library has one (MPI_Sendrecv, an NCCL group); otherwise
+  // the halves are posted together, the receive first.
+  std::shared_ptr<Work> sendrecv(Buffer sendBuf, int dstRank, Buffer recvBuf, int srcRank,
+                                 const SendRecvOptions& o = {});
 
   // Collective over this group: every rank calls it with the same list of
   // distinct ranks (in this group's numbering). Members get a new group whose
@@ -184,7 +203,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 
  protected:
   // Implementations receive validated arguments. Defaults throw NotSupported,
-  // except doReduceScatter, which calls doReduceScatterv with equal counts.
+  // except doReduceScatter, which calls doReduceScatterv with equal counts,
+  // and doSendRecv, which joins doRecv and doSend.
   virtual std::shared_ptr<Work> doAllreduce(Buffer in, Buffer out, const AllreduceOptions& o);
   virtual std::shared_ptr<Work> doBroadcast(Buffer buf, const BroadcastOptions& o);
   virtual std::shared_ptr<Work> doReduce(Buffer in, Buffer out, const ReduceOptions& o);
@@ -206,6 +226,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual std::shared_ptr<Work> doBarrier(const BarrierOptions& o);
   virtual std::shared_ptr<Work> doSend(Buffer buf, int dst, const SendOptions& o);
   virtual std::shared_ptr<Work> doRecv(Buffer buf, int src, const RecvOptions& o);
+  // Default: doRecv and doSend, joined in one Work.
+  virtual std::shared_ptr<Work> doSendRecv(Buffer sendBuf, int dst, Buffer recvBuf, int src,
+                                           const SendRecvOptions& o);
   virtual std::shared_ptr<ProcessGroup> doSplit(const std::vector<int>& ranks,
                                                 const ProcessGroupOptions& opts);
 

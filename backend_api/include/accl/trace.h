@@ -87,7 +87,7 @@ class FlightRecorder {
   __attribute__((always_inline)) uint64_t begin(OpType op, DataType dtype, uint64_t count, int root, int peer,
                                                 uint64_t bytes) {
     uint64_t id;
-    if (__builtin_expect(op != OpType::Send && op != OpType::Recv, 1)) {
+    if (__builtin_expect(!isPointToPoint(op), 1)) {
       // Collectives of a group are issued in one order (the API's rule), so
       // no two threads issue them at once: a plain increment, no locked
       // instruction (a locked add drains the store buffer: it alone cost

@@ -62,6 +62,19 @@ class Work {
   // caller and not handed out, so no callback, waiter or trace is attached.
   // No lock and no wake-up (an op run while it is issued).
   void completeUnshared(std::exception_ptr error, int sourceRank);
+  // Used by backends, before the Work is handed out: the op has `n` parts
+  // (a sendrecv's receive and send), each completed by one call of
+  // markCompleted or completeUnshared; the Work completes with the last of
+  // them, failed with the first part's failure, with the source rank a part
+  // reported. Until then each call only counts.
+  void setParts(int n) {
+    parts_.store(n, std::memory_order_relaxed);
+    multiPart_ = n > 1;
+  }
+  // How many parts have not ended yet (1 for a Work of one part until it
+  // completes): a poller that holds completions for this Work knows
+  // whether they complete it.
+  int partsLeft() const { return multiPart_ ? parts_.load(std::memory_order_acquire) : 1; }
   // Used by backends, before the Work is handed out: wait() without a
   // timeout calls `hook` once before it blocks (an op queue may run the op on
   // the waiting thread).
@@ -84,6 +97,9 @@ class Work {
   std::array<int64_t, 4> args_{};
   // Sets done_ (after the callbacks ran) and wakes the threads that sleep in wait().
   void publishDone();
+  // One part of a Work of several ended: keeps its failure and source;
+  // true for the last part, whose call completes the Work with them.
+  bool lastPart(std::exception_ptr& error, int& sourceRank);
 
   mutable std::mutex mu_;
   bool completed_ = false;
@@ -95,6 +111,11 @@ class Work {
   std::atomic<uint32_t> sleepers_{0};
   int sourceRank_ = -1;
   std::exception_ptr error_;
+  bool multiPart_ = false;     // set before the Work is handed out
+  std::atomic<int> parts_{1};  // parts not yet ended (then below 1)
+  std::exception_ptr partError_;          // under mu_: the first part's failure
+  std::atomic<bool> partFailed_{false};   // a part failed: partError_ is set
+  std::atomic<int> partSource_{-1};       // the source rank a part reported
   std::vector<std::function<void(Work&)>> callbacks_;
   std::function<void(Work&)> waitHook_;
   std::shared_ptr<FlightRecorder> trace_;

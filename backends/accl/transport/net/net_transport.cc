@@ -276,9 +276,11 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
         // After frames moved, what they finished; now and then, deadlines too.
         if (!t->tagged_.empty() && (moved || (n & 15) == 0)) t->reapTagged(completions, (n & 15) == 0);
       }
-      bool mine = false;  // this waiter's Work is among them: it stops after running them
-      for (const auto& c : completions) mine = mine || c.work.get() == &w;
-      bool served = mine || w.doneForWait();
+      // This waiter's Work is among them (each of its parts, for a Work of
+      // several): it stops after running them.
+      int mine = 0;
+      for (const auto& c : completions) mine += c.work.get() == &w;
+      bool served = (mine > 0 && mine >= w.partsLeft()) || w.doneForWait();
       stop = served || spin.count() == 0;
       // A pass that yields may take a while: the clock is read every 4th.
       if (!stop && (n & (yieldNow ? 3 : 63)) == (yieldNow ? 3 : 63)) {
