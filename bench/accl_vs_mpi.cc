@@ -36,12 +36,16 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 
 const std::vector<std::string> kOps = {"allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
                                        "alltoall",  "gather",    "scatter",        "sendrecv"};
+// Named only, not in "all": sendrecv_pair is sendrecv's exchange as a recv and
+// a send with a Work each, against the same MPI_Sendrecv (what one op saves).
+const std::vector<std::string> kExtraOps = {"sendrecv_pair"};
+bool isSendRecv(const std::string& op) { return op == "sendrecv" || op == "sendrecv_pair"; }
 
 // busbw / algbw, as nccl-tests.
 double busFactor(const std::string& op, int n) {
   if (n == 1) return 1;
   if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "broadcast" || op == "reduce" || op == "sendrecv") return 1;
+  if (op == "broadcast" || op == "reduce" || isSendRecv(op)) return 1;
   return double(n - 1) / n;
 }
 
@@ -130,16 +134,28 @@ Case makeCase(const std::string& op, size_t c, accl::ProcessGroup& pg, Buffers& 
     k.mpi = [=] { MPI_Scatter(in, ic, MPI_FLOAT, om, ic, MPI_FLOAT, root, comm); };
     k.accl = [=, &pg] { pg.scatter(r == root ? F(in, c * n) : F(nullptr, 0), F(oa, c), o)->wait(); };
     k.resultCount = c;
-  } else if (op == "sendrecv") {
+  } else if (isSendRecv(op)) {
     // A ring, as nccl-tests' sendrecv: send to rank + 1, receive from rank - 1.
     int to = (r + 1) % n, from = (r + n - 1) % n;
     k.mpi = [=] { MPI_Sendrecv(in, ic, MPI_FLOAT, to, 7, om, ic, MPI_FLOAT, from, 7, comm, MPI_STATUS_IGNORE); };
-    k.accl = [=, &pg] {
-      accl::SendRecvOptions o;
-      o.sendTag = o.recvTag = 7;
-      o.blocking = true;
-      pg.sendrecv(F(in, c), to, F(oa, c), from, o)->wait();
-    };
+    if (op == "sendrecv") {
+      k.accl = [=, &pg] {
+        accl::SendRecvOptions o;
+        o.sendTag = o.recvTag = 7;
+        o.blocking = true;
+        pg.sendrecv(F(in, c), to, F(oa, c), from, o)->wait();
+      };
+    } else {
+      k.accl = [=, &pg] {
+        accl::SendOptions so;
+        accl::RecvOptions ro;
+        so.tag = ro.tag = 7;
+        auto rw = pg.recv(F(oa, c), from, ro);
+        auto sw = pg.send(F(in, c), to, so);
+        sw->wait();
+        rw->wait();
+      };
+    }
     k.resultCount = c;
   }
   return k;
@@ -161,7 +177,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Open MPI's collectives against an ACCL backend's, same processes and buffers"};
   app.add_option("--backend", backend, "ACCL backend")->check(CLI::IsMember({"accl", "gloo", "mpi"}));
   app.add_option("--op", opList, "comma-separated ops, or all: allreduce, allgather, reduce_scatter, broadcast, "
-                                 "reduce, alltoall, gather, scatter, sendrecv");
+                                 "reduce, alltoall, gather, scatter, sendrecv; also sendrecv_pair (the same exchange "
+                                 "as a recv and a send, not in all)");
   app.add_option("--min", minb, "smallest size in bytes")->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(size_t(4), size_t(1) << 31));
   app.add_option("--max", maxb, "largest size in bytes")->transform(CLI::AsSizeValue(false))
@@ -183,10 +200,11 @@ int main(int argc, char** argv) {
     while (p <= opList.size()) {
       size_t q = opList.find(',', p);
       std::string o = opList.substr(p, q == std::string::npos ? std::string::npos : q - p);
-      if (std::find(kOps.begin(), kOps.end(), o) == kOps.end()) {
+      if (std::find(kOps.begin(), kOps.end(), o) == kOps.end() &&
+          std::find(kExtraOps.begin(), kExtraOps.end(), o) == kExtraOps.end()) {
         if (rank == 0) std::fprintf(stderr, "accl-vs-mpi: unknown op '%s'; accepted: all or a list of allreduce, "
                                             "allgather, reduce_scatter, broadcast, reduce, alltoall, gather, "
-                                            "scatter, sendrecv\n", o.c_str());
+                                            "scatter, sendrecv, sendrecv_pair\n", o.c_str());
         MPI_Finalize();
         return 2;
       }
@@ -195,7 +213,7 @@ int main(int argc, char** argv) {
       p = q + 1;
     }
   }
-  if (size < 2 && std::find(ops.begin(), ops.end(), "sendrecv") != ops.end()) ops.erase(std::find(ops.begin(), ops.end(), "sendrecv"));
+  if (size < 2) ops.erase(std::remove_if(ops.begin(), ops.end(), isSendRecv), ops.end());
 
   std::shared_ptr<accl::ProcessGroup> pg;
   try {
