@@ -273,6 +273,60 @@ TEST_P(Fault, AReceiveNobodySendsToTimesOutNamingItsPeerTagAndSize) {
   }
 }
 
+TEST_P(Fault, ASendRecvWhoseMessageNeverComesTimesOutNamingBothHalves) {
+  // Rank 0's sendrecv: its send (tag 7) is received by rank 1; its receive
+  // (tag 41) matches nothing. The one Work fails at the deadline, named with
+  // both halves; the group stays usable.
+  std::string dir;
+  runRanks(2, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
+    float x[3] = {1, 2, 3}, y[3] = {4, 5, 6};
+    if (r == 0) {
+      SendRecvOptions o;
+      o.sendTag = 7;
+      o.recvTag = 41;
+      o.timeout = 2s;
+      auto w = pg.sendrecv(Buffer(y, 3, DataType::Float32), 1, Buffer(x, 3, DataType::Float32), 1, o);
+      record(c, r, "description: " + w->description());
+      recordOutcome(c, r, [&] { w->wait(); });
+      RecvOptions ro;
+      ro.tag = 42;
+      ro.timeout = 20s;
+      recordOutcome(c, r, [&] { pg.recv(Buffer(x, 3, DataType::Float32), 1, ro)->wait(); });
+      record(c, r, "got " + std::to_string(x[0]) + " " + std::to_string(x[2]));
+    } else {
+      RecvOptions ro;
+      ro.tag = 7;
+      recordOutcome(c, r, [&] { pg.recv(Buffer(x, 3, DataType::Float32), 0, ro)->wait(); });
+      record(c, r, "got " + std::to_string(x[0]) + " " + std::to_string(x[2]));
+      SendOptions so;
+      so.tag = 42;
+      x[0] = 7;
+      x[2] = 9;
+      pg.send(Buffer(x, 3, DataType::Float32), 0, so)->wait();
+    }
+    c.store->set("done" + std::to_string(r), toBytes("1"));
+    c.store->wait({"done0", "done1"}, 60s);
+  }, 60s, &dir);
+  std::string s0 = out(dir, 0), s1 = out(dir, 1);
+  SCOPED_TRACE("rank 0: " + s0 + "rank 1: " + s1);
+  std::istringstream lines(s0);
+  std::string description, deadline, matched, got;
+  std::getline(lines, description);
+  std::getline(lines, deadline);
+  std::getline(lines, matched);
+  std::getline(lines, got);
+  const std::string what = "accl rank 0/2 accl: sendrecv: send to rank 1 (tag 7, 12 bytes), recv from rank 1 (tag 41)";
+  EXPECT_EQ(description, "description: " + what);
+  EXPECT_EQ(deadline.rfind("Timeout: " + what + " timed out waiting for rank 1", 0), 0u);
+  long ms = std::stol(deadline.substr(deadline.rfind('[') + 1));
+  EXPECT_GT(ms, 1500);
+  EXPECT_LT(ms, 10000);
+  EXPECT_EQ(matched.rfind("ok", 0), 0u);
+  EXPECT_EQ(got, "got 7.000000 9.000000");
+  EXPECT_EQ(s1.rfind("ok", 0), 0u);  // rank 1 received the send half
+  EXPECT_NE(s1.find("got 4.000000 6.000000"), std::string::npos);
+}
+
 // Survivor `r` of a run where rank 2 was killed: it exited normally, its ops
 // failed with a RemoteError that names rank 2 well within their 20 s
 // timeout, or (mayComplete) they all completed.

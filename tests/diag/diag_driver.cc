@@ -8,9 +8,11 @@
 //                                with ACCL_DIAG_DUMP=1)
 //   diag_driver late S           an 8-byte allreduce that rank 1 joins S seconds late (prints
 //                                "late: done" on every rank that completed it)
-//   diag_driver p2plate S wait|poll  rank 0 receives 2 floats (tag 5) that rank 1 sends S seconds
-//                                late, waiting on the Work or polling isCompleted() (prints
-//                                "p2plate: done" when the receive completed)
+//   diag_driver p2plate S wait|poll|sendrecv  rank 0 receives 2 floats (tag 5) that rank 1
+//                                sends S seconds late, waiting on the Work or polling
+//                                isCompleted(), or in a blocking sendrecv that also sends 2
+//                                floats to rank 1 (tag 6) (prints "p2plate: done" when the
+//                                receive completed)
 // The backend is ACCL_DIAG_BACKEND (default accl). Every failure is printed
 // as "error (<code>): <message>".
 #include <chrono>
@@ -81,6 +83,14 @@ int main(int argc, char** argv) {
         SendOptions so;
         so.tag = 5;
         pg->send(Buffer(x, 2, DataType::Float32), 0, so)->wait();
+      } else if (pg->rank() == 0 && std::string(argv[3]) == "sendrecv") {
+        float y[2] = {3, 4};
+        SendRecvOptions o;
+        o.sendTag = 6;
+        o.recvTag = 5;
+        o.blocking = true;
+        pg->sendrecv(Buffer(y, 2, DataType::Float32), 1, Buffer(x, 2, DataType::Float32), 1, o)->wait();
+        std::printf("p2plate: done\n");
       } else if (pg->rank() == 0) {
         RecvOptions ro;
         ro.tag = 5;

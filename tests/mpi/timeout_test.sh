@@ -9,8 +9,10 @@
 # p2p_wait and p2p_poll: rank 0 receives what rank 1 sends 30 s late, waiting
 # on the Work (its thread polls the request) or polling isCompleted() (the
 # backend's progress thread polls it); either way the receive fails with
-# accl::Timeout at its deadline.
-# usage: timeout_test.sh MPIEXEC DIAG_DRIVER blocking|nonblocking|p2p_wait|p2p_poll
+# accl::Timeout at its deadline. p2p_sendrecv: the same receive as half of a
+# blocking sendrecv (its send completes), polled on the calling thread: the
+# sendrecv fails with accl::Timeout naming both halves.
+# usage: timeout_test.sh MPIEXEC DIAG_DRIVER blocking|nonblocking|p2p_wait|p2p_poll|p2p_sendrecv
 set -u
 mpiexec=$1 driver=$2 mode=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -22,7 +24,8 @@ case $mode in
   blocking|nonblocking) args="late 30" ;;
   p2p_wait) args="p2plate 30 wait" ;;
   p2p_poll) args="p2plate 30 poll" ;;
-  *) echo "FAILED: unknown mode $mode (blocking, nonblocking, p2p_wait, p2p_poll)"; exit 1 ;;
+  p2p_sendrecv) args="p2plate 30 sendrecv" ;;
+  *) echo "FAILED: unknown mode $mode (blocking, nonblocking, p2p_wait, p2p_poll, p2p_sendrecv)"; exit 1 ;;
 esac
 start=$(date +%s)
 ACCL_TIMEOUT=2s ACCL_MPI_BLOCKING_BYTES=$bytes ACCL_DIAG_BACKEND=mpi ACCL_TRACE_DIR=$tmp \
@@ -38,7 +41,10 @@ fail() { echo "FAILED: $*"; exit 1; }
 [ "$elapsed" -le 20 ] || fail "the job took $elapsed s; the deadline is 2 s and rank 1 arrives after 30 s"
 grep -q "late: done" "$tmp/out" && fail "a rank completed the allreduce"
 grep -q "p2plate: done" "$tmp/out" && fail "rank 0 completed the receive"
-if [ "${mode#p2p_}" != "$mode" ]; then
+if [ "$mode" = p2p_sendrecv ]; then
+  grep -q "error (Timeout): accl rank 0/2 mpi: sendrecv: send to rank 1 tag 6, recv from rank 1 tag 5: timed out after 2000 ms; some rank did not take part" "$tmp/out" ||
+    fail "rank 0 does not catch an accl::Timeout naming both halves of the sendrecv, its peers, tags and deadline"
+elif [ "${mode#p2p_}" != "$mode" ]; then
   grep -q "error (Timeout): accl rank 0/2 mpi: recv from rank 1 tag 5: timed out after 2000 ms; some rank did not take part" "$tmp/out" ||
     fail "rank 0 does not catch an accl::Timeout naming the receive, its peer, tag and deadline"
 elif [ "$mode" = blocking ]; then
