@@ -71,8 +71,9 @@ class AcclProcessGroup : public ProcessGroup {
   void tracePointToPoint(int peer);
   // A send's or receive's Work (described lazily), its op recorded as started.
   std::shared_ptr<Work> pointToPointWork(bool send, int peer, int tag, size_t bytes);
-  // The waiter's poll, where the link has one, for a posted op still running.
-  void addWaiterHook(Work& work, int peer, size_t bytes);
+  // The waiter's poll, where the link has one, for a posted op still running;
+  // run at once for a blocking op (its caller waits next).
+  void addWaiterHook(Work& work, int peer, size_t bytes, bool blocking);
   // What op `traceId` moved per peer over the network, into its flight
   // recorder entry (a lock and a copy: called only for ops that crossed hosts).
   __attribute__((noinline)) void notePeerBytes(uint64_t traceId);

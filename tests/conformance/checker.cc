@@ -661,6 +661,7 @@ std::vector<std::string> runSendRecv(ProcessGroup& pg, DataType t, size_t count,
     int tag = pg.backendName() == "nccl" ? 0 : static_cast<int>(10000 + (seed % 5000) * 3 + static_cast<uint64_t>(round));
     SendRecvOptions o;
     o.sendTag = o.recvTag = tag;
+    o.blocking = round == 0;  // the caller waits at once: a backend may poll on this thread
     try {
       if (round == 1 && me % 2 == 1) {
         RecvOptions ro;

@@ -45,7 +45,7 @@ PendingCase startCase(ProcessGroup& pg, const Case& c);
 std::vector<std::string> runRing(ProcessGroup& pg, DataType t, size_t count, uint64_t seed);
 std::vector<std::string> runAnySource(ProcessGroup& pg, DataType t, size_t count, uint64_t seed);
 // ProcessGroup::sendrecv in a ring (send to the next rank, receive from the
-// previous one), three rounds: every rank calls sendrecv; the odd ranks post a
+// previous one), three rounds: every rank calls sendrecv (blocking); the odd ranks post a
 // plain recv and send instead (each half must match them); the receive from
 // any source (sourceRank() must name the previous rank), skipped where the
 // backend says it cannot receive from any source.

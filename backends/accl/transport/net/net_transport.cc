@@ -199,12 +199,12 @@ void NetTransport::setupIb(Clock::time_point deadline) {
 
 // ---------------------------------------------------------------- progress
 
-std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
+bool NetTransport::waiterPoll(int peer, size_t bytes, std::chrono::microseconds& spin, bool& yields) const {
   // A named peer is one lookup (this runs for every point-to-point op); any
   // source, whether some peer is served by the rings.
   bool fast = peer >= 0 && overShm(peer);
   for (int p = 0; peer < 0 && p < o_.size && !fast; ++p) fast = p != o_.rank && overShm(p);
-  if (!fast) return nullptr;
+  if (!fast) return false;
   // The spin: kWaiterSpinUs, and for a large message the time it takes at 2 GB/s
   // (a copy on a busy host), up to 4 MiB's, so that the waiter copies it
   // itself rather than hand it to the progress thread and sleep (2 ranks on
@@ -213,13 +213,21 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
   // 4 ranks on 2 cores, the same sendrecv: 60-80 us at 8 B and 0.1-0.2x
   // Open MPI's busbw at 128 KiB - 2 MiB with it; there the waiter yields
   // between passes instead, for kWaiterYieldUs (5-6 us at 8 B).
-  size_t extraUs = std::min<size_t>(bytes, size_t(4) << 20) / 2000;
-  bool spins = spinningWaiters_;
+  yields = !spinningWaiters_;
+  spin = std::chrono::microseconds(yields ? kWaiterYieldUs
+                                          : kWaiterSpinUs + std::min<size_t>(bytes, size_t(4) << 20) / 2000);
+  return true;
+}
+
+std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
+  std::chrono::microseconds spin;
+  bool yields;
+  if (!waiterPoll(peer, bytes, spin, yields)) return nullptr;
+  // The two usual polls are shared; a large message's spin has a state of its own.
   std::shared_ptr<const HookState> state =
-      !spins || extraUs == 0
-          ? smallHooks_[spins]
-          : std::make_shared<const HookState>(
-                HookState{gate_, std::chrono::microseconds(kWaiterSpinUs + extraUs), false});
+      yields ? smallHooks_[0]
+             : spin.count() == kWaiterSpinUs ? smallHooks_[1]
+                                             : std::make_shared<const HookState>(HookState{gate_, spin, yields});
   struct Hook {  // 16 bytes, moved without throwing: kept inside the std::function
     std::shared_ptr<const HookState> s;
     void operator()(Work& w) const {
@@ -227,6 +235,14 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
     }
   };
   return Hook{std::move(state)};
+}
+
+bool NetTransport::pollForWaiter(Work& w, int peer, size_t bytes) {
+  std::chrono::microseconds spin;
+  bool yields;
+  if (!waiterPoll(peer, bytes, spin, yields)) return false;
+  progressForWaiter(*gate_, w, spin, yields);
+  return true;
 }
 
 void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin, bool yields) {

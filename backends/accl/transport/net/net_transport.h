@@ -113,6 +113,10 @@ class NetTransport : public Transport, private FrameSink {
   // (over TCP the wait would only burn a core; verbs is left to the progress
   // thread). Harmless once the transport is gone.
   std::function<void(Work&)> waiterHook(int peer, size_t bytes = 0);
+  // The same poll, run now by a thread that is about to wait on `w` (a
+  // blocking op, just posted): no hook to make and release. False (nothing
+  // done) where the link does not serve `peer`.
+  bool pollForWaiter(Work& w, int peer, size_t bytes);
   // Where the ranks of this host share CPUs: a waiter then gives its core up
   // between polls rather than spin, and point-to-point messages to them go by
   // single copy from a larger size (ShmLink::singleCopyMin).
@@ -191,6 +195,9 @@ class NetTransport : public Transport, private FrameSink {
     NetTransport* t = nullptr;
   };
   static void progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin, bool yields);
+  // How a waiter on `peer` polls (how long, whether it yields between
+  // passes); false where the rings do not serve it.
+  bool waiterPoll(int peer, size_t bytes, std::chrono::microseconds& spin, bool& yields) const;
   std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
   std::atomic<bool> spinningWaiters_{true};
   // A waiter hook's state: the gate and how long the waiter polls. The hook
