@@ -640,23 +640,22 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
     }
     return work;
   }
+  return pendP2p(std::move(work), req, timeout, pendingRecv(buf, src, o.tag));
+}
+
+std::shared_ptr<MpiProcessGroup::PendingP2p> MpiProcessGroup::pendingRecv(Buffer buf, int src, int tag) {
   auto p = std::allocate_shared<PendingP2p>(internal::WorkAllocator<PendingP2p>{});
   p->isRecv = true;
   p->peer = src;
-  p->tag = o.tag;
+  p->tag = tag;
   p->count = buf.count;
   p->dtype = buf.dtype;
-  return pendP2p(std::move(work), req, timeout, std::move(p));
+  return p;
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb, int src, const SendRecvOptions& o) {
   auto timeout = effectiveTimeout(o);
-  auto p = std::allocate_shared<PendingP2p>(internal::WorkAllocator<PendingP2p>{});
-  p->isRecv = true;
-  p->peer = src;
-  p->tag = o.recvTag;
-  p->count = rb.count;
-  p->dtype = rb.dtype;
+  auto p = pendingRecv(rb, src, o.recvTag);
   p->sendPeer = dst;
   p->sendTag = o.sendTag;
   p->nreq = 2;

@@ -101,6 +101,8 @@ class MpiProcessGroup : public ProcessGroup {
     std::atomic<bool> claimed{false};
     std::atomic<bool> finished{false};
   };
+  // A receive's record: buffer, source and tag (the rest is filled in by pendP2p).
+  static std::shared_ptr<PendingP2p> pendingRecv(Buffer buf, int src, int tag);
   // `work` completes when `req` does: a Work whose waiter polls it, and the
   // progress thread meanwhile. `p` describes the op (req, work and the
   // times are filled in here).

@@ -186,14 +186,27 @@ class EagerShm : public ::testing::Test {
   void TearDown() override { cleanRunDirs(HasFailure()); }
 };
 
+// Ranks 0 and 1 leave together: neither while the other still diagnoses.
+void ranks01Done(int r, Ctx& c) {
+  c.store->set("done" + std::to_string(r), toBytes("1"));
+  c.store->wait({"done0", "done1"}, 60s);
+}
+
 // Ranks 0 and 1: an allreduce with a 2 s deadline that rank 2 never enters,
-// its outcome recorded; nobody leaves while the other still diagnoses.
+// its outcome recorded.
 void allreduceRank2Skips(int r, ProcessGroup& pg, Ctx& c, float* x) {
   AllreduceOptions o;
   o.timeout = 2s;
   recordOutcome(c, r, [&] { pg.allreduce(Buffer(x, 4, DataType::Float32), o)->wait(); });
-  c.store->set("done" + std::to_string(r), toBytes("1"));
-  c.store->wait({"done0", "done1"}, 60s);
+  ranks01Done(r, c);
+}
+
+// What a rank recorded, line by line (n lines; missing ones empty).
+std::vector<std::string> recordedLines(const std::string& recorded, size_t n) {
+  std::istringstream in(recorded);
+  std::vector<std::string> lines(n);
+  for (auto& l : lines) std::getline(in, l);
+  return lines;
 }
 
 }  // namespace
@@ -248,17 +261,12 @@ TEST_P(Fault, AReceiveNobodySendsToTimesOutNamingItsPeerTagAndSize) {
       record(c, r, std::string("send posted: ") + (w->isCompleted() ? "complete" : "pending"));
       w->wait();
     }
-    c.store->set("done" + std::to_string(r), toBytes("1"));
-    c.store->wait({"done0", "done1"}, 60s);
+    ranks01Done(r, c);
   }, 60s, &dir);
   std::string s0 = out(dir, 0), s1 = out(dir, 1);
   SCOPED_TRACE("rank 0: " + s0 + "rank 1: " + s1);
-  std::istringstream lines(s0);
-  std::string waitBound, description, deadline, matched;
-  std::getline(lines, waitBound);
-  std::getline(lines, description);
-  std::getline(lines, deadline);
-  std::getline(lines, matched);
+  auto lines = recordedLines(s0, 4);
+  const std::string &waitBound = lines[0], &description = lines[1], &deadline = lines[2], &matched = lines[3];
   const std::string what = "accl rank 0/2 accl: recv from rank 1 (tag 41, 12 bytes)";
   EXPECT_EQ(waitBound.rfind("Timeout: " + what + " did not complete within 100 ms", 0), 0u);
   EXPECT_EQ(description, "description: " + what);
@@ -304,17 +312,12 @@ TEST_P(Fault, ASendRecvWhoseMessageNeverComesTimesOutNamingBothHalves) {
       x[2] = 9;
       pg.send(Buffer(x, 3, DataType::Float32), 0, so)->wait();
     }
-    c.store->set("done" + std::to_string(r), toBytes("1"));
-    c.store->wait({"done0", "done1"}, 60s);
+    ranks01Done(r, c);
   }, 60s, &dir);
   std::string s0 = out(dir, 0), s1 = out(dir, 1);
   SCOPED_TRACE("rank 0: " + s0 + "rank 1: " + s1);
-  std::istringstream lines(s0);
-  std::string description, deadline, matched, got;
-  std::getline(lines, description);
-  std::getline(lines, deadline);
-  std::getline(lines, matched);
-  std::getline(lines, got);
+  auto lines = recordedLines(s0, 4);
+  const std::string &description = lines[0], &deadline = lines[1], &matched = lines[2], &got = lines[3];
   const std::string what = "accl rank 0/2 accl: sendrecv: send to rank 1 (tag 7, 12 bytes), recv from rank 1 (tag 41)";
   EXPECT_EQ(description, "description: " + what);
   EXPECT_EQ(deadline.rfind("Timeout: " + what + " timed out waiting for rank 1", 0), 0u);
