@@ -604,18 +604,18 @@ std::string FlightRecorder::statsTable() const {
   // Links into this rank: bytes over the time they were arriving.
   std::vector<std::pair<double, int>> rates;
   for (auto& p : peers)
-    if (p.receiveBusyUs > 0 && p.bytesReceived >= (64u << 10))
-      rates.push_back({double(p.bytesReceived) / (double(p.receiveBusyUs) * 1e3), p.rank});
+    if (p.receiveBusyUs > 0 && p.bytesTimed >= (64u << 10))
+      rates.push_back({double(p.bytesTimed) / (double(p.receiveBusyUs) * 1e3), p.rank});
   if (!peers.empty()) {
     os << "  data received from each peer (rate = bytes / time while its data was arriving):\n";
     for (auto& p : peers) {
       if (p.rank == rank_) continue;
       std::string host = p.rank < static_cast<int>(names.size()) ? " (" + names[p.rank] + ")" : "";
-      double rate = p.receiveBusyUs > 0 ? double(p.bytesReceived) / (double(p.receiveBusyUs) * 1e3) : 0;
+      double rate = p.receiveBusyUs > 0 ? double(p.bytesTimed) / (double(p.receiveBusyUs) * 1e3) : 0;
       snprintf(line, sizeof(line), "    rank %d%s: received %s, sent %s", p.rank, host.c_str(),
                sizeText(double(p.bytesReceived)).c_str(), sizeText(double(p.bytesSent)).c_str());
       os << line;
-      if (p.bytesReceived >= (64u << 10) && rate > 0) {
+      if (p.bytesTimed >= (64u << 10) && rate > 0) {
         snprintf(line, sizeof(line), ", %.3f GB/s", rate);
         os << line;
       }
@@ -964,6 +964,7 @@ std::string traceDumpJson(const std::string& reason, size_t maxEntries, int inde
                                                     {"bytes_sent", p.bytesSent},
                                                     {"bytes_received", p.bytesReceived},
                                                     {"receive_busy_us", p.receiveBusyUs},
+                                                    {"bytes_timed", p.bytesTimed},
                                                     {"idle_ms", p.idleMs}});
     }
     TraceEntry first = r->firstFailure();

@@ -537,7 +537,8 @@ def links(groups):
         for dst, info in g.ranks.items():
             pid = (info["dump"].get("host"), info["dump"].get("pid"))
             for p in info["group"].get("peers", []):
-                busy, b = p.get("receive_busy_us", 0), p.get("bytes_received", 0)
+                # The bytes the busy time covers (dumps before bytes_timed timed every message).
+                busy, b = p.get("receive_busy_us", 0), p.get("bytes_timed", p.get("bytes_received", 0))
                 key = (pid, p["rank"], g.name, g.size)
                 if p["rank"] == dst or busy <= 0 or b < (1 << 20) or key in seen:
                     continue

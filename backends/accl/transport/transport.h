@@ -16,6 +16,18 @@ namespace core {
 
 using Clock = std::chrono::steady_clock;
 
+// Now, from the kernel's coarse clock: CLOCK_MONOTONIC, which Clock reads,
+// as of the last tick (1-4 ms behind at most, never ahead). A few ns where
+// the precise read costs 25-35 ns: for what is kept at millisecond
+// resolution on the small-message path (when a peer was last heard from,
+// whether a deadline has passed).
+inline Clock::time_point coarseNow() {
+  timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return Clock::now();
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
 // An op's deadline, `timeout` from now. From a second on it is read from the
 // kernel's coarse clock (the same CLOCK_MONOTONIC that Clock reads, updated
 // every tick: a few ns where the precise read costs ~25 ns, a fifth of a

@@ -43,8 +43,10 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
   auto pit = std::find_if(posted_.begin(), posted_.end(),
                           [&](const RequestPtr& r) { return matches(*r, peer, s, h.key); });
   if (pit != posted_.end()) {
-    RequestPtr r = *pit;
-    posted_.erase(pit);
+    RequestPtr r = std::move(*pit);
+    // Usually the oldest receive: pop_front, not the general erase.
+    if (pit == posted_.begin()) posted_.pop_front();
+    else posted_.erase(pit);
     if (s == Space::Tagged) r->source = peer;
     if (h.total != r->len) {
       r->fail(Failure::Mismatch, sizeMismatch(peer, s, h.key, h.desc, h.total, r->len));
@@ -141,8 +143,9 @@ void Matcher::post(const RequestPtr& r) {
     posted_.push_back(r);
     return;
   }
-  InboundPtr u = *it;
-  held_.erase(it);
+  InboundPtr u = std::move(*it);
+  if (it == held_.begin()) held_.pop_front();
+  else held_.erase(it);
   takeHeld(r, u);
 }
 

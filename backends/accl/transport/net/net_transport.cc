@@ -289,8 +289,11 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
       if (lk.owns_lock() && !t->stop_) {
         bool moved = t->shm_->pollAsGuest();
         movedSinceLook = movedSinceLook || moved;
-        // After frames moved, what they finished; now and then, deadlines too.
-        if (!t->tagged_.empty() && (moved || (n & 15) == 0)) t->reapTagged(completions, (n & 15) == 0);
+        // After frames moved, what they finished; now and then, deadlines
+        // too, by the coarse clock (a timeout may show a tick late; the
+        // precise read was a few percent of a small sendrecv).
+        if (!t->tagged_.empty() && (moved || (n & 15) == 0))
+          t->reapTagged(completions, (n & 15) == 0 ? coarseNow() : Clock::time_point::min());
       }
       // This waiter's Work is among them (each of its parts, for a Work of
       // several): it stops after running them.
@@ -371,7 +374,7 @@ void NetTransport::progressLoop() {
         waitMs = std::min<int>(waitMs, left <= 0 ? 0 : static_cast<int>((left + 999999) / 1000000));
       }
     }
-    if (!tagged_.empty()) reapTagged(completions);
+    if (!tagged_.empty()) reapTagged(completions, now);
     cv_.notify_all();
     lk.unlock();
     for (auto& c : completions) c.run();
@@ -439,7 +442,7 @@ void NetTransport::onFrame(int peer, const FrameHeader& h, const LandingPtr& l) 
   switch (static_cast<FrameType>(h.type)) {
     case FrameType::Data:
     case FrameType::Tagged:
-      noteLanded(peer);
+      noteLanded(peer, h.len);
       matcher_.landed(h, static_cast<Inbound&>(*l));
       break;
     case FrameType::Abort:
@@ -473,14 +476,20 @@ void NetTransport::onPeerFailed(FrameLink* link, int peer, const std::string& wh
 }
 
 void NetTransport::noteArriving(int peer, size_t len) {
-  auto now = Clock::now();
-  lastHeard_[peer] = now;
+  // When the peer was last heard from is kept for a stall's message, in
+  // tenths of a second: the coarse clock. Only frames of kTimedFrameBytes
+  // count towards the busy time (the receive rate of large transfers): a
+  // smaller frame lands in the same pass as its header, and two precise
+  // reads of the clock were a tenth of a small sendrecv.
+  lastHeard_[peer] = coarseNow();
   traffic_[peer].received += len;
-  if (receiving_[peer]++ == 0) busySince_[peer] = now;
+  if (len < kTimedFrameBytes) return;
+  traffic_[peer].timed += len;
+  if (receiving_[peer]++ == 0) busySince_[peer] = Clock::now();
 }
 
-void NetTransport::noteLanded(int peer) {
-  if (receiving_[peer] > 0 && --receiving_[peer] == 0)
+void NetTransport::noteLanded(int peer, size_t len) {
+  if (len >= kTimedFrameBytes && receiving_[peer] > 0 && --receiving_[peer] == 0)
     traffic_[peer].busyNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - busySince_[peer]).count();
 }
 
@@ -494,6 +503,7 @@ std::vector<PeerTraffic> NetTransport::traffic() const {
     out[p].rank = p;
     out[p].bytesSent = traffic_[p].sent;
     out[p].bytesReceived = traffic_[p].received;
+    out[p].bytesTimed = traffic_[p].timed;
     out[p].receiveBusyUs = busy / 1000;
     out[p].idleMs = lastHeard_[p] == Clock::time_point{} ? -1 : ns(now - lastHeard_[p]) / 1000000;
   }

@@ -186,7 +186,8 @@ class NetTransport : public Transport, private FrameSink {
   // Statistics (mu_ held): a data frame of `len` bytes from `peer` started
   // arriving / landed.
   void noteArriving(int peer, size_t len);
-  void noteLanded(int peer);
+  void noteLanded(int peer, size_t len);
+  static constexpr size_t kTimedFrameBytes = size_t(16) << 10;
 
   // What keeps waiterHook's poll off a destroyed transport (the destructor
   // takes the gate exclusively and clears it), and the poll loop.
@@ -252,9 +253,10 @@ class NetTransport : public Transport, private FrameSink {
     int source;
     void run() { work->markCompleted(std::move(error), source); }
   };
-  // The finished (done, failed, or with `deadlines` timed out) point-to-point
-  // ops, taken off tagged_ into `out` (appended).
-  void reapTagged(std::vector<Completion>& out, bool deadlines = true);
+  // The finished (done, failed, or with a deadline before `now` timed out)
+  // point-to-point ops, taken off tagged_ into `out` (appended).
+  // Clock::time_point::min(): no deadlines checked.
+  void reapTagged(std::vector<Completion>& out, Clock::time_point now);
 
   Options o_;
   mutable std::mutex mu_;
@@ -272,10 +274,10 @@ class NetTransport : public Transport, private FrameSink {
   std::vector<Tagged> tagged_;           // user sends/recvs not yet completed
   std::vector<std::string> peerFailed_;  // per peer: why it failed ("" = fine)
   // Statistics per peer (mu_ held): bytes sent and received, receive busy
-  // time; receiving_ counts the data frames from the peer whose header
-  // arrived and payload did not yet.
+  // time; receiving_ counts the data frames of kTimedFrameBytes or more from
+  // the peer whose header arrived and payload did not yet.
   struct Counters {
-    uint64_t sent = 0, received = 0;
+    uint64_t sent = 0, received = 0, timed = 0;  // timed: of received, in frames busyNs covers
     int64_t busyNs = 0;
   };
   std::vector<Counters> traffic_;

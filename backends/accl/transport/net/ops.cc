@@ -280,8 +280,7 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
   if (r->done) loop_->wake();
 }
 
-void NetTransport::reapTagged(std::vector<Completion>& out, bool deadlines) {
-  auto now = deadlines ? Clock::now() : Clock::time_point::min();
+void NetTransport::reapTagged(std::vector<Completion>& out, Clock::time_point now) {
   for (size_t i = 0; i < tagged_.size();) {
     Tagged& p = tagged_[i];
     const RequestPtr& r = p.req;  // p stays in place until its completion is taken below
