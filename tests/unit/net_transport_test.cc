@@ -323,5 +323,38 @@ TEST_P(NetTransport, ASendCompletesBeforeItsReceiveIsPostedAndTheMessageArrivesI
   }
 }
 
+// The receive rate per peer (ACCL_STATS, accl-diag's slowest link) is the
+// bytes of the timed frames (16 KiB and up) over the time they were arriving:
+// small messages count as received but are not timed (that took two precise
+// clock reads per message), so a peer that sent only small ones shows no rate.
+TEST_P(NetTransport, OnlyFramesOf16KiBAndUpAreTimedForTheReceiveRate) {
+  Pair p;
+  connect(p, GetParam());
+  ASSERT_FALSE(HasFatalFailure());
+  auto exchange = [&](size_t bytes, int tag) {
+    std::vector<char> src(bytes, 7), dst(bytes, 0);
+    auto r = postTaggedWork(p, 0, false, dst.data(), bytes, tag);
+    auto s = postTaggedWork(p, 1, true, src.data(), bytes, tag);
+    ASSERT_NO_THROW(s->wait());
+    ASSERT_NO_THROW(r->wait());
+    EXPECT_TRUE(dst == src);
+  };
+  for (int i = 0; i < 100; ++i) exchange(64, i);
+  ASSERT_FALSE(HasFailure());
+  PeerTraffic small = p.t[0]->traffic()[1];
+  EXPECT_EQ(small.bytesReceived, 100u * 64u);
+  EXPECT_EQ(small.bytesTimed, 0u);
+  EXPECT_EQ(small.receiveBusyUs, 0);
+  EXPECT_GE(small.idleMs, 0) << "the peer was heard from";
+  constexpr size_t kBig = size_t(4) << 20;
+  exchange(kBig, 1000);
+  PeerTraffic both = p.t[0]->traffic()[1];
+  EXPECT_EQ(both.bytesReceived, 100u * 64u + kBig);
+  // Every frame of the large message is 16 KiB or more, save perhaps its last.
+  EXPECT_GE(both.bytesTimed, kBig - (size_t(16) << 10));
+  EXPECT_LE(both.bytesTimed, kBig);
+  EXPECT_GT(both.receiveBusyUs, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm"),
                          [](const auto& info) { return info.param; });
