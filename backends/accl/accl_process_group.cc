@@ -62,12 +62,6 @@ std::vector<std::string> hostLabels(const std::vector<std::string>& ids) {
   return out;
 }
 
-std::vector<size_t> scaled(const std::vector<size_t>& counts, size_t es) {
-  std::vector<size_t> b(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i) b[i] = counts[i] * es;
-  return b;
-}
-
 }  // namespace
 
 AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int size,
@@ -390,7 +384,7 @@ void AcclProcessGroup::allreduceBody(const void* in, void* out, size_t count, Da
       algo::allreduceRing(g, slice, mine, t, k);
     else
       algo::allreduceRecursiveDoubling(g, slice, mine, t, k);
-    host_->allgatherv(slice, out, scaled(counts, es), d, deadline);
+    host_->allgatherv(slice, out, scaledBytes(sizesA_, counts, es), d, deadline);
   } else if (a == Algo::Hierarchical) {
     // Uneven hosts: reduce to each host's first rank, exchange between
     // those, broadcast on each host.
@@ -480,8 +474,26 @@ std::shared_ptr<Work> AcclProcessGroup::doReduce(Buffer in, Buffer out, const Re
 
 // ---------------------------------------------------------------- gathers and scatters
 
+void AcclProcessGroup::allgatherBody(Buffer in, Buffer out, const std::vector<size_t>& bytes, size_t total,
+                                     const OpDesc& d, Clock::time_point dl) {
+  size_t displ = 0;
+  for (int r = 0; r < rank(); ++r) displ += bytes[r];
+  char* o = static_cast<char*>(out.data);
+  Algo a = core::choose(Coll::Allgather, total, layout_, algo_, model_.get());
+  noteAlgo(a);
+  if (a == Algo::Shm) return host_->allgatherv(in.data, out.data, bytes, d, dl);
+  if (o + displ != in.data && bytes[rank()]) std::memmove(o + displ, in.data, bytes[rank()]);
+  if (a == Algo::Direct) algo::allgathervDirect(flat(), out.data, bytes);
+  else algo::allgathervRing(flat(), out.data, bytes);
+}
+
 std::shared_ptr<Work> AcclProcessGroup::doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) {
-  return doAllgatherv(in, out, std::vector<size_t>(size(), in.count), o);
+  // As allgatherv with every count in.count; nothing allocated per op.
+  size_t es = dataTypeSize(in.dtype), total = out.count * es, bytes = in.count * es;
+  return submit(OpType::Allgatherv, out.count, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
+                [this, in, out, bytes, total](const OpDesc& d, Clock::time_point dl) {
+                  allgatherBody(in, out, uniformBytes(sizesA_, bytes), total, d, dl);
+                });
 }
 
 std::shared_ptr<Work> AcclProcessGroup::doAllgatherv(Buffer in, Buffer out, const std::vector<size_t>& counts,
@@ -489,16 +501,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAllgatherv(Buffer in, Buffer out, cons
   size_t es = dataTypeSize(in.dtype), total = out.count * es;
   return submit(OpType::Allgatherv, out.count, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, counts, es, total](const OpDesc& d, Clock::time_point dl) {
-                  auto bytes = scaled(counts, es);
-                  size_t displ = 0;
-                  for (int r = 0; r < rank(); ++r) displ += bytes[r];
-                  char* o = static_cast<char*>(out.data);
-                  Algo a = core::choose(Coll::Allgather, total, layout_, algo_, model_.get());
-                  noteAlgo(a);
-                  if (a == Algo::Shm) return host_->allgatherv(in.data, out.data, bytes, d, dl);
-                  if (o + displ != in.data && bytes[rank()]) std::memmove(o + displ, in.data, bytes[rank()]);
-                  if (a == Algo::Direct) algo::allgathervDirect(flat(), out.data, bytes);
-                  else algo::allgathervRing(flat(), out.data, bytes);
+                  allgatherBody(in, out, scaledBytes(sizesA_, counts, es), total, d, dl);
                 });
 }
 
@@ -527,9 +530,30 @@ std::shared_ptr<Work> AcclProcessGroup::doReduceScatterv(Buffer in, Buffer out, 
                 });
 }
 
+void AcclProcessGroup::alltoallBody(Buffer in, const std::vector<size_t>& sb, Buffer out,
+                                    const std::vector<size_t>& rb, const OpDesc& d, Clock::time_point dl) {
+  noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
+  if (layout_.singleHost()) return host_->alltoallv(in.data, sb, out.data, rb, d, dl);
+  std::vector<char> staged;
+  const void* src = in.data;
+  if (in.data == out.data) {
+    size_t n = 0;
+    for (size_t b : sb) n += b;
+    staged.assign(static_cast<const char*>(in.data), static_cast<const char*>(in.data) + n);
+    src = staged.data();
+  }
+  algo::alltoallvPairwise(flat(), src, sb, out.data, rb);
+}
+
 std::shared_ptr<Work> AcclProcessGroup::doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) {
-  std::vector<size_t> c(size(), in.count / size());
-  return doAlltoallv(in, c, out, c, o);
+  // As alltoallv with every count in.count / size() both ways: one vector of
+  // sizes for both, nothing allocated per op.
+  size_t es = dataTypeSize(in.dtype), total = in.count * es, bytes = in.count / static_cast<size_t>(size()) * es;
+  return submit(OpType::Alltoallv, 0, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
+                [this, in, out, bytes](const OpDesc& d, Clock::time_point dl) {
+                  const auto& b = uniformBytes(sizesA_, bytes);
+                  alltoallBody(in, b, out, b, d, dl);
+                });
 }
 
 std::shared_ptr<Work> AcclProcessGroup::doAlltoallv(Buffer in, const std::vector<size_t>& sendCounts, Buffer out,
@@ -538,18 +562,8 @@ std::shared_ptr<Work> AcclProcessGroup::doAlltoallv(Buffer in, const std::vector
   size_t es = dataTypeSize(in.dtype), total = in.count * es;
   return submit(OpType::Alltoallv, 0, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, sendCounts, recvCounts, es](const OpDesc& d, Clock::time_point dl) {
-                  auto sb = scaled(sendCounts, es), rb = scaled(recvCounts, es);
-                  noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
-                  if (layout_.singleHost()) return host_->alltoallv(in.data, sb, out.data, rb, d, dl);
-                  std::vector<char> staged;
-                  const void* src = in.data;
-                  if (in.data == out.data) {
-                    size_t n = 0;
-                    for (size_t b : sb) n += b;
-                    staged.assign(static_cast<const char*>(in.data), static_cast<const char*>(in.data) + n);
-                    src = staged.data();
-                  }
-                  algo::alltoallvPairwise(flat(), src, sb, out.data, rb);
+                  alltoallBody(in, scaledBytes(sizesA_, sendCounts, es), out, scaledBytes(sizesB_, recvCounts, es), d,
+                               dl);
                 });
 }
 
@@ -557,7 +571,7 @@ std::shared_ptr<Work> AcclProcessGroup::doGather(Buffer in, Buffer out, const Ga
   size_t es = dataTypeSize(in.dtype), bytes = in.count * es;
   return submit(OpType::Gather, in.count, in.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
-                  std::vector<size_t> b(size(), bytes);
+                  const auto& b = uniformBytes(sizesA_, bytes);
                   noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
                   if (layout_.singleHost()) return host_->gatherv(in.data, out.data, b, root, d, dl);
                   algo::gathervDirect(flat(), in.data, out.data, b, root);
@@ -568,7 +582,7 @@ std::shared_ptr<Work> AcclProcessGroup::doScatter(Buffer in, Buffer out, const S
   size_t es = dataTypeSize(out.dtype), bytes = out.count * es;
   return submit(OpType::Scatter, out.count, out.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
-                  std::vector<size_t> b(size(), bytes);
+                  const auto& b = uniformBytes(sizesA_, bytes);
                   noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
                   if (layout_.singleHost()) return host_->scatterv(in.data, out.data, b, root, d, dl);
                   algo::scattervDirect(flat(), in.data, out.data, b, root);

@@ -101,6 +101,24 @@ class AcclProcessGroup : public ProcessGroup {
   // (it runs one at a time), for noteAlgo() and stall notes.
   uint64_t runningTrace_ = 0;
   uint64_t runningSeq_ = 0;
+  // The running op's byte sizes per rank (ops run one at a time): refilled
+  // per op without an allocation. The uniform ops (allgather, alltoall,
+  // gather, scatter) built two to five vectors per op before, a fifth of a
+  // small gather's path.
+  std::vector<size_t> sizesA_, sizesB_;
+  const std::vector<size_t>& uniformBytes(std::vector<size_t>& s, size_t bytes) {
+    s.assign(static_cast<size_t>(size()), bytes);
+    return s;
+  }
+  const std::vector<size_t>& scaledBytes(std::vector<size_t>& s, const std::vector<size_t>& counts, size_t es) {
+    s.resize(counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) s[i] = counts[i] * es;
+    return s;
+  }
+  void allgatherBody(Buffer in, Buffer out, const std::vector<size_t>& bytes, size_t total, const core::OpDesc& d,
+                     core::Clock::time_point deadline);
+  void alltoallBody(Buffer in, const std::vector<size_t>& sendBytes, Buffer out, const std::vector<size_t>& recvBytes,
+                    const core::OpDesc& d, core::Clock::time_point deadline);
 };
 
 }  // namespace accl

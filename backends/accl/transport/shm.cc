@@ -691,7 +691,7 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
                            const OpDesc& d, Clock::time_point deadline) {
   begin(deadline);
   int n = o_.localSize, me = o_.localRank;
-  auto displ = prefixSums(bytes);
+  const auto& displ = prefixSums(bytes, displA_);
   char* o = static_cast<char*>(out);
   if (o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
@@ -723,7 +723,7 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
   begin(deadline);
   int n = o_.localSize, me = o_.localRank;
   size_t es = dataTypeSize(t);
-  auto displ = prefixSums(counts);
+  const auto& displ = prefixSums(counts, displA_);
   size_t total = displ[n];
   char* o = static_cast<char*>(out);
   if (n == 1) {
@@ -754,7 +754,8 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
                           Clock::time_point deadline) {
   begin(deadline);
   int n = o_.localSize, me = o_.localRank;
-  auto sd = prefixSums(sendBytes), rd = prefixSums(recvBytes);
+  const auto& sd = prefixSums(sendBytes, displA_);
+  const auto& rd = prefixSums(recvBytes, displB_);
   const char* i = static_cast<const char*>(in);
   char* o = static_cast<char*>(out);
   // Everyone publishes its layout first: offsets for single copy, the largest
@@ -834,7 +835,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
 void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
                         const OpDesc& d, Clock::time_point deadline) {
   int n = o_.localSize, me = o_.localRank;
-  auto displ = prefixSums(bytes);
+  const auto& displ = prefixSums(bytes, displA_);
   char* o = static_cast<char*>(out);
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
   bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb);
@@ -886,7 +887,7 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
 void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& bytes, int root,
                          const OpDesc& d, Clock::time_point deadline) {
   int n = o_.localSize, me = o_.localRank;
-  auto displ = prefixSums(bytes);
+  const auto& displ = prefixSums(bytes, displA_);
   const char* i = static_cast<const char*>(in);
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
   bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb);

@@ -80,6 +80,9 @@ class ShmDomain : public HostGroup {
 
  private:
   static constexpr int kDepth = 4;  // rounds of eager cells (shm.cc)
+  // The running op's offsets per rank (ops run one at a time): reused, so
+  // that a small gather or alltoall allocates nothing.
+  std::vector<size_t> displA_, displB_;
   struct Ctl;
   struct Header;
   Ctl& ctl(int r) const;

@@ -74,6 +74,12 @@ inline std::vector<size_t> prefixSums(const std::vector<size_t>& sizes) {
   for (size_t i = 0; i < sizes.size(); ++i) d[i + 1] = d[i] + sizes[i];
   return d;
 }
+// The same into `d`, which an op's path reuses (no allocation once it has the capacity).
+inline const std::vector<size_t>& prefixSums(const std::vector<size_t>& sizes, std::vector<size_t>& d) {
+  d.assign(sizes.size() + 1, 0);
+  for (size_t i = 0; i < sizes.size(); ++i) d[i + 1] = d[i] + sizes[i];
+  return d;
+}
 // n items split into p near-equal parts, the first n % p one larger.
 inline std::vector<size_t> equalParts(size_t n, int p) {
   std::vector<size_t> c(p);
