@@ -102,9 +102,8 @@ class AcclProcessGroup : public ProcessGroup {
   uint64_t runningTrace_ = 0;
   uint64_t runningSeq_ = 0;
   // The running op's byte sizes per rank (ops run one at a time): refilled
-  // per op without an allocation. The uniform ops (allgather, alltoall,
-  // gather, scatter) built two to five vectors per op before, a fifth of a
-  // small gather's path.
+  // per op without an allocation (the uniform ops built one to five vectors
+  // per op before; docs/performance.md has the figures).
   std::vector<size_t> sizesA_, sizesB_;
   const std::vector<size_t>& uniformBytes(std::vector<size_t>& s, size_t bytes) {
     s.assign(static_cast<size_t>(size()), bytes);

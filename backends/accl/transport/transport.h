@@ -34,16 +34,13 @@ inline Clock::time_point coarseNow() {
 // small op on one host), plus one tick so that it is never early: at most a
 // tick (1-4 ms) late. Shorter timeouts read the precise clock.
 inline Clock::time_point deadlineAfter(std::chrono::milliseconds timeout) {
-  timespec ts;
-  if (timeout < std::chrono::seconds(1) || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return Clock::now() + timeout;
+  if (timeout < std::chrono::seconds(1)) return Clock::now() + timeout;
   static const std::chrono::nanoseconds tick = [] {
     timespec r;
     return std::chrono::nanoseconds(clock_getres(CLOCK_MONOTONIC_COARSE, &r) == 0 ? r.tv_sec * 1000000000LL + r.tv_nsec
                                                                                    : 10000000LL);
   }();
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
-             std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec) + tick)) +
-         timeout;
+  return coarseNow() + std::chrono::duration_cast<Clock::duration>(tick) + timeout;
 }
 
 // The op a message belongs to. Every data frame carries it, so a receiver can
