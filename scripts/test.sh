@@ -47,6 +47,13 @@ if [ -n "$sanitize" ]; then
 elif [ "${CI:-}" = true ]; then scripts/build.sh -DACCL_CONFORMANCE_COUNT_BYTES=262144
 else scripts/build.sh -DACCL_CONFORMANCE_COUNT_BYTES=; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# CI's 90 minutes: the fault loops run 2 rounds there (faults.repeat: 5
+# elsewhere; the soft-RoCE guests: 3) and the guests' pair stage 6 short jobs
+# under loss (10 elsewhere). The same tests and checks, fewer repetitions; the
+# long loops (docs/testing.md) are for changes to the failure paths.
+if [ "${CI:-}" = true ] && [ -z "$sanitize" ]; then
+  export ACCL_FAULT_REPEAT=${ACCL_FAULT_REPEAT:-2} PAIR_SHORT_JOBS=${PAIR_SHORT_JOBS:-6}
+fi
 cd "${BUILD_DIR:-build}"
 start=$(date +%s)
 # Multi-process tests oversubscribe the cores already: run one test at a time.
