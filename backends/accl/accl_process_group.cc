@@ -273,11 +273,82 @@ Peers AcclProcessGroup::members(const std::vector<int>& ranks) {
 }
 
 template <typename Body>
+int AcclProcessGroup::runOp(const OpDesc& d, std::chrono::milliseconds timeout, uint64_t traceId,
+                            const Body& body) {
+  const std::string& prefix = prefix_;
+  // noteAlgo() records the start (the group runs one op at a time).
+  runningTrace_ = traceId;
+  runningSeq_ = d.seq;
+  if (isBroken_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lk(brokenMu_);
+    throw RemoteError(prefix + core::describe(d) + ": the group is unusable after an earlier failure: " + broken_);
+  }
+  auto deadline = core::deadlineAfter(timeout);
+  // On one host nothing of the op goes through the transport: it only
+  // learns which op runs (for stall warnings and peers' queries), no lock.
+  if (layout_.singleHost())
+    net_->beginLocalOp(d, deadline, timeout);
+  else
+    net_->beginOp(d, deadline, timeout);
+  // With the timeline or statistics on, the transports time this op's
+  // waits for its peers (the timeline's "waiting for peers" span).
+  struct TimedWaits {
+    AcclProcessGroup* g;
+    uint64_t id;
+    FlightRecorder* rec;
+    core::WaitTimes w;
+    TimedWaits(AcclProcessGroup* pg, uint64_t traceId) : g(pg), id(traceId), rec(traceId ? pg->recorder() : nullptr) {
+      if (!rec || !rec->timesOps()) {
+        rec = nullptr;
+        return;
+      }
+      g->host_->timeWaits(&w);
+      g->net_->timeWaits(&w);
+    }
+    ~TimedWaits() {
+      if (!rec) return;
+      g->host_->timeWaits(nullptr);
+      g->net_->timeWaits(nullptr);
+      rec->waited(id, w.firstNs, w.lastNs, w.totalNs);
+    }
+  } timedWaits(this, traceId);
+  // What the op moved per peer over the network (none within one host:
+  // the test is inline, the copy a call).
+  auto notePeers = [&] {
+    if (traceId && !layout_.singleHost()) notePeerBytes(traceId);
+  };
+  try {
+    body(d, deadline);
+  } catch (const std::exception& e) {
+    notePeers();
+    std::string msg = e.what();
+    net_->endOp(msg);
+    {
+      std::lock_guard<std::mutex> lk(brokenMu_);
+      if (broken_.empty()) broken_ = msg;
+      isBroken_.store(true, std::memory_order_release);
+    }
+    rethrowWithPrefix(prefix);
+  }
+  notePeers();
+  // On one host nothing of the op went through the transport: nothing to
+  // clean up but the flag that an op runs (no lock on the latency path).
+  if (!layout_.singleHost())
+    net_->endOp();
+  else
+    net_->leaveOp();
+  return -1;
+}
+
+template <typename Body>
 std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType t, ReduceKind r,
                                                int root, size_t bytes, std::chrono::milliseconds timeout,
                                                bool blocking, Body&& body) {
   OpDesc d;
-  d.seq = seq_++;
+  // Only collectives come here, issued in one order (the API's rule), so by
+  // one thread at a time: no locked increment.
+  d.seq = seq_.load(std::memory_order_relaxed);
+  seq_.store(d.seq + 1, std::memory_order_relaxed);
   d.count = count;
   d.op = static_cast<uint16_t>(op);
   d.dtype = static_cast<uint8_t>(t);
@@ -288,75 +359,19 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
   auto work = internal::makeWork(toString(op), d.seq);
   ACCL_TRACE("COLL", "enqueue " << core::describe(d));
   uint64_t traceId = issuingTraceId();
-  auto fn = [this, d, timeout, traceId, body = std::forward<Body>(body)]() -> int {
-    const std::string& prefix = prefix_;
-    // noteAlgo() records the start (the group runs one op at a time).
-    runningTrace_ = traceId;
-    runningSeq_ = d.seq;
-    if (isBroken_.load(std::memory_order_acquire)) {
-      std::lock_guard<std::mutex> lk(brokenMu_);
-      throw RemoteError(prefix + core::describe(d) + ": the group is unusable after an earlier failure: " + broken_);
-    }
-    auto deadline = core::deadlineAfter(timeout);
-    // On one host nothing of the op goes through the transport: it only
-    // learns which op runs (for stall warnings and peers' queries), no lock.
-    if (layout_.singleHost())
-      net_->beginLocalOp(d, deadline, timeout);
-    else
-      net_->beginOp(d, deadline, timeout);
-    // With the timeline or statistics on, the transports time this op's
-    // waits for its peers (the timeline's "waiting for peers" span).
-    struct TimedWaits {
-      AcclProcessGroup* g;
-      uint64_t id;
-      FlightRecorder* rec;
-      core::WaitTimes w;
-      TimedWaits(AcclProcessGroup* pg, uint64_t traceId) : g(pg), id(traceId), rec(traceId ? pg->recorder() : nullptr) {
-        if (!rec || !rec->timesOps()) {
-          rec = nullptr;
-          return;
-        }
-        g->host_->timeWaits(&w);
-        g->net_->timeWaits(&w);
-      }
-      ~TimedWaits() {
-        if (!rec) return;
-        g->host_->timeWaits(nullptr);
-        g->net_->timeWaits(nullptr);
-        rec->waited(id, w.firstNs, w.lastNs, w.totalNs);
-      }
-    } timedWaits(this, traceId);
-    // What the op moved per peer over the network (none within one host:
-    // the test is inline, the copy a call).
-    auto notePeers = [&] {
-      if (traceId && !layout_.singleHost()) notePeerBytes(traceId);
+  auto owning = [&] {
+    return [this, d, timeout, traceId, body = std::forward<Body>(body)]() -> int {
+      return runOp(d, timeout, traceId, body);
     };
-    try {
-      body(d, deadline);
-    } catch (const std::exception& e) {
-      notePeers();
-      std::string msg = e.what();
-      net_->endOp(msg);
-      {
-        std::lock_guard<std::mutex> lk(brokenMu_);
-        if (broken_.empty()) broken_ = msg;
-        isBroken_.store(true, std::memory_order_release);
-      }
-      rethrowWithPrefix(prefix);
-    }
-    notePeers();
-    // On one host nothing of the op went through the transport: nothing to
-    // clean up but the flag that an op runs (no lock on the latency path).
-    if (!layout_.singleHost())
-      net_->endOp();
-    else
-      net_->leaveOp();
-    return -1;
   };
   // Small ops, and ops whose caller waits at once, run on the calling thread
-  // when the group is idle (no thread hand-off).
-  if (bytes <= inlineBytes_ || blocking) return queue_->runOrEnqueue(std::move(work), std::move(fn));
-  return queue_->enqueue(std::move(work), std::move(fn));
+  // when the group is idle (no thread hand-off, and no copy of the op into a
+  // closure).
+  if (bytes <= inlineBytes_ || blocking)
+    return queue_->runOrEnqueue(
+        std::move(work), [&] { return runOp(d, timeout, traceId, body); },
+        [&] { return std::function<int()>(owning()); });
+  return queue_->enqueue(std::move(work), owning());
 }
 
 // ---------------------------------------------------------------- allreduce

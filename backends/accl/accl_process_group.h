@@ -57,6 +57,11 @@ class AcclProcessGroup : public ProcessGroup {
   template <typename Body>
   std::shared_ptr<Work> submit(OpType op, size_t count, DataType t, ReduceKind r, int root,
                                size_t bytes, std::chrono::milliseconds timeout, bool blocking, Body&& body);
+  // Runs one op (inline or from the queue): fails it if the group broke,
+  // else tells the transport, runs body(desc, deadline) and marks the group
+  // broken if it throws.
+  template <typename Body>
+  int runOp(const core::OpDesc& d, std::chrono::milliseconds timeout, uint64_t traceId, const Body& body);
   core::Peers flat();
   core::Peers members(const std::vector<int>& ranks);
   void allreduceBody(const void* in, void* out, size_t count, DataType t, ReduceOp op,
@@ -89,7 +94,7 @@ class AcclProcessGroup : public ProcessGroup {
   std::unique_ptr<core::HostGroup> host_;  // the ranks of this host (this one alone included)
   std::unique_ptr<internal::OpQueue> queue_;
   size_t inlineBytes_ = 0;
-  std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> seq_{0};  // collectives' (submit: one issuing thread at a time)
   std::mutex brokenMu_;
   std::string broken_;
   std::atomic<bool> isBroken_{false};  // broken_ is set (checked without the lock per op)

@@ -370,12 +370,25 @@ void MpiProcessGroup::guardLoop() {
 }
 
 template <typename Body>
+int MpiProcessGroup::runCall(const Call& c, const Body& body) {
+  if (isBroken_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> b(brokenMu_);
+    throw RemoteError(describe(c) + ": the group is unusable since " + broken_);
+  }
+  body(c);
+  return -1;
+}
+
+template <typename Body>
 std::shared_ptr<Work> MpiProcessGroup::submit(OpType op, size_t count, size_t bytes, const OpOptions& o,
                                               Body&& body) {
   Call c{};
   c.op = op;
   c.count = count;
-  c.seq = seq_++;
+  // Collectives (and splits) only: a group's collectives are issued in one
+  // order, so by one thread at a time; no locked increment.
+  c.seq = collSeq_.load(std::memory_order_relaxed);
+  collSeq_.store(c.seq + 1, std::memory_order_relaxed);
   c.traceId = issuingTraceId();
   c.timeout = effectiveTimeout(o);
   // Every rank decides alike (a blocking collective does not match a
@@ -383,18 +396,16 @@ std::shared_ptr<Work> MpiProcessGroup::submit(OpType op, size_t count, size_t by
   c.blocking = blockingBytes_ > 0 && bytes <= blockingBytes_;
   ACCL_TRACE("COLL", "enqueue " << toString(op) << " #" << c.seq << " (" << count << " elements)");
   auto work = internal::makeWork(toString(op), c.seq);
-  auto fn = [this, c, body = std::forward<Body>(body)]() -> int {
-    if (isBroken_.load(std::memory_order_acquire)) {
-      std::lock_guard<std::mutex> b(brokenMu_);
-      throw RemoteError(describe(c) + ": the group is unusable since " + broken_);
-    }
-    body(c);
-    return -1;
+  auto owning = [&] {
+    return [this, c, body = std::forward<Body>(body)]() -> int { return runCall(c, body); };
   };
   // A blocking collective would hold the worker thread as long as the calling
-  // one; run it here when the group is idle (no thread hand-off).
-  if (bytes <= inlineBytes_ || o.blocking) return queue_->runOrEnqueue(std::move(work), std::move(fn));
-  return queue_->enqueue(std::move(work), std::move(fn));
+  // one; run it here when the group is idle (no thread hand-off, and no copy
+  // of the call into a closure).
+  if (bytes <= inlineBytes_ || o.blocking)
+    return queue_->runOrEnqueue(
+        std::move(work), [&] { return runCall(c, body); }, [&] { return std::function<int()>(owning()); });
+  return queue_->enqueue(std::move(work), owning());
 }
 
 void MpiProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, const Call& c) {
@@ -603,7 +614,7 @@ std::shared_ptr<Work> MpiProcessGroup::doSend(Buffer buf, int dst, const SendOpt
     checkLazy(MPI_Isend(buf.data, n, mpiType(buf.dtype), dst, o.tag, comm_, &req), what);
     checkLazy(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
   }
-  auto work = internal::makeWork("send", seq_++);
+  auto work = internal::makeWork("send", p2pSeq_++);
   if (done) {
     work->completeUnshared(nullptr, -1);  // no other thread has it yet: plain stores, no lock
     return work;
@@ -631,7 +642,7 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
               what);
     checkLazy(MPI_Test(&req, &done, &st), what);
   }
-  auto work = internal::makeWork("recv", seq_++);
+  auto work = internal::makeWork("recv", p2pSeq_++);
   if (done) {
     try {
       work->completeUnshared(nullptr, recvSource(st, buf.dtype, buf.count, src, o.tag));
@@ -681,7 +692,7 @@ std::shared_ptr<Work> MpiProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb,
     }
     checkLazy(MPI_Testall(2, p->req, &done, st), what);
   }
-  auto work = internal::makeWork("sendrecv", seq_++);
+  auto work = internal::makeWork("sendrecv", p2pSeq_++);
   if (done) {
     try {
       work->completeUnshared(nullptr, recvSource(st[0], rb.dtype, rb.count, src, o.recvTag));

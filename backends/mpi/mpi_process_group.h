@@ -64,6 +64,9 @@ class MpiProcessGroup : public ProcessGroup {
   // posts its MPI call through collective().
   template <typename Body>
   std::shared_ptr<Work> submit(OpType op, size_t count, size_t bytes, const OpOptions& o, Body&& body);
+  // Runs one queued or inline op: fails it if the group broke, else body(c).
+  template <typename Body>
+  int runCall(const Call& c, const Body& body);
   // Runs one collective: `blocking()` (returns an MPI error code) when
   // c.blocking, else `start(MPI_Request*)` and polls the request until done or
   // the deadline passes.
@@ -128,7 +131,10 @@ class MpiProcessGroup : public ProcessGroup {
   bool p2pIdle_ = false;                          // it sleeps until a request comes (else it looks every tick)
   bool p2pStop_ = false;
   std::thread p2pThread_;
-  std::atomic<uint64_t> seq_{0};
+  // Sequence numbers, in descriptions and errors: collectives ("allreduce #7";
+  // one issuing thread at a time) and point-to-point ops (any thread).
+  std::atomic<uint64_t> collSeq_{0};
+  std::atomic<uint64_t> p2pSeq_{0};
   size_t inlineBytes_ = 0;    // ACCL_MPI_BLOCKING_BYTES: ops up to it run on the calling thread
   size_t blockingBytes_ = 0;  // the same, 0 when MPI serializes calls: ops up to it call blocking MPI
   // The blocking call in progress (0: none; else its sequence number + 1),
