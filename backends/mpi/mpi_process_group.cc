@@ -497,21 +497,43 @@ std::shared_ptr<Work> MpiProcessGroup::doAllgatherv(Buffer in, Buffer out, const
   });
 }
 
+namespace {
+// A reduce_scatter's send buffer: the input, or a copy of it (into `copy`)
+// scaled for premul_sum or taken because the output lies inside the input.
+const void* reduceScatterSource(const Buffer& in, const Buffer& out, const ReduceOp& op, std::vector<char>& copy) {
+  char* inBegin = static_cast<char*>(in.data);
+  char* outPtr = static_cast<char*>(out.data);
+  bool overlap = in.count && out.count && outPtr >= inBegin && outPtr < inBegin + in.bytes();
+  if ((op.kind != ReduceKind::PremulSum && !overlap) || !in.count) return in.data;
+  copy.assign(inBegin, inBegin + in.bytes());
+  if (op.kind == ReduceKind::PremulSum) internal::scale(copy.data(), in.count, in.dtype, op.scalar);
+  return copy.data();
+}
+}  // namespace
+
+// Equal parts: MPI_Reduce_scatter_block, with no count arrays to build per op
+// (the v form below builds two).
+std::shared_ptr<Work> MpiProcessGroup::doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) {
+  return submit(OpType::ReduceScatter, in.count, in.bytes(), o, [=](const Call& c) {
+    std::vector<char> copy;
+    const void* src = reduceScatterSource(in, out, o.op, copy);
+    int n = countOf(out.count, c);
+    countOf(in.count, c);
+    MPI_Datatype t = mpiType(in.dtype);
+    MPI_Op mop = mpiOp(o.op.kind, in.dtype);
+    collective(
+        c, "MPI_Reduce_scatter_block", [&] { return MPI_Reduce_scatter_block(src, out.data, n, t, mop, comm_); },
+        [&](MPI_Request* r) { return MPI_Ireduce_scatter_block(src, out.data, n, t, mop, comm_, r); });
+    if (o.op.kind == ReduceKind::Avg) internal::scale(out.data, out.count, out.dtype, 1.0 / size());
+  });
+}
+
 std::shared_ptr<Work> MpiProcessGroup::doReduceScatterv(Buffer in, Buffer out,
                                                         const std::vector<size_t>& counts,
                                                         const ReduceScatterOptions& o) {
   return submit(OpType::ReduceScatterv, in.count, in.bytes(), o, [=](const Call& c) {
-    // A scaled copy for premul_sum, and a copy when the output lies inside the input.
     std::vector<char> copy;
-    const void* src = in.data;
-    char* inBegin = static_cast<char*>(in.data);
-    char* outPtr = static_cast<char*>(out.data);
-    bool overlap = in.count && out.count && outPtr >= inBegin && outPtr < inBegin + in.bytes();
-    if ((o.op.kind == ReduceKind::PremulSum || overlap) && in.count) {
-      copy.assign(inBegin, inBegin + in.bytes());
-      if (o.op.kind == ReduceKind::PremulSum) internal::scale(copy.data(), in.count, in.dtype, o.op.scalar);
-      src = copy.data();
-    }
+    const void* src = reduceScatterSource(in, out, o.op, copy);
     auto cnt = icounts(counts, [&] { return describe(c); });
     countOf(in.count, c);
     MPI_Datatype t = mpiType(in.dtype);

@@ -32,6 +32,7 @@ class MpiProcessGroup : public ProcessGroup {
                                      const AllgatherOptions& o) override;
   std::shared_ptr<Work> doReduceScatterv(Buffer in, Buffer out, const std::vector<size_t>& counts,
                                          const ReduceScatterOptions& o) override;
+  std::shared_ptr<Work> doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) override;
   std::shared_ptr<Work> doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) override;
   std::shared_ptr<Work> doAlltoallv(Buffer in, const std::vector<size_t>& sendCounts, Buffer out,
                                     const std::vector<size_t>& recvCounts,
