@@ -370,7 +370,7 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
   if (bytes <= inlineBytes_ || blocking)
     return queue_->runOrEnqueue(
         std::move(work), [&] { return runOp(d, timeout, traceId, body); },
-        [&] { return std::function<int()>(owning()); });
+        owning);
   return queue_->enqueue(std::move(work), owning());
 }
 

@@ -404,7 +404,7 @@ std::shared_ptr<Work> MpiProcessGroup::submit(OpType op, size_t count, size_t by
   // of the call into a closure).
   if (bytes <= inlineBytes_ || o.blocking)
     return queue_->runOrEnqueue(
-        std::move(work), [&] { return runCall(c, body); }, [&] { return std::function<int()>(owning()); });
+        std::move(work), [&] { return runCall(c, body); }, owning);
   return queue_->enqueue(std::move(work), owning());
 }
 

@@ -49,18 +49,19 @@ class OpQueue {
   template <typename F>
   std::shared_ptr<Work> runOrEnqueue(std::shared_ptr<Work> work, F&& fn) {
     return runOrEnqueue(
-        std::move(work), [&fn] { return fn(); }, [&fn] { return std::function<int()>(std::forward<F>(fn)); });
+        std::move(work), [&fn] { return fn(); }, [&fn] { return std::forward<F>(fn); });
   }
   // The same, with the op's closure built only when the op has to wait in the
   // queue: `runNow()` runs the op on the calling thread and may refer to the
-  // caller's locals; `queued()` returns the std::function<int()> that owns
-  // copies of them. An op run at once then copies nothing: copying its
-  // arguments, just written field by field, into a closure with wide loads
-  // stalled on store forwarding (seen in profiles of 8-byte ops).
+  // caller's locals; `queued()` returns the callable that owns copies of
+  // them (wrapped here in a std::function). An op run at once then copies
+  // nothing: copying its arguments, just written field by field, into a
+  // closure with wide loads stalled on store forwarding (seen in profiles of
+  // 8-byte ops).
   template <typename F, typename Q>
   std::shared_ptr<Work> runOrEnqueue(std::shared_ptr<Work> work, F&& runNow, Q&& queued) {
     if (!startInline()) {
-      push(work, queued());
+      push(work, std::function<int()>(queued()));
       return work;
     }
     int src = -1;
