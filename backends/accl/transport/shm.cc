@@ -29,6 +29,9 @@ namespace core {
 namespace {
 constexpr uint32_t kShmMagic = 0x53434341;  // "ACCS"
 constexpr int kMaxLocal = 64;
+// The most a waiter yields its core before it sleeps on the futex (and from
+// then on runs its periodic checks).
+constexpr auto kYieldFor = std::chrono::milliseconds(2);
 // From these sizes ops read and write the peers' buffers (process_vm_readv /
 // writev) instead of copying through the segment's slots: where every local
 // rank has a CPU of its own, from 16 KiB (32 KiB for reduce); where local
@@ -299,9 +302,15 @@ void ShmDomain::waitFor(const F& arrived) {
       if (allIn()) return;
       cpuRelax();
     }
+  // Bounded in time too: on a loaded host each yield can hand the core to
+  // another process for a whole time slice (milliseconds), and 2000 of them
+  // kept a waiter from its periodic checks below (a dead peer, the stall
+  // warning, the deadline) for seconds.
+  auto yieldFrom = Clock::now();
   for (int i = 0, n = oversubscribed_ ? 2000 : 20; i < n; ++i) {
     if (allIn()) return;
     sched_yield();
+    if ((i & 7) == 7 && Clock::now() - yieldFrom > kYieldFor) break;
   }
   auto* h = static_cast<Header*>(base_);
   auto lastCheck = Clock::now();
