@@ -190,29 +190,54 @@ void report(Shared& sh, const Case& c, const std::string& group, const std::vect
   for (auto& e : errs) std::fprintf(stderr, "  %s\n", e.c_str());
 }
 
+// A thread's ops in flight, bounded as in the run: at most 8, and buffers of
+// at most 4 x --max-bytes (plus a little for tiny ops). Each result is
+// checked when its op is finished; its buffers count in `sh.live` meanwhile.
+class InFlightOps {
+ public:
+  explicit InFlightOps(Shared& sh) : sh_(sh) {}
+  size_t size() const { return ops_.size(); }
+  // Issues `c` on `pg`, first finishing the oldest ops until it fits.
+  void start(ProcessGroup& pg, const Case& c, std::string group) {
+    size_t bytes = c.count * dataTypeSize(c.dtype) * (chunked(c.op) ? static_cast<size_t>(pg.size()) + 1 : 2);
+    while (!ops_.empty() && (ops_.size() >= 8 || held_ + bytes > 4 * sh_.args.maxBytes + 4096)) finish(0);
+    sh_.live += static_cast<int64_t>(bytes);  // counted before they exist: never less than what is allocated
+    ops_.push_back({startCase(pg, c), c, std::move(group), bytes});
+    held_ += bytes;
+  }
+  // Waits for the i-th op in flight (oldest first), checks it and frees its buffers.
+  void finish(size_t i) {
+    auto it = ops_.begin() + static_cast<long>(i);
+    auto errs = it->p.finish();
+    if (!errs.empty()) {
+      sh_.wrong++;
+      report(sh_, it->c, it->group, errs);
+    }
+    size_t bytes = it->bytes;
+    held_ -= bytes;
+    ops_.erase(it);  // frees the case's buffers
+    sh_.live -= static_cast<int64_t>(bytes);
+  }
+  void finishAll() {
+    while (!ops_.empty()) finish(0);
+  }
+
+ private:
+  struct Op {
+    PendingCase p;
+    Case c;
+    std::string group;
+    size_t bytes;
+  };
+  Shared& sh_;
+  std::deque<Op> ops_;
+  size_t held_ = 0;
+};
+
 // A thread's loop over its groups (taken in turn), with `ctl` for the stop decision.
 void drive(Shared& sh, std::vector<Driven>& groups, ProcessGroup& ctl, uint64_t threadSeed) {
   std::mt19937_64 local(threadSeed);  // when to wait and pause: differs per rank
-  struct InFlight {
-    PendingCase p;
-    Case c;
-    const char* group;
-    size_t bytes;
-  };
-  std::deque<InFlight> inFlight;
-  size_t inFlightBytes = 0;
-  auto finishAt = [&](size_t i) {
-    auto it = inFlight.begin() + static_cast<long>(i);
-    auto errs = it->p.finish();
-    if (!errs.empty()) {
-      sh.wrong++;
-      report(sh, it->c, it->group, errs);
-    }
-    size_t bytes = it->bytes;
-    inFlightBytes -= bytes;
-    inFlight.erase(it);  // frees the case's buffers
-    sh.live -= static_cast<int64_t>(bytes);
-  };
+  InFlightOps inFlight(sh);
   for (uint64_t step = 0;; ++step) {
     if (step % 32 == 0) {
       // Agree on stopping: any rank past the limit stops every rank here.
@@ -235,49 +260,31 @@ void drive(Shared& sh, std::vector<Driven>& groups, ProcessGroup& ctl, uint64_t 
     }
     Driven& d = groups[step % groups.size()];
     Case c = nextCase(d, sh.args.maxBytes);
-    size_t bytes = c.count * dataTypeSize(c.dtype) * (chunked(c.op) ? static_cast<size_t>(d.pg->size()) + 1 : 2);
-    // Bounded memory: at most 8 in flight and 4x the largest op's bytes.
-    while (!inFlight.empty() && (inFlight.size() >= 8 || inFlightBytes + bytes > 4 * sh.args.maxBytes + 4096)) finishAt(0);
-    sh.live += static_cast<int64_t>(bytes);  // counted before they exist: never less than what is allocated
-    inFlight.push_back({startCase(*d.pg, c), c, d.name, bytes});
-    inFlightBytes += bytes;
+    inFlight.start(*d.pg, c, d.name);
     d.ops++;
     d.bytes += c.count * dataTypeSize(c.dtype);
     sh.issued++;
     // Random waits: sometimes on a random op in flight, sometimes on all of them.
     uint64_t x = local() % 100;
-    if (x < 25) finishAt(local() % inFlight.size());
-    else if (x < 30) while (!inFlight.empty()) finishAt(0);
+    if (x < 25) inFlight.finish(local() % inFlight.size());
+    else if (x < 30) inFlight.finishAll();
     if (local() % 200 == 0) std::this_thread::sleep_for(std::chrono::microseconds(local() % 2000));
   }
-  while (!inFlight.empty()) finishAt(0);
+  inFlight.finishAll();
 }
 
-// Warm-up, before anything is sampled: every op at the largest size on each
-// of `groups`, up to 8 in flight and 4 x --max-bytes at once as in the run.
-// What the library keeps for reuse (scratch and staging buffers sized to the
-// largest op seen, the allocator's heaps) reaches its plateau here, instead
-// of whenever a group first draws a large size (2 % of the steps): in 20 s
-// runs without it, the memory less the ops' buffers rose by up to 12 MiB
-// between the halves, and went on rising for some 40 s. Results are checked.
+// Warm-up, before anything is sampled, on each of `groups`.
+// - Two messages of --max-bytes that arrive before their receives are posted.
+//   The transport holds each in a buffer of its own and keeps the two
+//   largest such buffers for reuse (the matcher's spares). Without this
+//   they grew whenever the random steps first left a large message
+//   unexpected, over minutes: in 20 s runs the memory less the ops' buffers
+//   rose by 0.2-10.2 MiB between the halves; with it, by -3.2..+3.5 MiB.
+// - Before them, every op once at --max-bytes, in flight as in the run
+//   (alone, this did not change that growth). Results are checked.
 void warmUp(Shared& sh, std::vector<Driven>& groups) {
   for (auto& d : groups) {
-    struct InFlight {
-      PendingCase p;
-      Case c;
-      size_t bytes;
-    };
-    std::deque<InFlight> inFlight;
-    size_t held = 0;
-    auto finishFirst = [&] {
-      auto errs = inFlight.front().p.finish();
-      if (!errs.empty()) {
-        sh.wrong++;
-        report(sh, inFlight.front().c, std::string(d.name) + " (warm-up)", errs);
-      }
-      held -= inFlight.front().bytes;
-      inFlight.pop_front();
-    };
+    InFlightOps inFlight(sh);
     for (size_t i = 0; i < kOps.size(); ++i) {
       Case c;
       c.op = kOps[i];
@@ -286,17 +293,9 @@ void warmUp(Shared& sh, std::vector<Driven>& groups) {
       c.inPlace = i % 2;
       c.seed = 7 + i;
       c.count = sh.args.maxBytes / 4 / (chunked(c.op) ? static_cast<size_t>(d.pg->size()) : 1);
-      size_t bytes = c.count * 4 * (chunked(c.op) ? static_cast<size_t>(d.pg->size()) + 1 : 2);
-      while (!inFlight.empty() && (inFlight.size() >= 8 || held + bytes > 4 * sh.args.maxBytes + 4096)) finishFirst();
-      inFlight.push_back({startCase(*d.pg, c), c, bytes});
-      held += bytes;
+      inFlight.start(*d.pg, c, std::string(d.name) + " (warm-up)");
     }
-    while (!inFlight.empty()) finishFirst();
-    // Two messages of the largest size that arrive before their receives are
-    // posted: the transport holds each in a buffer of its own, and keeps the
-    // two largest such buffers for reuse (the matcher's spares). Filled here,
-    // they do not grow later, when the random steps first leave a large
-    // message unexpected (in 20 s runs that came in the later half often).
+    inFlight.finishAll();
     int n = d.pg->size(), me = d.pg->rank();
     if (n < 2) continue;  // a group of one (the half of a 2-rank job) sends to no one
     std::vector<char> out(sh.args.maxBytes, 1), in1(sh.args.maxBytes), in2(sh.args.maxBytes);
