@@ -279,8 +279,8 @@ void drive(Shared& sh, std::vector<Driven>& groups, ProcessGroup& ctl, uint64_t 
 //   largest such buffers for reuse (the matcher's spares). Without this
 //   they grew whenever the random steps first left a large message
 //   unexpected, over minutes: in 20 s runs the memory less the ops' buffers
-//   rose by 0.2-10.2 MiB between the halves; with it, mostly by -4..+3.5 MiB
-//   (a single sample's transient peak at times more: up to +14.4 in 52).
+//   rose by 0.2-10.2 MiB between the halves; with it, 51 of 56 rank-runs by
+//   -4.1..+3.5 MiB, the other five by 6.4-14.4 (docs/testing.md).
 // - Before them, every op once at --max-bytes, in flight as in the run
 //   (alone, this did not change that growth). Results are checked.
 void warmUp(Shared& sh, std::vector<Driven>& groups) {
