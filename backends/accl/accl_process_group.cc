@@ -129,6 +129,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.ibRequired = ibOn && !tcpOn;
   to.shmWanted = shmOn;
   to.shmCma = settings::shmCma.get() != "off";
+  to.unexpectedCacheBytes = static_cast<size_t>(settings::unexpectedCacheMb.get()) << 20;
   to.remote.resize(size);
   for (int r = 0; r < size; ++r) to.remote[r] = layout_.hostOf[r] != layout_.myHost;
   to.ib.device = nic.rdmaDevice;

@@ -107,6 +107,13 @@ const config::Var<int> inlineBytes(
     "group's worker thread; a thread that waits on one while it is next in line runs it "
     "itself. 0 queues every op.");
 
+const config::Var<int> unexpectedCacheMb(
+    "ACCL_UNEXPECTED_CACHE_MB", kOwner, config::intRange(0, 1L << 20, "0: none kept"), 128, nullptr,
+    "Most memory (MiB) the process keeps, over all its groups, of the buffers of large messages "
+    "(256 KiB and up) that arrived before their receive was posted, for the next such message: a "
+    "fresh buffer costs a page fault and a zeroed page per 4 KiB as the bytes land. At most the two "
+    "largest per group; those that do not fit are freed.");
+
 const config::Var<std::string> tuningFile(
     "ACCL_TUNING_FILE", kOwner, config::text("a path to the JSON file that accl-perf --calibrate FILE writes"), "",
     "(none: fixed size thresholds)",
@@ -127,6 +134,7 @@ void validate() {
   socketNstreams.get();
   shmCma.get();
   inlineBytes.get();
+  unexpectedCacheMb.get();
   tuningFile.get();
 }
 

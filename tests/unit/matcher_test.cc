@@ -460,3 +460,112 @@ TEST(Matcher, EndedOpsAreForgottenAndHeldOnesSweptByTheNextOp) {
   rx.m.post(r3);
   EXPECT_TRUE(r3->done);
 }
+
+namespace {
+// A message of `n` bytes that arrives whole before its receive, then is
+// received and checked: its held buffer is released to the spares.
+void heldThenReceived(FakeLink& link, Receiver& rx, uint64_t seq, size_t n, unsigned seed) {
+  auto src = randomBytes(n, seed);
+  std::vector<char> dst(n, 0);
+  sendOp(link, seq, 0, src);
+  for (auto& f : link.wire) rx.deliver(f);
+  link.wire.clear();
+  ASSERT_EQ(rx.m.heldCount(), 1u) << "the message of " << n << " bytes was not held";
+  auto r = opRecv(1, seq, 0, dst);
+  rx.m.post(r);
+  ASSERT_TRUE(r->done);
+  ASSERT_EQ(dst, src) << n << " bytes";
+}
+}  // namespace
+
+TEST(Matcher, AKeptBufferIsReusedByTheNextHeldMessage) {
+  FakeLink link(1, 64 << 10);
+  Receiver rx;
+  size_t base = Matcher::processSpareBytes();
+  heldThenReceived(link, rx, 1, 1 << 20, 1);
+  EXPECT_EQ(rx.m.spareBytes(), size_t(1) << 20);
+  EXPECT_EQ(Matcher::processSpareBytes(), base + (1 << 20));
+  // The next held message of at most that size takes the kept buffer while
+  // it is held, and gives it back when received.
+  auto src = randomBytes(900 << 10, 2);
+  sendOp(link, 2, 0, src);
+  for (auto& f : link.wire) rx.deliver(f);
+  link.wire.clear();
+  EXPECT_EQ(rx.m.spareBytes(), 0u);
+  EXPECT_EQ(Matcher::processSpareBytes(), base);
+  std::vector<char> dst(src.size(), 0);
+  auto r = opRecv(1, 2, 0, dst);
+  rx.m.post(r);
+  EXPECT_TRUE(r->done);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(rx.m.spareBytes(), size_t(1) << 20);  // the same buffer, its whole size
+  // Small buffers are never kept.
+  heldThenReceived(link, rx, 3, 100 << 10, 3);
+  EXPECT_EQ(rx.m.spareBytes(), size_t(1) << 20);
+}
+
+TEST(Matcher, KeptBuffersStayWithinTheProcessBudgetOverEveryMatcher) {
+  size_t base = Matcher::processSpareBytes();
+  const size_t limit = base + (3 << 20);
+  {
+    FakeLink link(1, 64 << 10);
+    Receiver a, b;
+    a.m.setSpareLimit(limit);
+    b.m.setSpareLimit(limit);
+    // a keeps its two largest (1 and 2 MiB); a third, smaller one is freed.
+    heldThenReceived(link, a, 1, 1 << 20, 1);
+    heldThenReceived(link, a, 2, 2 << 20, 2);
+    heldThenReceived(link, a, 3, 512 << 10, 3);
+    EXPECT_EQ(a.m.spareBytes(), size_t(3) << 20);
+    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+    // b is over the budget that a filled: nothing kept, the bytes still right.
+    heldThenReceived(link, b, 4, 1 << 20, 4);
+    EXPECT_EQ(b.m.spareBytes(), 0u);
+    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+    // A larger one in a replaces its smaller spare only within the budget:
+    // 2 + 3 MiB is over it, so a keeps what it had and the 3 MiB is freed.
+    heldThenReceived(link, a, 5, 3 << 20, 5);
+    EXPECT_EQ(a.m.spareBytes(), size_t(3) << 20);
+    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+    // 1.5 MiB would replace the 1 MiB spare, but 2 + 1.5 MiB is over too.
+    heldThenReceived(link, a, 6, 1536 << 10, 6);
+    EXPECT_EQ(a.m.spareBytes(), size_t(3) << 20);
+    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+  }
+  EXPECT_EQ(Matcher::processSpareBytes(), base);
+  {
+    FakeLink link(1, 64 << 10);
+    Receiver a, b;
+    a.m.setSpareLimit(limit);
+    b.m.setSpareLimit(limit);
+    heldThenReceived(link, a, 1, 1 << 20, 1);
+    heldThenReceived(link, a, 2, 1 << 20, 2);
+    // 2 MiB replaces one 1 MiB spare: 1 + 2 MiB fits.
+    heldThenReceived(link, a, 3, 2 << 20, 3);
+    EXPECT_EQ(a.m.spareBytes(), size_t(3) << 20);
+    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+    heldThenReceived(link, b, 4, 1 << 20, 4);
+    EXPECT_EQ(b.m.spareBytes(), 0u);
+  }
+  // a's matcher is gone: its share is free for another.
+  {
+    FakeLink link(1, 64 << 10);
+    Receiver b;
+    b.m.setSpareLimit(limit);
+    heldThenReceived(link, b, 6, 1 << 20, 6);
+    EXPECT_EQ(b.m.spareBytes(), size_t(1) << 20);
+    EXPECT_EQ(Matcher::processSpareBytes(), base + (1 << 20));
+  }
+  // Destroyed matchers give their share back.
+  EXPECT_EQ(Matcher::processSpareBytes(), base);
+}
+
+TEST(Matcher, ABudgetOfZeroKeepsNothing) {
+  FakeLink link(1, 64 << 10);
+  Receiver rx;
+  rx.m.setSpareLimit(0);
+  size_t base = Matcher::processSpareBytes();
+  for (unsigned i = 0; i < 3; ++i) heldThenReceived(link, rx, 1 + i, (1 + i) << 20, i);
+  EXPECT_EQ(rx.m.spareBytes(), 0u);
+  EXPECT_EQ(Matcher::processSpareBytes(), base);
+}

@@ -1,6 +1,7 @@
 #include "transport/net/matcher.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -9,6 +10,21 @@
 namespace accl {
 namespace core {
 namespace net {
+
+namespace {
+// Bytes of spare buffers kept by every matcher of the process.
+std::atomic<size_t> processSpares{0};
+}  // namespace
+
+Matcher::~Matcher() { processSpares.fetch_sub(spareBytes(), std::memory_order_relaxed); }
+
+size_t Matcher::spareBytes() const {
+  size_t n = 0;
+  for (auto& s : spares_) n += s.second;
+  return n;
+}
+
+size_t Matcher::processSpareBytes() { return processSpares.load(std::memory_order_relaxed); }
 
 std::string sizeMismatch(int peer, Space s, uint64_t key, const OpDesc& theirs, size_t theirBytes,
                          size_t expected) {
@@ -111,6 +127,7 @@ void Matcher::holdBuffer(Inbound& in, size_t n) {
   if (best != spares_.end()) {
     in.held = std::move(best->first);
     in.heldCap = best->second;
+    processSpares.fetch_sub(best->second, std::memory_order_relaxed);
     spares_.erase(best);
     return;
   }
@@ -119,20 +136,24 @@ void Matcher::holdBuffer(Inbound& in, size_t n) {
 }
 
 void Matcher::releaseBuffer(Inbound& in) {
-  if (in.held && in.heldCap >= kSpareMinBytes) {
-    if (spares_.size() == kSpares) {  // the smaller one goes
-      auto small = spares_[0].second <= spares_[1].second ? spares_.begin() : spares_.begin() + 1;
-      if (small->second >= in.heldCap) {
-        in.held.reset();
-        in.heldCap = 0;
-        return;
-      }
-      spares_.erase(small);
-    }
-    spares_.emplace_back(std::move(in.held), in.heldCap);
-  }
-  in.held.reset();
+  std::unique_ptr<char[]> buf = std::move(in.held);
+  size_t cap = in.heldCap;
   in.heldCap = 0;
+  if (!buf || cap < kSpareMinBytes || cap > spareLimit_) return;  // freed
+  auto small = spares_.end();  // full: the smaller spare makes room if this one is larger
+  size_t freed = 0;
+  if (spares_.size() == kSpares) {
+    small = spares_[0].second <= spares_[1].second ? spares_.begin() : spares_.begin() + 1;
+    if (small->second >= cap) return;
+    freed = small->second;
+  }
+  // Kept only within the process's budget (other groups' spares count too).
+  size_t kept = processSpares.load(std::memory_order_relaxed);
+  do {
+    if (kept - freed + cap > spareLimit_) return;
+  } while (!processSpares.compare_exchange_weak(kept, kept - freed + cap, std::memory_order_relaxed));
+  if (small != spares_.end()) spares_.erase(small);
+  spares_.emplace_back(std::move(buf), cap);
 }
 
 void Matcher::post(const RequestPtr& r) {

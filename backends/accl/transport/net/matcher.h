@@ -52,6 +52,22 @@ using InboundPtr = std::shared_ptr<Inbound>;
 
 class Matcher {
  public:
+  // Spare buffers (below) are kept within a budget shared by every matcher of
+  // the process: ACCL_UNEXPECTED_CACHE_MB, this by default.
+  static constexpr size_t kDefaultSpareLimit = size_t(128) << 20;
+
+  Matcher() = default;
+  ~Matcher();
+  Matcher(const Matcher&) = delete;
+  Matcher& operator=(const Matcher&) = delete;
+
+  // The process's budget for spare buffers, as this matcher reads it (every
+  // matcher of a process is given the same value).
+  void setSpareLimit(size_t bytes) { spareLimit_ = bytes; }
+  // Bytes of spare buffers kept: by this matcher, by every matcher of the process.
+  size_t spareBytes() const;
+  static size_t processSpareBytes();
+
   // A frame's header (after the caller's own checks): returns the landing of
   // its payload. Throws ProtocolError for a continuation of no message or a
   // length that contradicts the message's.
@@ -92,13 +108,15 @@ class Matcher {
   }
   void takeHeld(const RequestPtr& r, const InboundPtr& u);
   // Buffers of held messages: big ones are kept for the next (at most
-  // kSpares), since a fresh allocation of that size is a new mapping whose
+  // kSpares per matcher, the largest ones, and within the process's budget
+  // spareLimit_), since a fresh allocation of that size is a new mapping whose
   // every page the kernel faults in and zeroes while the bytes arrive.
   void holdBuffer(Inbound& in, size_t n);
   void releaseBuffer(Inbound& in);
   static constexpr size_t kSpareMinBytes = 256 << 10;
   static constexpr size_t kSpares = 2;
 
+  size_t spareLimit_ = kDefaultSpareLimit;
   std::vector<std::pair<std::unique_ptr<char[]>, size_t>> spares_;
   std::deque<RequestPtr> posted_;  // in order of posting
   std::deque<InboundPtr> held_;    // in order of arrival

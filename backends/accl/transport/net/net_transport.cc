@@ -50,6 +50,7 @@ NetTransport::NetTransport(Options o)
       busySince_(o_.size),
       lastHeard_(o_.size) {
   gate_->t = this;  // no waiter hook exists before this constructor returns
+  matcher_.setSpareLimit(o_.unexpectedCacheBytes);
   smallHooks_[0] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterYieldUs), true});
   smallHooks_[1] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterSpinUs), false});
   auto deadline = Clock::now() + o_.timeout;

@@ -61,6 +61,9 @@ class NetTransport : public Transport, private FrameSink {
     // through shared-memory rings (ShmLink) where both ends can make them.
     bool shmWanted = true;
     bool shmCma = true;  // large frames to local peers read with process_vm_readv where allowed
+    // The process's budget for the buffers of large messages that arrived
+    // before their receive, kept for the next (Matcher; ACCL_UNEXPECTED_CACHE_MB).
+    size_t unexpectedCacheBytes = Matcher::kDefaultSpareLimit;
     // Diagnosis: an op that has waited stallWarn (0: never) logs a WARN with
     // where every peer is, again at 2x, 4x, ... that time; onStall (may be
     // empty) gets the same text. hosts[r] labels rank r in it (may be empty).
