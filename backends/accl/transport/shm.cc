@@ -50,7 +50,14 @@ constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-c
 // kDepth cells (shm.h), one per round modulo kDepth, so a sender may run up
 // to kDepth - 1 rounds ahead of the slowest rank (its credits).
 constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
-constexpr uint64_t kSlotsWritten = uint64_t(1) << 63;  // Ctl::a2a
+// Ctl::a2a's flags beside the largest chunk: the chunks are in the slot
+// already; the buffers overlap (in place); in place with equal send and
+// receive layouts (chunks swap pairwise).
+constexpr uint64_t kSlotsWritten = uint64_t(1) << 63;
+constexpr uint64_t kOverlap = uint64_t(1) << 62;
+constexpr uint64_t kSwap = uint64_t(1) << 61;
+constexpr uint64_t kA2aFlags = kSlotsWritten | kOverlap | kSwap;
+constexpr size_t kSwapChunk = 1u << 20;  // the pieces of an in-place swap (the rank's tmp_)
 
 // The running hash of a rank's op descriptors, round by round: equal chains
 // at a round mean equal op sequences up to it.
@@ -110,7 +117,8 @@ struct alignas(128) ShmDomain::Ctl {
   int32_t cmaOk;
   uint64_t ptrIn, ptrOut, aux;
   // alltoallv's layout word of round k at k % 2: the largest chunk this rank
-  // sends, and kSlotsWritten when its chunks are in its slot already (two
+  // sends, and its flags (kSlotsWritten when its chunks are in its slot already,
+  // kOverlap, kSwap) (two
   // words: a rank that returns after the layout round writes the next op's
   // while its peers may still read this one's).
   uint64_t a2a[2];
@@ -774,11 +782,14 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   for (int p = 0; p < n; ++p) c.offs[p] = sd[p];
   uint64_t mine = *std::max_element(sendBytes.begin(), sendBytes.end());
   // This rank's own chunk: copied straight across, unless the buffers overlap
-  // (in place), where it is set aside first.
+  // (in place), where it is set aside first. In place with the same layout
+  // for sending and receiving, it is where it belongs already, and each pair
+  // of ranks swaps its two chunks (below).
   bool overlap = sd[n] && rd[n] && i < o + rd[n] && o < i + sd[n];
+  bool swap = overlap && i == o && sendBytes == recvBytes;
   std::vector<char> own;
-  if (overlap) own.assign(i + sd[me], i + sd[me] + sendBytes[me]);
-  const char* ownSrc = overlap ? own.data() : i + sd[me];
+  if (overlap && !swap) own.assign(i + sd[me], i + sd[me] + sendBytes[me]);
+  const char* ownSrc = overlap && !swap ? own.data() : i + sd[me];
   auto copyOwn = [&] {
     if (sendBytes[me] && o + rd[me] != ownSrc) std::memcpy(o + rd[me], ownSrc, sendBytes[me]);
   };
@@ -796,16 +807,18 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     for (int p = 0; p < n; ++p)
       if (p != me && sendBytes[p]) std::memcpy(s + p * q, i + sd[p], sendBytes[p]);
   }
-  c.a2a[(round_ + 1) & 1] = mine | (early ? kSlotsWritten : 0);
+  c.a2a[(round_ + 1) & 1] = mine | (early ? kSlotsWritten : 0) | (overlap ? kOverlap : 0) | (swap ? kSwap : 0);
   round(d);
   size_t maxb = 0;
-  bool big = true, allEarly = true;
+  bool big = true, allEarly = true, anyOverlap = false, allSwap = true;
   for (int p = 0; p < n; ++p) {
     uint64_t w = ctl(p).a2a[round_ & 1];
-    size_t b = static_cast<size_t>(w & ~kSlotsWritten);
+    size_t b = static_cast<size_t>(w & ~kA2aFlags);
     maxb = std::max(maxb, b);
     big = big && b * n >= cmaMin_;
     allEarly = allEarly && (w & kSlotsWritten);
+    anyOverlap = anyOverlap || (w & kOverlap);
+    allSwap = allSwap && (w & kSwap);
   }
   if (allEarly) {
     // Every rank took the slots (one that would read by single copy did not
@@ -815,11 +828,36 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     copyOwn();
     return;
   }
-  if (cma_ && big && !overlap) {
+  // Single copy reads the peers' inputs while they take in their outputs:
+  // only where no rank is in place (the flags agree on every rank, so all
+  // take the same path).
+  if (cma_ && big && !anyOverlap) {
     for (int p = 0; p < n; ++p)
       if (p != me && recvBytes[p]) cmaRead(p, ctl(p).ptrIn + ctl(p).offs[me], o + rd[p], recvBytes[p]);
     copyOwn();
     round(d);
+    return;
+  }
+  // Every rank in place with equal layouts: at step k rank p swaps chunks
+  // with rank (k - p) mod n (each pair once over the n steps; the own chunk
+  // stays), a piece at a time: read the partner's piece into tmp_, a round
+  // (the partner has read this rank's piece), then copy it into place. No
+  // copy of the whole input (a fresh buffer that size costs a page fault per
+  // 4 KiB), and every rank runs the same rounds.
+  if (cma_ && big && allSwap) {
+    if (tmp_.size() < kSwapChunk) tmp_.resize(kSwapChunk);
+    size_t pieces = (maxb + kSwapChunk - 1) / kSwapChunk;
+    for (int k = 0; k < n; ++k) {
+      if (n == 2 && k == 0) continue;  // both ranks paired with themselves
+      int partner = ((k - me) % n + n) % n;
+      for (size_t j = 0; j < pieces; ++j) {
+        size_t off = j * kSwapChunk;
+        size_t m = partner != me && off < recvBytes[partner] ? std::min(kSwapChunk, recvBytes[partner] - off) : 0;
+        if (m) cmaRead(partner, ctl(partner).ptrIn + ctl(partner).offs[me] + off, tmp_.data(), m);
+        round(d);
+        if (m) std::memcpy(o + rd[partner] + off, tmp_.data(), m);
+      }
+    }
     return;
   }
   // In place needs the whole input before any output lands: stage a copy.
