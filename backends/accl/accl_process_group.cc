@@ -262,6 +262,7 @@ Peers AcclProcessGroup::flat() {
   g.ranks.resize(size());
   for (int r = 0; r < size(); ++r) g.ranks[r] = r;
   g.me = rank();
+  g.scratch = &scratch_;
   return g;
 }
 
@@ -270,6 +271,7 @@ Peers AcclProcessGroup::members(const std::vector<int>& ranks) {
   g.t = net_.get();
   g.ranks = ranks;
   g.me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
+  g.scratch = &scratch_;
   return g;
 }
 
@@ -318,6 +320,11 @@ int AcclProcessGroup::runOp(const OpDesc& d, std::chrono::milliseconds timeout, 
   auto notePeers = [&] {
     if (traceId && !layout_.singleHost()) notePeerBytes(traceId);
   };
+  // The op's scratch buffers above Scratch::kKeepMax go when it ends.
+  struct TrimScratch {
+    core::Scratch& s;
+    ~TrimScratch() { s.trim(); }
+  } trimScratch{scratch_};
   try {
     body(d, deadline);
   } catch (const std::exception& e) {
@@ -472,12 +479,8 @@ std::shared_ptr<Work> AcclProcessGroup::doReduce(Buffer in, Buffer out, const Re
                     int rootHost = layout_.hostOf[root];
                     std::vector<int> reps = layout_.reps(root);
                     int myRep = reps[layout_.myHost];
-                    std::vector<char> scratch;
                     void* acc = out.data;
-                    if (rank() != root) {
-                      scratch.resize(bytes);
-                      acc = scratch.data();
-                    }
+                    if (rank() != root) acc = scratch_.get(core::Scratch::kOpWhole, bytes);
                     host_->reduce(in.data, acc, in.count, in.dtype, k, layout_.localIndex(myRep), d, dl);
                     if (myRep == rank())
                       algo::reduceTree(members(reps), acc, acc, in.count, in.dtype, k, rootHost);
@@ -535,12 +538,14 @@ std::shared_ptr<Work> AcclProcessGroup::doReduceScatterv(Buffer in, Buffer out, 
                   if (a == Algo::Shm) {
                     host_->reduceScatterv(in.data, out.data, counts, in.dtype, k, d, dl);
                   } else {
-                    std::vector<char> work(static_cast<const char*>(in.data), static_cast<const char*>(in.data) + total);
+                    // Out of place into a scratch of the whole vector: the first
+                    // step reads this rank's parts from the input.
+                    char* work = scratch_.get(core::Scratch::kOpWhole, total);
                     if (a == Algo::RecursiveDoubling)
-                      algo::allreduceRecursiveDoubling(flat(), work.data(), in.count, in.dtype, k);
+                      algo::allreduceRecursiveDoubling(flat(), in.data, work, in.count, in.dtype, k);
                     else
-                      algo::reduceScattervRing(flat(), work.data(), counts, in.dtype, k);
-                    if (mine) std::memcpy(out.data, work.data() + displ * es, mine * es);
+                      algo::reduceScattervRing(flat(), in.data, work, counts, in.dtype, k);
+                    if (mine) std::memcpy(out.data, work + displ * es, mine * es);
                   }
                   internal::finishReduce(op, out.data, mine, in.dtype, size());
                 });
@@ -550,13 +555,13 @@ void AcclProcessGroup::alltoallBody(Buffer in, const std::vector<size_t>& sb, Bu
                                     const std::vector<size_t>& rb, const OpDesc& d, Clock::time_point dl) {
   noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
   if (layout_.singleHost()) return host_->alltoallv(in.data, sb, out.data, rb, d, dl);
-  std::vector<char> staged;
   const void* src = in.data;
-  if (in.data == out.data) {
+  if (in.data == out.data) {  // in place: the input set aside first
     size_t n = 0;
     for (size_t b : sb) n += b;
-    staged.assign(static_cast<const char*>(in.data), static_cast<const char*>(in.data) + n);
-    src = staged.data();
+    char* staged = scratch_.get(core::Scratch::kOpWhole, n);
+    if (n) std::memcpy(staged, in.data, n);
+    src = staged;
   }
   algo::alltoallvPairwise(flat(), src, sb, out.data, rb);
 }

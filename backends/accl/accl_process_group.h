@@ -12,6 +12,7 @@
 #include "accl/internal/op_queue.h"
 #include "accl/process_group.h"
 #include "algorithms/cost_model.h"
+#include "algorithms/scratch.h"
 #include "algorithms/select.h"
 #include "transport/host_group.h"
 #include "transport/net/net_transport.h"
@@ -92,6 +93,7 @@ class AcclProcessGroup : public ProcessGroup {
   std::unique_ptr<core::CostModel> model_;
   std::unique_ptr<core::net::NetTransport> net_;
   std::unique_ptr<core::HostGroup> host_;  // the ranks of this host (this one alone included)
+  core::Scratch scratch_;  // the collectives' scratch buffers (one op at a time)
   std::unique_ptr<internal::OpQueue> queue_;
   size_t inlineBytes_ = 0;
   std::atomic<uint64_t> seq_{0};  // collectives' (submit: one issuing thread at a time)

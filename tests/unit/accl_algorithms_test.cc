@@ -17,6 +17,7 @@
 
 #include "accl/errors.h"
 #include "algorithms/algorithms.h"
+#include "algorithms/scratch.h"
 #include "algorithms/select.h"
 #include "transport/host_group.h"
 #include "transport/wire.h"
@@ -339,6 +340,74 @@ TEST_P(Sizes, ReduceTreeAllgathervReduceScattervAlltoallvGatherScatterBarrier) {
     sent[src]++;
   }
   for (int r = 0; r < p; ++r) EXPECT_EQ(sent[r], ceilLog2(p));
+}
+
+TEST_P(Sizes, LargeReductionsUseTheGroupsScratchAndLeaveTheInputAlone) {
+  // A 5 MiB reduce to every root, then a ring reduce-scatter and a recursive
+  // doubling allreduce out of place, twice over with each rank's scratch kept
+  // between the ops (as a group keeps it): results against the reference, the
+  // input untouched, the tree's children in pieces, the scratch the same size
+  // after the second round (reused, not grown), its pieces buffer at most
+  // 2 x 4 MiB and a leaf's accumulator never taken.
+  int p = GetParam();
+  size_t count = (5u << 20) / 8 + 3;  // int64
+  std::vector<core::Scratch> scratch(p);
+  std::vector<size_t> kept(p);
+  for (int round = 0; round < 2; ++round) {
+    auto log = run(p, [&](const Peers& g0) {
+      Peers g = g0;
+      g.scratch = &scratch[g.me];
+      std::vector<int64_t> in(count), out(count);
+      for (size_t i = 0; i < count; ++i) in[i] = val(g.me, i);
+      auto before = in;
+      for (int root = 0; root < p; ++root) {
+        Peers h = g;
+        h.stepBase = 100 * (root + 1);
+        std::fill(out.begin(), out.end(), -1);
+        algo::reduceTree(h, in.data(), out.data(), count, DataType::Int64, ReduceKind::Sum, root);
+        if (g.me == root)
+          for (size_t i = 0; i < count; i += 1009) {
+            int64_t want = 0;
+            for (int r = 0; r < p; ++r) want += val(r, i);
+            ASSERT_EQ(out[i], want) << "reduce to " << root << ", element " << i;
+          }
+        ASSERT_EQ(in, before) << "rank " << g.me << ": reduce to " << root << " changed the input";
+      }
+      Peers h = g;
+      h.stepBase = 50000;
+      std::vector<int64_t> whole(count, -1);
+      algo::allreduceRecursiveDoubling(h, in.data(), whole.data(), count, DataType::Int64, ReduceKind::Sum);
+      ASSERT_EQ(in, before) << "rank " << g.me << ": the allreduce changed the input";
+      for (size_t i = 0; i < count; i += 1009) {
+        int64_t want = 0;
+        for (int r = 0; r < p; ++r) want += val(r, i);
+        ASSERT_EQ(whole[i], want) << "allreduce element " << i;
+      }
+    });
+    size_t pieces = 0;
+    for (auto& [src, dst, step, len] : log) pieces += step >= (1u << 16) && (step & 0xffff) < 50000;
+    if (p > 1) {
+      EXPECT_GT(pieces, 0u) << "no reduce step went in pieces";
+    }
+    for (int r = 0; r < p; ++r) {
+      if (round == 0) kept[r] = scratch[r].keptBytes();
+      else EXPECT_EQ(scratch[r].keptBytes(), kept[r]) << "rank " << r << ": the scratch grew in the second round";
+      // kTreeAcc (a whole vector) only on a rank that was an inner node for some root.
+      EXPECT_LE(scratch[r].keptBytes(), count * 8 + 2 * (4u << 20)) << "rank " << r;
+    }
+  }
+  if (p == 2) {
+    // Two ranks: the root reduces into its output and the other is a leaf.
+    for (int r = 0; r < p; ++r) EXPECT_LE(scratch[r].keptBytes(), 2 * (4u << 20)) << "rank " << r;
+  }
+  // trim() keeps buffers up to kKeepMax and frees larger ones.
+  core::Scratch s;
+  char* a = s.get(core::Scratch::kPieces, 1 << 20);
+  EXPECT_EQ(s.get(core::Scratch::kPieces, 4096), a);
+  s.get(core::Scratch::kOpWhole, core::Scratch::kKeepMax + 1);
+  EXPECT_EQ(s.keptBytes(), (size_t(1) << 20) + core::Scratch::kKeepMax + 1);
+  s.trim();
+  EXPECT_EQ(s.keptBytes(), size_t(1) << 20);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Sizes, ::testing::Values(1, 2, 3, 4, 5, 7, 8, 9));

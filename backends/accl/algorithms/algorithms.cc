@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "accl/internal/reduce_kernels.h"
+#include "algorithms/scratch.h"
 
 namespace accl {
 namespace core {
@@ -14,6 +15,25 @@ namespace algo {
 namespace {
 
 int mod(int a, int p) { return ((a % p) + p) % p; }
+
+// A buffer from the group's scratch (kept between ops), or this call's own
+// where the Peers have none.
+struct ScratchBuf {
+  std::unique_ptr<char[]> own;
+  char* p = nullptr;
+  ScratchBuf() = default;
+  ScratchBuf(const Peers& g, Scratch::Slot slot, size_t bytes) { take(g, slot, bytes); }
+  char* take(const Peers& g, Scratch::Slot slot, size_t bytes) {
+    if (!bytes) return p = nullptr;
+    if (g.scratch) {
+      p = g.scratch->get(slot, bytes);
+    } else {
+      own.reset(new char[bytes]);
+      p = own.get();
+    }
+    return p;
+  }
+};
 
 // A step of a reduction: sends `sendBytes` from `send` to peer `to` (unless
 // `to` is -1), receives `count` elements from peer `from` and
@@ -38,11 +58,11 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
   size_t nRecv = pieceCount(bytes, pieceR);
   size_t nSend = to < 0 ? 0 : pieceCount(sendBytes, pieceS);
   size_t n = std::max(nRecv, nSend);
-  std::unique_ptr<char[]> tmp(bytes ? new char[nRecv > 1 ? 2 * pieceR : bytes] : nullptr);
+  ScratchBuf tmp(g, Scratch::kPieces, nRecv > 1 ? 2 * pieceR : bytes);
   auto post = [&](size_t i) {
     uint32_t id = step + static_cast<uint32_t>(i << 16);
     if (i < nSend) g.send(to, id, send + i * pieceS, std::min(pieceS, sendBytes - i * pieceS));
-    if (i < nRecv) g.recv(from, id, tmp.get() + (i % 2) * pieceR, std::min(pieceR, bytes - i * pieceR));
+    if (i < nRecv) g.recv(from, id, tmp.p + (i % 2) * pieceR, std::min(pieceR, bytes - i * pieceR));
   };
   post(0);
   g.wait();
@@ -53,7 +73,7 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
       size_t lo = i * pieceR, len = std::min(pieceR, bytes - lo);
       char* a = acc + lo;
       const char* m = mine + lo;
-      const char* theirs = tmp.get() + (i % 2) * pieceR;
+      const char* theirs = tmp.p + (i % 2) * pieceR;
       if (theirsFirst) internal::reduce(a, theirs, m, len / es, t, k);
       else internal::reduce(a, m, theirs, len / es, t, k);
     }
@@ -230,28 +250,27 @@ void reduceTree(const Peers& g, const void* in, void* out, size_t count, DataTyp
                 int root) {
   int p = g.size(), me = g.me;
   size_t es = dataTypeSize(t), bytes = count * es;
-  std::vector<char> own;
-  char* acc;
-  if (me == root) {
-    acc = static_cast<char*>(out);
-    if (acc != in && bytes) std::memmove(acc, in, bytes);
-  } else {
-    own.assign(static_cast<const char*>(in), static_cast<const char*>(in) + bytes);
-    acc = own.data();
+  // `mine`: this rank's partial result so far (its input until a child's data
+  // is reduced into `acc`: the output at the root, else a scratch buffer,
+  // taken only by a rank with children). Children's data comes in pieces, each
+  // reduced while the next arrives; a leaf sends its input as it is.
+  const char* mine = static_cast<const char*>(in);
+  char* acc = me == root ? static_cast<char*>(out) : nullptr;
+  ScratchBuf accBuf;
+  if (p == 1) {
+    if (acc != mine && bytes) std::memmove(acc, mine, bytes);
+    return;
   }
-  if (p == 1) return;
-  std::vector<char> tmp(bytes);
   int v = mod(me - root, p);
   for (int mask = 1; mask < p; mask <<= 1) {
     if (v & mask) {
-      g.send(mod(v - mask + root, p), mask, acc, bytes);
-      g.wait();
+      sendInPieces(g, mask, mod(v - mask + root, p), mine, bytes, es);
       return;
     }
     if (v + mask < p) {
-      g.recv(mod(v + mask + root, p), mask, tmp.data(), bytes);
-      g.wait();
-      internal::reduce(acc, acc, tmp.data(), count, t, k);
+      if (!acc) acc = accBuf.take(g, Scratch::kTreeAcc, bytes);
+      sendRecvReduce(g, mask, -1, nullptr, 0, mod(v + mask + root, p), mine, acc, count, t, k, false);
+      mine = acc;
     }
   }
 }

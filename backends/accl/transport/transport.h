@@ -143,11 +143,15 @@ class Transport {
 // A sub-group of a transport's ranks, as the algorithms see it: index i is
 // transport rank ranks[i]. `stepBase` separates the message ids of the phases
 // of a composed (e.g. hierarchical) algorithm.
+class Scratch;  // algorithms/scratch.h
+
 struct Peers {
   Transport* t = nullptr;
   std::vector<int> ranks;
   int me = 0;
   uint32_t stepBase = 0;
+  // The group's scratch buffers, kept between ops (null: each op allocates its own).
+  Scratch* scratch = nullptr;
 
   int size() const { return static_cast<int>(ranks.size()); }
   void send(int i, uint32_t step, const void* buf, size_t len) const {
