@@ -507,54 +507,51 @@ TEST(Matcher, AKeptBufferIsReusedByTheNextHeldMessage) {
 TEST(Matcher, KeptBuffersStayWithinTheProcessBudgetOverEveryMatcher) {
   size_t base = Matcher::processSpareBytes();
   const size_t limit = base + (3 << 20);
-  {
-    FakeLink link(1, 64 << 10);
+  const size_t MiB = 1 << 20;
+  // Two matchers of one process (two groups), both given the budget. Each
+  // step holds and receives a message of `bytes` in one of them, then checks
+  // what that matcher keeps and what the process keeps.
+  struct Two {
+    FakeLink link{1, 64 << 10};
     Receiver a, b;
-    a.m.setSpareLimit(limit);
-    b.m.setSpareLimit(limit);
+    explicit Two(size_t limit) {
+      a.m.setSpareLimit(limit);
+      b.m.setSpareLimit(limit);
+    }
+    void step(Receiver& r, uint64_t seq, size_t bytes, size_t keeps, size_t processKeeps) {
+      heldThenReceived(link, r, seq, bytes, static_cast<unsigned>(seq));
+      EXPECT_EQ(r.m.spareBytes(), keeps) << "after message " << seq;
+      EXPECT_EQ(Matcher::processSpareBytes(), processKeeps) << "after message " << seq;
+    }
+  };
+  {
+    Two t(limit);
     // a keeps its two largest (1 and 2 MiB); a third, smaller one is freed.
-    heldThenReceived(link, a, 1, 1 << 20, 1);
-    heldThenReceived(link, a, 2, 2 << 20, 2);
-    heldThenReceived(link, a, 3, 512 << 10, 3);
-    EXPECT_EQ(a.m.spareBytes(), size_t(3) << 20);
-    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+    t.step(t.a, 1, MiB, MiB, base + MiB);
+    t.step(t.a, 2, 2 * MiB, 3 * MiB, limit);
+    t.step(t.a, 3, MiB / 2, 3 * MiB, limit);
     // b is over the budget that a filled: nothing kept, the bytes still right.
-    heldThenReceived(link, b, 4, 1 << 20, 4);
-    EXPECT_EQ(b.m.spareBytes(), 0u);
-    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+    t.step(t.b, 4, MiB, 0, limit);
     // A larger one in a replaces its smaller spare only within the budget:
-    // 2 + 3 MiB is over it, so a keeps what it had and the 3 MiB is freed.
-    heldThenReceived(link, a, 5, 3 << 20, 5);
-    EXPECT_EQ(a.m.spareBytes(), size_t(3) << 20);
-    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+    // 2 + 3 MiB is over it, so a keeps what it had and the 3 MiB is freed;
     // 1.5 MiB would replace the 1 MiB spare, but 2 + 1.5 MiB is over too.
-    heldThenReceived(link, a, 6, 1536 << 10, 6);
-    EXPECT_EQ(a.m.spareBytes(), size_t(3) << 20);
-    EXPECT_EQ(Matcher::processSpareBytes(), limit);
+    t.step(t.a, 5, 3 * MiB, 3 * MiB, limit);
+    t.step(t.a, 6, 3 * MiB / 2, 3 * MiB, limit);
   }
   EXPECT_EQ(Matcher::processSpareBytes(), base);
   {
-    FakeLink link(1, 64 << 10);
-    Receiver a, b;
-    a.m.setSpareLimit(limit);
-    b.m.setSpareLimit(limit);
-    heldThenReceived(link, a, 1, 1 << 20, 1);
-    heldThenReceived(link, a, 2, 1 << 20, 2);
-    // 2 MiB replaces one 1 MiB spare: 1 + 2 MiB fits.
-    heldThenReceived(link, a, 3, 2 << 20, 3);
-    EXPECT_EQ(a.m.spareBytes(), size_t(3) << 20);
-    EXPECT_EQ(Matcher::processSpareBytes(), limit);
-    heldThenReceived(link, b, 4, 1 << 20, 4);
-    EXPECT_EQ(b.m.spareBytes(), 0u);
+    Two t(limit);
+    // The second 1 MiB message reuses the kept buffer; a 2 MiB one is kept
+    // beside it (1 + 2 MiB fits).
+    t.step(t.a, 1, MiB, MiB, base + MiB);
+    t.step(t.a, 2, MiB, MiB, base + MiB);
+    t.step(t.a, 3, 2 * MiB, 3 * MiB, limit);
+    t.step(t.b, 4, MiB, 0, limit);
   }
   // a's matcher is gone: its share is free for another.
   {
-    FakeLink link(1, 64 << 10);
-    Receiver b;
-    b.m.setSpareLimit(limit);
-    heldThenReceived(link, b, 6, 1 << 20, 6);
-    EXPECT_EQ(b.m.spareBytes(), size_t(1) << 20);
-    EXPECT_EQ(Matcher::processSpareBytes(), base + (1 << 20));
+    Two t(limit);
+    t.step(t.b, 6, MiB, MiB, base + MiB);
   }
   // Destroyed matchers give their share back.
   EXPECT_EQ(Matcher::processSpareBytes(), base);
