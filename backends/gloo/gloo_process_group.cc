@@ -149,6 +149,10 @@ std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::ch
     if (traceId) recorder()->started(traceId, static_cast<int64_t>(seq), "gloo", "tcp");
     // gloo's deadline starts when the op does (its timeout is relative).
     auto deadline = std::chrono::steady_clock::now() + timeout;
+    struct Trim {
+      internal::KeptBuffer& b;
+      ~Trim() { b.trim(); }
+    } trim{scratch_};
     try {
       return fn();
     } catch (...) {
@@ -213,9 +217,8 @@ std::shared_ptr<Work> GlooProcessGroup::doReduce(Buffer in, Buffer out, const Re
   return enqueue(OpType::Reduce, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     // gloo reduces in place and uses the buffer as scratch on every rank.
-    std::vector<char> scratch(in.bytes());
-    std::memcpy(scratch.data(), in.data, in.bytes());
-    Buffer work(scratch.data(), in.count, in.dtype);
+    Buffer work(scratch_.get(in.bytes()), in.count, in.dtype);
+    std::memcpy(work.data, in.data, in.bytes());
     if (o.op.kind == ReduceKind::PremulSum) internal::scale(work.data, work.count, work.dtype, o.op.scalar);
     if (size() > 1) {
       gloo::ReduceOptions opts(context_);
@@ -286,9 +289,8 @@ std::shared_ptr<Work> GlooProcessGroup::doReduceScatterv(Buffer in, Buffer out,
   auto timeout = effectiveTimeout(o);
   return enqueue(OpType::ReduceScatterv, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
-    std::vector<char> tmp(in.bytes());
-    std::memcpy(tmp.data(), in.data, in.bytes());
-    Buffer all(tmp.data(), in.count, in.dtype);
+    Buffer all(scratch_.get(in.bytes()), in.count, in.dtype);
+    std::memcpy(all.data, in.data, in.bytes());
     allreduceInPlace(all, o.op, timeout);
     size_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), size_t{0});
     if (out.count) std::memcpy(out.data, all.slice(offset, out.count).data, out.bytes());
@@ -300,11 +302,10 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoall(Buffer in, Buffer out, const 
   auto timeout = effectiveTimeout(o);
   return enqueue(OpType::Alltoall, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
-    std::vector<char> copy;
     Buffer src = in;
     if (in.data == out.data) {  // in place: gloo needs distinct buffers
-      copy.assign(static_cast<char*>(in.data), static_cast<char*>(in.data) + in.bytes());
-      src.data = copy.data();
+      src.data = scratch_.get(in.bytes());
+      std::memcpy(src.data, in.data, in.bytes());
     }
     if (size() == 1) {
       std::memcpy(out.data, src.data, in.bytes());

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "accl/internal/kept_buffer.h"
 #include "accl/internal/op_queue.h"
 #include "accl/process_group.h"
 #include "wait_pool.h"
@@ -57,6 +58,9 @@ class GlooProcessGroup : public ProcessGroup {
   std::shared_ptr<Store> store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  // The collectives' scratch (reduce, reduce-scatter, alltoall in place),
+  // kept from op to op; only ops on the queue use it, one at a time.
+  internal::KeptBuffer scratch_;
   std::unique_ptr<internal::OpQueue> queue_;     // collectives, in order
   std::unique_ptr<WaitPool> p2pWaits_;           // waits of posted send/recv
   std::atomic<uint64_t> seq_{0};

@@ -376,6 +376,9 @@ int MpiProcessGroup::runCall(const Call& c, const Body& body) {
     throw RemoteError(describe(c) + ": the group is unusable since " + broken_);
   }
   body(c);
+  // Not after a failure: a timed-out request may still use the scratch (the
+  // group is unusable then, and the buffer stays until it goes).
+  scratch_.trim();
   return -1;
 }
 
@@ -449,12 +452,12 @@ std::shared_ptr<Work> MpiProcessGroup::doBroadcast(Buffer buf, const BroadcastOp
 
 std::shared_ptr<Work> MpiProcessGroup::doReduce(Buffer in, Buffer out, const ReduceOptions& o) {
   return submit(OpType::Reduce, in.count, in.bytes(), o, [=](const Call& c) {
-    std::vector<char> scaled;
     const void* src = in.data;
     if (o.op.kind == ReduceKind::PremulSum && in.count) {
-      scaled.assign(static_cast<char*>(in.data), static_cast<char*>(in.data) + in.bytes());
-      internal::scale(scaled.data(), in.count, in.dtype, o.op.scalar);
-      src = scaled.data();
+      char* scaled = scratch_.get(in.bytes());
+      std::memcpy(scaled, in.data, in.bytes());
+      internal::scale(scaled, in.count, in.dtype, o.op.scalar);
+      src = scaled;
     }
     bool root = rank() == o.root;
     if (root && src == out.data) src = MPI_IN_PLACE;
@@ -498,16 +501,18 @@ std::shared_ptr<Work> MpiProcessGroup::doAllgatherv(Buffer in, Buffer out, const
 }
 
 namespace {
-// A reduce_scatter's send buffer: the input, or a copy of it (into `copy`)
+// A reduce_scatter's send buffer: the input, or a copy of it (into `scratch`)
 // scaled for premul_sum or taken because the output lies inside the input.
-const void* reduceScatterSource(const Buffer& in, const Buffer& out, const ReduceOp& op, std::vector<char>& copy) {
+const void* reduceScatterSource(const Buffer& in, const Buffer& out, const ReduceOp& op,
+                                internal::KeptBuffer& scratch) {
   char* inBegin = static_cast<char*>(in.data);
   char* outPtr = static_cast<char*>(out.data);
   bool overlap = in.count && out.count && outPtr >= inBegin && outPtr < inBegin + in.bytes();
   if ((op.kind != ReduceKind::PremulSum && !overlap) || !in.count) return in.data;
-  copy.assign(inBegin, inBegin + in.bytes());
-  if (op.kind == ReduceKind::PremulSum) internal::scale(copy.data(), in.count, in.dtype, op.scalar);
-  return copy.data();
+  char* copy = scratch.get(in.bytes());
+  std::memcpy(copy, inBegin, in.bytes());
+  if (op.kind == ReduceKind::PremulSum) internal::scale(copy, in.count, in.dtype, op.scalar);
+  return copy;
 }
 }  // namespace
 
@@ -515,8 +520,7 @@ const void* reduceScatterSource(const Buffer& in, const Buffer& out, const Reduc
 // (the v form below builds two).
 std::shared_ptr<Work> MpiProcessGroup::doReduceScatter(Buffer in, Buffer out, const ReduceScatterOptions& o) {
   return submit(OpType::ReduceScatter, in.count, in.bytes(), o, [=](const Call& c) {
-    std::vector<char> copy;
-    const void* src = reduceScatterSource(in, out, o.op, copy);
+    const void* src = reduceScatterSource(in, out, o.op, scratch_);
     int n = countOf(out.count, c);
     countOf(in.count, c);
     MPI_Datatype t = mpiType(in.dtype);
@@ -532,8 +536,7 @@ std::shared_ptr<Work> MpiProcessGroup::doReduceScatterv(Buffer in, Buffer out,
                                                         const std::vector<size_t>& counts,
                                                         const ReduceScatterOptions& o) {
   return submit(OpType::ReduceScatterv, in.count, in.bytes(), o, [=](const Call& c) {
-    std::vector<char> copy;
-    const void* src = reduceScatterSource(in, out, o.op, copy);
+    const void* src = reduceScatterSource(in, out, o.op, scratch_);
     auto cnt = icounts(counts, [&] { return describe(c); });
     countOf(in.count, c);
     MPI_Datatype t = mpiType(in.dtype);
@@ -565,11 +568,11 @@ std::shared_ptr<Work> MpiProcessGroup::doAlltoallv(Buffer in, const std::vector<
     auto what = [&] { return describe(c); };
     auto sc = icounts(sendCounts, what), rc = icounts(recvCounts, what);
     auto sd = displs(sc, what), rd = displs(rc, what);
-    std::vector<char> copy;
     const void* src = in.data;
     if (in.data == out.data && in.count) {
-      copy.assign(static_cast<char*>(in.data), static_cast<char*>(in.data) + in.bytes());
-      src = copy.data();
+      char* copy = scratch_.get(in.bytes());
+      std::memcpy(copy, in.data, in.bytes());
+      src = copy;
     }
     MPI_Datatype t = mpiType(in.dtype);
     collective(

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "accl/internal/kept_buffer.h"
 #include "accl/internal/op_queue.h"
 #include "accl/process_group.h"
 
@@ -125,6 +126,10 @@ class MpiProcessGroup : public ProcessGroup {
   void p2pLoop();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  // The collectives' scratch (premul_sum, an overlapping reduce-scatter,
+  // alltoallv in place), kept from op to op; only ops on the queue use it,
+  // one at a time.
+  internal::KeptBuffer scratch_;
   std::unique_ptr<internal::OpQueue> queue_;
   std::mutex p2pMu_;
   std::condition_variable p2pCv_;
