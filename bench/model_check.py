@@ -17,6 +17,7 @@ meet each target. Sizes up to 32 KiB run 20x the iterations of the larger ones. 
 
   bench/model_check.py BUILD_DIR [--links 1gbit:0.1,1gbit:2,10gbit:0.1,10gbit:2]  (RATE none: unshaped)
                        [--ranks-per-host 1] [--ops allreduce,broadcast,allgather,reduce_scatter]
+                       (also: alltoall, reduce, gather, scatter)
                        [--max 16M] [--iters 10]
 
 Needs root, tc's tbf qdisc, iptables and accl_nfq_delay (tests/netns/nfq_delay.c).
@@ -35,7 +36,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX, SUBNET = "acclm", "10.76.0"
 CANDIDATES = {"allreduce": ["recursive_doubling", "ring"], "broadcast": ["tree", "ring"],
-              "allgather": ["direct", "ring"], "reduce_scatter": ["recursive_doubling", "ring"]}
+              "allgather": ["direct", "ring"], "reduce_scatter": ["recursive_doubling", "ring"],
+              "alltoall": ["direct"], "reduce": ["tree"], "gather": ["direct"], "scatter": ["direct"]}
+# Ops whose back-to-back runs overlap in accl-perf (a rank that only sends moves on once its
+# data is handed over): their figure is a rate, not one op's time, which the model predicts.
+ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 SHORT = {"recursive_doubling": "rd"}
 
 
@@ -196,7 +201,7 @@ def main():
                         # accl-perf times back-to-back ops: a broadcast's root moves on once its
                         # data is handed over, so consecutive broadcasts overlap and the figure is
                         # their rate, not one op's latency, which is what the model predicts.
-                        summary.append((spec, op, size, ratio, err if op != "broadcast" else None))
+                        summary.append((spec, op, size, ratio, err if op not in ROOTED else None))
                         print(f"{size:>10} " + " ".join(f"{forced[al][size]:>10.1f}" for al in CANDIDATES[op]) +
                               f" {SHORT.get(algo, algo):>8} {ratio:>8.2f} {pred:>10.1f} {err:>9.2f} {auto[size]:>10.1f}")
             except (RuntimeError, subprocess.SubprocessError) as e:
@@ -214,7 +219,8 @@ def main():
         close = sum(1 for s in timed if 0.75 <= s[4] <= 1.25)
         print(f"\nsummary: the model's choice within 10 % of the best forced algorithm in {within} of "
               f"{len(summary)} bands; prediction within +-25 % of the measured time in {close} of {len(timed)} "
-              f"(broadcast left out: accl-perf's back-to-back broadcasts overlap, the model predicts one)")
+              f"(broadcast, reduce, gather and scatter left out: accl-perf's back-to-back rooted ops overlap, the "
+              f"model predicts one)")
         worst_pred = sorted(timed, key=lambda s: -abs(s[4] - 1))[:5]
         print("worst predictions (link, op, bytes, predicted/measured): " +
               "; ".join(f"{s[0]} {s[1]} {s[2]} {s[4]:.2f}" for s in worst_pred))
