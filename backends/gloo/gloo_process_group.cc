@@ -81,6 +81,12 @@ char gZero[8];  // stands in for null pointers of empty buffers
 
 void* dataOrDummy(const Buffer& b) { return b.data ? b.data : gZero; }
 
+// Whether two buffers share a byte (an op run in place, or partly so).
+bool overlaps(const Buffer& a, const Buffer& b) {
+  auto p = reinterpret_cast<uintptr_t>(a.data), q = reinterpret_cast<uintptr_t>(b.data);
+  return a.bytes() && b.bytes() && p < q + b.bytes() && q < p + a.bytes();
+}
+
 // Inside a catch block: the gloo failure being handled as an accl::Error.
 // gloo reports a timeout and a lost peer alike as gloo::IoException (its
 // timeout type is not in the gloo the distributions ship), so the kind comes
@@ -303,7 +309,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoall(Buffer in, Buffer out, const 
   return enqueue(OpType::Alltoall, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     Buffer src = in;
-    if (in.data == out.data) {  // in place: gloo needs distinct buffers
+    if (overlaps(in, out)) {  // in place: gloo needs distinct buffers
       src.data = scratch_.get(in.bytes());
       std::memcpy(src.data, in.data, in.bytes());
     }
@@ -329,14 +335,19 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoallv(Buffer in, const std::vector
   auto timeout = effectiveTimeout(o);
   return enqueue(OpType::Alltoallv, in.count, timeout, o.blocking, [=] {
     if (size() == 1) {
-      if (in.count) std::memcpy(out.data, in.data, in.bytes());
+      if (in.count) std::memmove(out.data, in.data, in.bytes());
       return -1;
+    }
+    Buffer src = in;
+    if (overlaps(in, out)) {  // in place: gloo writes the output while it still reads the input
+      src.data = scratch_.get(in.bytes());
+      std::memcpy(src.data, in.data, in.bytes());
     }
     gloo::AlltoallvOptions opts(context_);
     opts.setTimeout(timeout);
     withElem(in.dtype, [&](auto e) {
       using E = decltype(e);
-      opts.setInput(static_cast<E*>(dataOrDummy(in)), std::vector<int64_t>(sendCounts.begin(), sendCounts.end()));
+      opts.setInput(static_cast<E*>(dataOrDummy(src)), std::vector<int64_t>(sendCounts.begin(), sendCounts.end()));
       opts.setOutput(static_cast<E*>(dataOrDummy(out)), std::vector<int64_t>(recvCounts.begin(), recvCounts.end()));
     });
     gloo::alltoallv(opts);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -522,8 +523,17 @@ void issueCase(ProcessGroup& pg, const Case& c, Pending& s) {
         sc[static_cast<size_t>(j)] = a2avCount(cnt, me, j);
         rc[static_cast<size_t>(j)] = a2avCount(cnt, j, me);
       }
-      Buffer in = s.add(std::accumulate(sc.begin(), sc.end(), size_t{0}), t);
-      Buffer out = s.add(std::accumulate(rc.begin(), rc.end(), size_t{0}), t);
+      size_t sendTotal = std::accumulate(sc.begin(), sc.end(), size_t{0});
+      size_t recvTotal = std::accumulate(rc.begin(), rc.end(), size_t{0});
+      Buffer in, out;
+      if (c.inPlace) {  // one buffer, as large as the larger of the two
+        Buffer both = s.add(std::max(sendTotal, recvTotal), t);
+        in = Buffer(both.data, sendTotal, t);
+        out = Buffer(both.data, recvTotal, t);
+      } else {
+        in = s.add(sendTotal, t);
+        out = s.add(recvTotal, t);
+      }
       fillRank(in, 0, me, in.count);
       s.works.push_back(pg.alltoallv(in, sc, out, rc));
       s.verify = [=] {
@@ -535,7 +545,7 @@ void issueCase(ProcessGroup& pg, const Case& c, Pending& s) {
           p->err.checkCopy(p->g, out, at, r, srcOff, rc[static_cast<size_t>(r)], "output");
           at += rc[static_cast<size_t>(r)];
         }
-        checkInputIntact(in, me);
+        if (!c.inPlace) checkInputIntact(in, me);
       };
       break;
     }

@@ -52,7 +52,8 @@ bool hasRoot(OpType op) {
 }
 bool hasInPlace(OpType op) {
   return op == OpType::Allreduce || op == OpType::Reduce || op == OpType::Allgather ||
-         op == OpType::ReduceScatter || op == OpType::ReduceScatterv || op == OpType::Alltoall;
+         op == OpType::ReduceScatter || op == OpType::ReduceScatterv || op == OpType::Alltoall ||
+         op == OpType::Alltoallv;
 }
 
 // --large BYTES: every op and point-to-point also runs float32 messages of
