@@ -472,7 +472,11 @@ void issueCase(ProcessGroup& pg, const Case& c, Pending& s) {
     case OpType::Allgatherv: {
       auto counts = vCounts(cnt, n);
       size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-      Buffer in = s.add(counts[static_cast<size_t>(me)], t), out = s.add(total, t);
+      Buffer out = s.add(total, t);
+      // In place: this rank's part of the output is its input.
+      Buffer in = c.inPlace ? out.slice(std::accumulate(counts.begin(), counts.begin() + me, size_t{0}),
+                                        counts[static_cast<size_t>(me)])
+                            : s.add(counts[static_cast<size_t>(me)], t);
       fillRank(in, 0, me, in.count);
       s.works.push_back(pg.allgatherv(in, out, counts));
       s.verify = [=] {
@@ -481,7 +485,7 @@ void issueCase(ProcessGroup& pg, const Case& c, Pending& s) {
           p->err.checkCopy(p->g, out, at, r, 0, counts[static_cast<size_t>(r)], "output");
           at += counts[static_cast<size_t>(r)];
         }
-        checkInputIntact(in, me);
+        if (!c.inPlace) checkInputIntact(in, me);
       };
       break;
     }
@@ -550,7 +554,10 @@ void issueCase(ProcessGroup& pg, const Case& c, Pending& s) {
       break;
     }
     case OpType::Gather: {
-      Buffer in = s.add(cnt, t), out = s.add(me == c.root ? cnt * n : 0, t);
+      // In place (the root only): the root's part of the output is its input.
+      bool inPlace = c.inPlace && me == c.root;
+      Buffer out = s.add(me == c.root ? cnt * n : 0, t);
+      Buffer in = inPlace ? out.slice(static_cast<size_t>(me) * cnt, cnt) : s.add(cnt, t);
       fillRank(in, 0, me, cnt);
       GatherOptions o;
       o.root = c.root;
@@ -558,18 +565,27 @@ void issueCase(ProcessGroup& pg, const Case& c, Pending& s) {
       s.verify = [=] {
         if (me == c.root)
           for (int r = 0; r < n; ++r) p->err.checkCopy(p->g, out, r * cnt, r, 0, cnt, "output");
-        checkInputIntact(in, me);
+        if (!inPlace) checkInputIntact(in, me);
       };
       break;
     }
     case OpType::Scatter: {
-      Buffer in = s.add(me == c.root ? cnt * n : 0, t), out = s.add(cnt, t);
+      // In place (the root only): the root's output is its part of the input.
+      bool inPlace = c.inPlace && me == c.root;
+      Buffer in = s.add(me == c.root ? cnt * n : 0, t);
+      Buffer out = inPlace ? in.slice(static_cast<size_t>(me) * cnt, cnt) : s.add(cnt, t);
       if (me == c.root)
         for (int r = 0; r < n; ++r) fillRank(in, r * cnt, r, cnt);
       ScatterOptions o;
       o.root = c.root;
       s.works.push_back(pg.scatter(in, out, o));
-      s.verify = [=] { p->err.checkCopy(p->g, out, 0, me, 0, cnt, "output"); };
+      s.verify = [=] {
+        p->err.checkCopy(p->g, out, 0, me, 0, cnt, "output");
+        // The other ranks' parts of the root's input are left as they were.
+        if (me == c.root)
+          for (int r = 0; r < n; ++r)
+            if (r != me || !inPlace) p->err.checkCopy(p->g, in, r * cnt, r, 0, cnt, "input");
+      };
       break;
     }
     case OpType::Barrier:

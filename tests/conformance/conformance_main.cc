@@ -53,7 +53,7 @@ bool hasRoot(OpType op) {
 bool hasInPlace(OpType op) {
   return op == OpType::Allreduce || op == OpType::Reduce || op == OpType::Allgather ||
          op == OpType::ReduceScatter || op == OpType::ReduceScatterv || op == OpType::Alltoall ||
-         op == OpType::Alltoallv;
+         op == OpType::Alltoallv || op == OpType::Allgatherv || op == OpType::Gather || op == OpType::Scatter;
 }
 
 // --large BYTES: every op and point-to-point also runs float32 messages of
