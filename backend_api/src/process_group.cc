@@ -143,6 +143,16 @@ void ProcessGroup::badBuffer(OpType op, const char* which, const Buffer& b) cons
   throw std::logic_error("accl: badBuffer called for a valid argument");
 }
 
+void ProcessGroup::badOverlap(OpType op, const Buffer& in, const Buffer& out, const char* form) const {
+  auto i = reinterpret_cast<uintptr_t>(in.data), o = reinterpret_cast<uintptr_t>(out.data);
+  std::string where = i >= o ? "starts " + std::to_string(i - o) + " bytes into the output"
+                             : "ends " + std::to_string(i + in.bytes() - o) + " bytes into the output";
+  throw InvalidArgument(context(std::string(toString(op)) + ": the input (" + std::to_string(in.bytes()) +
+                                " bytes) and the output (" + std::to_string(out.bytes()) +
+                                " bytes) overlap: the input " + where +
+                                "; accepted: disjoint buffers, or in place: " + form));
+}
+
 void ProcessGroup::badReduction(OpType op, const ReduceOp& r, DataType t) const {
   if (static_cast<int>(r.kind) >= kNumReduceKinds)
     throw InvalidArgument(context(std::string(toString(op)) + ": invalid reduce op code " +
@@ -217,6 +227,7 @@ std::shared_ptr<Work> ProcessGroup::allreduce(Buffer in, Buffer out, const Allre
   checkBuffer(OpType::Allreduce, "output", out);
   checkSameDtype(OpType::Allreduce, in, out);
   checkCount(OpType::Allreduce, "output", out.count, in.count, "same as input");
+  checkOverlap(OpType::Allreduce, in, out, in.data == out.data, "input.data == output.data");
   checkReduction(OpType::Allreduce, o.op, in.dtype);
   return traced(OpType::Allreduce, in.dtype, in.count, -1, -1, in.bytes(), [&] { return doAllreduce(in, out, o); });
 }
@@ -235,6 +246,7 @@ std::shared_ptr<Work> ProcessGroup::reduce(Buffer in, Buffer out, const ReduceOp
     checkBuffer(OpType::Reduce, "output", out);
     checkSameDtype(OpType::Reduce, in, out);
     checkCount(OpType::Reduce, "output", out.count, in.count, "same as input on the root");
+    checkOverlap(OpType::Reduce, in, out, in.data == out.data, "input.data == output.data on the root");
   }
   return traced(OpType::Reduce, in.dtype, in.count, o.root, -1, in.bytes(), [&] { return doReduce(in, out, o); });
 }
@@ -245,6 +257,9 @@ std::shared_ptr<Work> ProcessGroup::allgather(Buffer in, Buffer out, const Allga
   checkSameDtype(OpType::Allgather, in, out);
   checkCount(OpType::Allgather, "output", out.count, in.count * size_,
              "group size x input count");
+  checkOverlap(OpType::Allgather, in, out,
+               in.data == static_cast<char*>(out.data) + static_cast<size_t>(rank_) * in.bytes(),
+               "the input is this rank's part of the output");
   return traced(OpType::Allgather, in.dtype, in.count, -1, -1, out.bytes(), [&] { return doAllgather(in, out, o); });
 }
 
@@ -257,6 +272,10 @@ std::shared_ptr<Work> ProcessGroup::allgatherv(Buffer in, Buffer out,
   checkCounts(OpType::Allgatherv, "counts", counts);
   checkCount(OpType::Allgatherv, "input", in.count, counts[rank_], "counts[rank]");
   checkCount(OpType::Allgatherv, "output", out.count, sum(counts), "sum of counts");
+  checkOverlap(OpType::Allgatherv, in, out,
+               in.data == static_cast<char*>(out.data) +
+                              std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0}) * dataTypeSize(in.dtype),
+               "the input is this rank's part of the output");
   return traced(OpType::Allgatherv, in.dtype, out.count, -1, -1, out.bytes(),
                 [&] { return doAllgatherv(in, out, counts, o); });
 }
@@ -268,6 +287,9 @@ std::shared_ptr<Work> ProcessGroup::reduceScatter(Buffer in, Buffer out,
   checkSameDtype(OpType::ReduceScatter, in, out);
   checkCount(OpType::ReduceScatter, "input", in.count, out.count * size_,
              "group size x output count");
+  checkOverlap(OpType::ReduceScatter, in, out,
+               out.data == static_cast<char*>(in.data) + static_cast<size_t>(rank_) * out.bytes(),
+               "the output is this rank's part of the input");
   checkReduction(OpType::ReduceScatter, o.op, in.dtype);
   return traced(OpType::ReduceScatter, in.dtype, in.count, -1, -1, in.bytes(), [&] { return doReduceScatter(in, out, o); });
 }
@@ -281,6 +303,10 @@ std::shared_ptr<Work> ProcessGroup::reduceScatterv(Buffer in, Buffer out,
   checkCounts(OpType::ReduceScatterv, "counts", counts);
   checkCount(OpType::ReduceScatterv, "input", in.count, sum(counts), "sum of counts");
   checkCount(OpType::ReduceScatterv, "output", out.count, counts[rank_], "counts[rank]");
+  checkOverlap(OpType::ReduceScatterv, in, out,
+               out.data == static_cast<char*>(in.data) +
+                               std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0}) * dataTypeSize(in.dtype),
+               "the output is this rank's part of the input");
   checkReduction(OpType::ReduceScatterv, o.op, in.dtype);
   return traced(OpType::ReduceScatterv, in.dtype, in.count, -1, -1, in.bytes(),
                 [&] { return doReduceScatterv(in, out, counts, o); });
@@ -291,6 +317,7 @@ std::shared_ptr<Work> ProcessGroup::alltoall(Buffer in, Buffer out, const Alltoa
   checkBuffer(OpType::Alltoall, "output", out);
   checkSameDtype(OpType::Alltoall, in, out);
   checkCount(OpType::Alltoall, "output", out.count, in.count, "same as input");
+  checkOverlap(OpType::Alltoall, in, out, in.data == out.data, "input.data == output.data");
   if (in.count % size_ != 0)
     throw InvalidArgument(context("alltoall: input has " + std::to_string(in.count) +
                                   " elements, which is not a multiple of the group size " +
@@ -308,6 +335,7 @@ std::shared_ptr<Work> ProcessGroup::alltoallv(Buffer in, const std::vector<size_
   checkCounts(OpType::Alltoallv, "recvCounts", recvCounts);
   checkCount(OpType::Alltoallv, "input", in.count, sum(sendCounts), "sum of sendCounts");
   checkCount(OpType::Alltoallv, "output", out.count, sum(recvCounts), "sum of recvCounts");
+  checkOverlap(OpType::Alltoallv, in, out, in.data == out.data, "input.data == output.data");
   return traced(OpType::Alltoallv, in.dtype, in.count, -1, -1, in.bytes(),
                 [&] { return doAlltoallv(in, sendCounts, out, recvCounts, o); });
 }
@@ -320,6 +348,9 @@ std::shared_ptr<Work> ProcessGroup::gather(Buffer in, Buffer out, const GatherOp
     checkSameDtype(OpType::Gather, in, out);
     checkCount(OpType::Gather, "output", out.count, in.count * size_,
                "group size x input count on the root");
+    checkOverlap(OpType::Gather, in, out,
+                 in.data == static_cast<char*>(out.data) + static_cast<size_t>(rank_) * in.bytes(),
+                 "the input is the root's part of the output");
   }
   return traced(OpType::Gather, in.dtype, in.count, o.root, -1, in.bytes(), [&] { return doGather(in, out, o); });
 }
@@ -332,6 +363,9 @@ std::shared_ptr<Work> ProcessGroup::scatter(Buffer in, Buffer out, const Scatter
     checkSameDtype(OpType::Scatter, in, out);
     checkCount(OpType::Scatter, "input", in.count, out.count * size_,
                "group size x output count on the root");
+    checkOverlap(OpType::Scatter, in, out,
+                 out.data == static_cast<char*>(in.data) + static_cast<size_t>(rank_) * out.bytes(),
+                 "the output is the root's part of the input");
   }
   return traced(OpType::Scatter, out.dtype, out.count, o.root, -1, out.bytes(), [&] { return doScatter(in, out, o); });
 }

@@ -178,6 +178,47 @@ TEST(SendRecv, BadArgumentsAreRefusedBeforeAnythingIsPosted) {
   for (int i = 0; i < 64; ++i) ASSERT_EQ(both[64 + i], prev * 1000 + i) << "element " << i;
 }
 
+TEST(Collectives, PartlyOverlappingBuffersAreRefusedBeforeAnythingIsPosted) {
+  // A partial overlap of input and output is no op's in-place form: every
+  // rank's call refuses it, naming the accepted forms, so no rank posts
+  // anything. The in-place forms and disjoint buffers run in the cases above.
+  ProcessGroup& pg = *gPg;
+  const int n = pg.size(), me = pg.rank();
+  const size_t c = 8;  // elements per rank
+  std::vector<float> buf(c * static_cast<size_t>(n) * 3);
+  float* base = buf.data() + c * static_cast<size_t>(n);  // room on both sides
+  auto B = [](float* p, size_t count) { return Buffer(p, count, DataType::Float32); };
+  const size_t nc = c * static_cast<size_t>(n);
+  auto refused = [&](const char* what, const std::function<void()>& call) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": not refused";
+    } catch (const InvalidArgument& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("overlap: the input"), std::string::npos) << what << ": " << m;
+      EXPECT_NE(m.find("accepted: disjoint buffers, or in place"), std::string::npos) << what << ": " << m;
+    }
+  };
+  std::vector<size_t> counts(static_cast<size_t>(n), c);
+  refused("allreduce, output one element on", [&] { pg.allreduce(B(base, c), B(base + 1, c)); });
+  refused("alltoall, output one element back", [&] { pg.alltoall(B(base, nc), B(base - 1, nc)); });
+  refused("alltoallv, output one element on", [&] { pg.alltoallv(B(base, nc), counts, B(base + 1, nc), counts); });
+  // The input one element past this rank's part of the output.
+  refused("allgather", [&] { pg.allgather(B(base + me * c + 1, c), B(base, nc)); });
+  refused("allgatherv", [&] { pg.allgatherv(B(base + me * c + 1, c), B(base, nc), counts); });
+  refused("reduce_scatter", [&] { pg.reduceScatter(B(base, nc), B(base + me * c + 1, c)); });
+  refused("reduce_scatterv", [&] { pg.reduceScatterv(B(base, nc), B(base + me * c + 1, c), counts); });
+  // Rooted ops: the root's buffers only (the output of a reduce or gather,
+  // and the input of a scatter, are ignored elsewhere).
+  ReduceOptions ro;
+  GatherOptions go;
+  ScatterOptions so;
+  ro.root = go.root = so.root = me;
+  refused("reduce on the root", [&] { pg.reduce(B(base, c), B(base + 2, c), ro); });
+  refused("gather on the root", [&] { pg.gather(B(base + me * c + 1, c), B(base, nc), go); });
+  refused("scatter on the root", [&] { pg.scatter(B(base, nc), B(base + me * c + 1, c), so); });
+}
+
 TEST(Barrier, CompletesOnEveryRank) {
   for (int i = 0; i < 5; ++i) {
     auto errors = runCase(*gPg, Case{OpType::Barrier});
