@@ -299,7 +299,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   }
   // An op's input and output share no byte, or are the op's in-place form
   // (`inPlace`, which the caller computes; `form` says what it is): a
-  // partial overlap would silently corrupt the result on every backend.
+  // partial overlap has no defined result on any backend.
   void checkOverlap(OpType op, const Buffer& in, const Buffer& out, bool inPlace, const char* form) const {
     auto i = reinterpret_cast<uintptr_t>(in.data), o = reinterpret_cast<uintptr_t>(out.data);
     if (__builtin_expect(!inPlace && in.bytes() && out.bytes() && i < o + out.bytes() && o < i + in.bytes(), 0))
