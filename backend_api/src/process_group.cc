@@ -227,7 +227,7 @@ std::shared_ptr<Work> ProcessGroup::allreduce(Buffer in, Buffer out, const Allre
   checkBuffer(OpType::Allreduce, "output", out);
   checkSameDtype(OpType::Allreduce, in, out);
   checkCount(OpType::Allreduce, "output", out.count, in.count, "same as input");
-  checkOverlap(OpType::Allreduce, in, out, in.data == out.data, "input.data == output.data");
+  checkOverlap(OpType::Allreduce, in, out, [&] { return in.data == out.data; }, "input.data == output.data");
   checkReduction(OpType::Allreduce, o.op, in.dtype);
   return traced(OpType::Allreduce, in.dtype, in.count, -1, -1, in.bytes(), [&] { return doAllreduce(in, out, o); });
 }
@@ -246,7 +246,7 @@ std::shared_ptr<Work> ProcessGroup::reduce(Buffer in, Buffer out, const ReduceOp
     checkBuffer(OpType::Reduce, "output", out);
     checkSameDtype(OpType::Reduce, in, out);
     checkCount(OpType::Reduce, "output", out.count, in.count, "same as input on the root");
-    checkOverlap(OpType::Reduce, in, out, in.data == out.data, "input.data == output.data on the root");
+    checkOverlap(OpType::Reduce, in, out, [&] { return in.data == out.data; }, "input.data == output.data on the root");
   }
   return traced(OpType::Reduce, in.dtype, in.count, o.root, -1, in.bytes(), [&] { return doReduce(in, out, o); });
 }
@@ -258,7 +258,7 @@ std::shared_ptr<Work> ProcessGroup::allgather(Buffer in, Buffer out, const Allga
   checkCount(OpType::Allgather, "output", out.count, in.count * size_,
              "group size x input count");
   checkOverlap(OpType::Allgather, in, out,
-               in.data == static_cast<char*>(out.data) + static_cast<size_t>(rank_) * in.bytes(),
+               [&] { return in.data == static_cast<char*>(out.data) + static_cast<size_t>(rank_) * in.bytes(); },
                "the input is this rank's part of the output");
   return traced(OpType::Allgather, in.dtype, in.count, -1, -1, out.bytes(), [&] { return doAllgather(in, out, o); });
 }
@@ -273,8 +273,8 @@ std::shared_ptr<Work> ProcessGroup::allgatherv(Buffer in, Buffer out,
   checkCount(OpType::Allgatherv, "input", in.count, counts[rank_], "counts[rank]");
   checkCount(OpType::Allgatherv, "output", out.count, sum(counts), "sum of counts");
   checkOverlap(OpType::Allgatherv, in, out,
-               in.data == static_cast<char*>(out.data) +
-                              std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0}) * dataTypeSize(in.dtype),
+               [&] { return in.data == static_cast<char*>(out.data) +
+                              std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0}) * dataTypeSize(in.dtype); },
                "the input is this rank's part of the output");
   return traced(OpType::Allgatherv, in.dtype, out.count, -1, -1, out.bytes(),
                 [&] { return doAllgatherv(in, out, counts, o); });
@@ -288,7 +288,7 @@ std::shared_ptr<Work> ProcessGroup::reduceScatter(Buffer in, Buffer out,
   checkCount(OpType::ReduceScatter, "input", in.count, out.count * size_,
              "group size x output count");
   checkOverlap(OpType::ReduceScatter, in, out,
-               out.data == static_cast<char*>(in.data) + static_cast<size_t>(rank_) * out.bytes(),
+               [&] { return out.data == static_cast<char*>(in.data) + static_cast<size_t>(rank_) * out.bytes(); },
                "the output is this rank's part of the input");
   checkReduction(OpType::ReduceScatter, o.op, in.dtype);
   return traced(OpType::ReduceScatter, in.dtype, in.count, -1, -1, in.bytes(), [&] { return doReduceScatter(in, out, o); });
@@ -304,8 +304,8 @@ std::shared_ptr<Work> ProcessGroup::reduceScatterv(Buffer in, Buffer out,
   checkCount(OpType::ReduceScatterv, "input", in.count, sum(counts), "sum of counts");
   checkCount(OpType::ReduceScatterv, "output", out.count, counts[rank_], "counts[rank]");
   checkOverlap(OpType::ReduceScatterv, in, out,
-               out.data == static_cast<char*>(in.data) +
-                               std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0}) * dataTypeSize(in.dtype),
+               [&] { return out.data == static_cast<char*>(in.data) +
+                               std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0}) * dataTypeSize(in.dtype); },
                "the output is this rank's part of the input");
   checkReduction(OpType::ReduceScatterv, o.op, in.dtype);
   return traced(OpType::ReduceScatterv, in.dtype, in.count, -1, -1, in.bytes(),
@@ -317,7 +317,7 @@ std::shared_ptr<Work> ProcessGroup::alltoall(Buffer in, Buffer out, const Alltoa
   checkBuffer(OpType::Alltoall, "output", out);
   checkSameDtype(OpType::Alltoall, in, out);
   checkCount(OpType::Alltoall, "output", out.count, in.count, "same as input");
-  checkOverlap(OpType::Alltoall, in, out, in.data == out.data, "input.data == output.data");
+  checkOverlap(OpType::Alltoall, in, out, [&] { return in.data == out.data; }, "input.data == output.data");
   if (in.count % size_ != 0)
     throw InvalidArgument(context("alltoall: input has " + std::to_string(in.count) +
                                   " elements, which is not a multiple of the group size " +
@@ -335,7 +335,7 @@ std::shared_ptr<Work> ProcessGroup::alltoallv(Buffer in, const std::vector<size_
   checkCounts(OpType::Alltoallv, "recvCounts", recvCounts);
   checkCount(OpType::Alltoallv, "input", in.count, sum(sendCounts), "sum of sendCounts");
   checkCount(OpType::Alltoallv, "output", out.count, sum(recvCounts), "sum of recvCounts");
-  checkOverlap(OpType::Alltoallv, in, out, in.data == out.data, "input.data == output.data");
+  checkOverlap(OpType::Alltoallv, in, out, [&] { return in.data == out.data; }, "input.data == output.data");
   return traced(OpType::Alltoallv, in.dtype, in.count, -1, -1, in.bytes(),
                 [&] { return doAlltoallv(in, sendCounts, out, recvCounts, o); });
 }
@@ -349,7 +349,7 @@ std::shared_ptr<Work> ProcessGroup::gather(Buffer in, Buffer out, const GatherOp
     checkCount(OpType::Gather, "output", out.count, in.count * size_,
                "group size x input count on the root");
     checkOverlap(OpType::Gather, in, out,
-                 in.data == static_cast<char*>(out.data) + static_cast<size_t>(rank_) * in.bytes(),
+                 [&] { return in.data == static_cast<char*>(out.data) + static_cast<size_t>(rank_) * in.bytes(); },
                  "the input is the root's part of the output");
   }
   return traced(OpType::Gather, in.dtype, in.count, o.root, -1, in.bytes(), [&] { return doGather(in, out, o); });
@@ -364,7 +364,7 @@ std::shared_ptr<Work> ProcessGroup::scatter(Buffer in, Buffer out, const Scatter
     checkCount(OpType::Scatter, "input", in.count, out.count * size_,
                "group size x output count on the root");
     checkOverlap(OpType::Scatter, in, out,
-                 out.data == static_cast<char*>(in.data) + static_cast<size_t>(rank_) * out.bytes(),
+                 [&] { return out.data == static_cast<char*>(in.data) + static_cast<size_t>(rank_) * out.bytes(); },
                  "the output is the root's part of the input");
   }
   return traced(OpType::Scatter, out.dtype, out.count, o.root, -1, out.bytes(), [&] { return doScatter(in, out, o); });
@@ -397,11 +397,7 @@ std::shared_ptr<Work> ProcessGroup::sendrecv(Buffer sendBuf, int dst, Buffer rec
   if (o.sendTag < 0 || o.recvTag < 0)
     throw InvalidArgument(context("sendrecv: negative tag (sendTag " + std::to_string(o.sendTag) + ", recvTag " +
                                   std::to_string(o.recvTag) + "); accepted: 0 or more"));
-  auto* s = static_cast<const char*>(sendBuf.data);
-  auto* r = static_cast<const char*>(recvBuf.data);
-  if (__builtin_expect(sendBuf.bytes() && recvBuf.bytes() && sendBuf.device == recvBuf.device &&
-                           s < r + recvBuf.bytes() && r < s + sendBuf.bytes(),
-                       0))
+  if (__builtin_expect(sendBuf.overlaps(recvBuf), 0))
     throw InvalidArgument(context("sendrecv: the send buffer (" + std::to_string(sendBuf.bytes()) +
                                   " bytes) and the receive buffer (" + std::to_string(recvBuf.bytes()) +
                                   " bytes) overlap; accepted: disjoint buffers"));

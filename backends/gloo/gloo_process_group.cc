@@ -81,12 +81,6 @@ char gZero[8];  // stands in for null pointers of empty buffers
 
 void* dataOrDummy(const Buffer& b) { return b.data ? b.data : gZero; }
 
-// Whether two buffers share a byte (an op run in place, or partly so).
-bool overlaps(const Buffer& a, const Buffer& b) {
-  auto p = reinterpret_cast<uintptr_t>(a.data), q = reinterpret_cast<uintptr_t>(b.data);
-  return a.bytes() && b.bytes() && p < q + b.bytes() && q < p + a.bytes();
-}
-
 // Inside a catch block: the gloo failure being handled as an accl::Error.
 // gloo reports a timeout and a lost peer alike as gloo::IoException (its
 // timeout type is not in the gloo the distributions ship), so the kind comes
@@ -223,8 +217,7 @@ std::shared_ptr<Work> GlooProcessGroup::doReduce(Buffer in, Buffer out, const Re
   return enqueue(OpType::Reduce, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     // gloo reduces in place and uses the buffer as scratch on every rank.
-    Buffer work(scratch_.get(in.bytes()), in.count, in.dtype);
-    std::memcpy(work.data, in.data, in.bytes());
+    Buffer work(scratch_.copyOf(in.data, in.bytes()), in.count, in.dtype);
     if (o.op.kind == ReduceKind::PremulSum) internal::scale(work.data, work.count, work.dtype, o.op.scalar);
     if (size() > 1) {
       gloo::ReduceOptions opts(context_);
@@ -295,8 +288,7 @@ std::shared_ptr<Work> GlooProcessGroup::doReduceScatterv(Buffer in, Buffer out,
   auto timeout = effectiveTimeout(o);
   return enqueue(OpType::ReduceScatterv, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
-    Buffer all(scratch_.get(in.bytes()), in.count, in.dtype);
-    std::memcpy(all.data, in.data, in.bytes());
+    Buffer all(scratch_.copyOf(in.data, in.bytes()), in.count, in.dtype);
     allreduceInPlace(all, o.op, timeout);
     size_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), size_t{0});
     if (out.count) std::memcpy(out.data, all.slice(offset, out.count).data, out.bytes());
@@ -309,10 +301,7 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoall(Buffer in, Buffer out, const 
   return enqueue(OpType::Alltoall, in.count, timeout, o.blocking, [=] {
     if (in.count == 0) return -1;
     Buffer src = in;
-    if (overlaps(in, out)) {  // in place: gloo needs distinct buffers
-      src.data = scratch_.get(in.bytes());
-      std::memcpy(src.data, in.data, in.bytes());
-    }
+    if (in.overlaps(out)) src.data = scratch_.copyOf(in.data, in.bytes());  // in place: gloo needs distinct buffers
     if (size() == 1) {
       std::memcpy(out.data, src.data, in.bytes());
       return -1;
@@ -339,10 +328,8 @@ std::shared_ptr<Work> GlooProcessGroup::doAlltoallv(Buffer in, const std::vector
       return -1;
     }
     Buffer src = in;
-    if (overlaps(in, out)) {  // in place: gloo writes the output while it still reads the input
-      src.data = scratch_.get(in.bytes());
-      std::memcpy(src.data, in.data, in.bytes());
-    }
+    // In place: gloo writes the output while it still reads the input.
+    if (in.overlaps(out)) src.data = scratch_.copyOf(in.data, in.bytes());
     gloo::AlltoallvOptions opts(context_);
     opts.setTimeout(timeout);
     withElem(in.dtype, [&](auto e) {

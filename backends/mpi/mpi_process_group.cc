@@ -454,8 +454,7 @@ std::shared_ptr<Work> MpiProcessGroup::doReduce(Buffer in, Buffer out, const Red
   return submit(OpType::Reduce, in.count, in.bytes(), o, [=](const Call& c) {
     const void* src = in.data;
     if (o.op.kind == ReduceKind::PremulSum && in.count) {
-      char* scaled = scratch_.get(in.bytes());
-      std::memcpy(scaled, in.data, in.bytes());
+      char* scaled = scratch_.copyOf(in.data, in.bytes());
       internal::scale(scaled, in.count, in.dtype, o.op.scalar);
       src = scaled;
     }
@@ -509,8 +508,7 @@ const void* reduceScatterSource(const Buffer& in, const Buffer& out, const Reduc
   char* outPtr = static_cast<char*>(out.data);
   bool overlap = in.count && out.count && outPtr >= inBegin && outPtr < inBegin + in.bytes();
   if ((op.kind != ReduceKind::PremulSum && !overlap) || !in.count) return in.data;
-  char* copy = scratch.get(in.bytes());
-  std::memcpy(copy, inBegin, in.bytes());
+  char* copy = scratch.copyOf(inBegin, in.bytes());
   if (op.kind == ReduceKind::PremulSum) internal::scale(copy, in.count, in.dtype, op.scalar);
   return copy;
 }
@@ -569,11 +567,7 @@ std::shared_ptr<Work> MpiProcessGroup::doAlltoallv(Buffer in, const std::vector<
     auto sc = icounts(sendCounts, what), rc = icounts(recvCounts, what);
     auto sd = displs(sc, what), rd = displs(rc, what);
     const void* src = in.data;
-    if (in.data == out.data && in.count) {
-      char* copy = scratch_.get(in.bytes());
-      std::memcpy(copy, in.data, in.bytes());
-      src = copy;
-    }
+    if (in.data == out.data && in.count) src = scratch_.copyOf(in.data, in.bytes());
     MPI_Datatype t = mpiType(in.dtype);
     collective(
         c, "MPI_Alltoallv",

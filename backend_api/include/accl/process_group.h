@@ -298,12 +298,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     if (__builtin_expect(a.dtype != b.dtype || !(a.device == b.device), 0)) badSameDtype(op, a, b);
   }
   // An op's input and output share no byte, or are the op's in-place form
-  // (`inPlace`, which the caller computes; `form` says what it is): a
-  // partial overlap has no defined result on any backend.
-  void checkOverlap(OpType op, const Buffer& in, const Buffer& out, bool inPlace, const char* form) const {
-    auto i = reinterpret_cast<uintptr_t>(in.data), o = reinterpret_cast<uintptr_t>(out.data);
-    if (__builtin_expect(!inPlace && in.bytes() && out.bytes() && i < o + out.bytes() && o < i + in.bytes(), 0))
-      badOverlap(op, in, out, form);
+  // (`inPlace()` says whether they are, asked only when they overlap; `form`
+  // says what it is): a partial overlap has no defined result on any backend.
+  template <typename InPlace>
+  void checkOverlap(OpType op, const Buffer& in, const Buffer& out, InPlace&& inPlace, const char* form) const {
+    if (__builtin_expect(in.overlaps(out), 0) && !inPlace()) badOverlap(op, in, out, form);
   }
   [[noreturn, gnu::cold]] void badOverlap(OpType op, const Buffer& in, const Buffer& out, const char* form) const;
   [[noreturn, gnu::cold]] void badBuffer(OpType op, const char* which, const Buffer& b) const;

@@ -111,6 +111,11 @@ struct Buffer {
   Buffer slice(size_t offset, size_t n) const {
     return Buffer(static_cast<char*>(data) + offset * dataTypeSize(dtype), n, dtype, device);
   }
+  // Whether this and `o` share a byte (same device, both non-empty).
+  bool overlaps(const Buffer& o) const {
+    auto p = reinterpret_cast<uintptr_t>(data), q = reinterpret_cast<uintptr_t>(o.data);
+    return bytes() && o.bytes() && device == o.device && p < q + o.bytes() && q < p + bytes();
+  }
 };
 
 }  // namespace accl

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 
 namespace accl {
@@ -26,6 +27,12 @@ class KeptBuffer {
       cap_ = bytes;
     }
     return p_.get();
+  }
+  // A copy of `bytes` bytes at `src` in the buffer.
+  char* copyOf(const void* src, size_t bytes) {
+    char* p = get(bytes);
+    std::memcpy(p, src, bytes);
+    return p;
   }
   // After an op: frees the buffer if it holds more than kKeepMax.
   void trim() {
