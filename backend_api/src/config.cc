@@ -387,6 +387,14 @@ const std::vector<CoreRow>& coreRows() {
                       "host, run there and copied back (slow; logged once at WARN), auto = nccl where that backend "
                       "is usable, else stage.",
                       &Config::torchCuda));
+    v.push_back(field("ACCL_SCRATCH_KEEP_MB", config::intRange(0, 1L << 20, "0: none kept"), 256, nullptr,
+                      "Most memory (MiB) the process keeps from one op to the next, over all its groups and "
+                      "backends, of the scratch buffers ops work in (reductions in pieces, copies of inputs an "
+                      "op overwrites, in-place copies): a buffer allocated afresh for every op costs a page "
+                      "fault and a zeroed page per 4 KiB. A buffer above 64 MiB is never kept; one that would "
+                      "pass this budget is freed when its op ends. Buffers of early messages have their own "
+                      "budget (the accl backend's ACCL_UNEXPECTED_CACHE_MB).",
+                      &Config::scratchKeepMb));
     v.push_back(field("ACCL_PLUGIN_PATH", config::text("colon-separated directories", "list"), std::string(),
                       "(directory of libaccl)",
                       "Where backend modules libaccl-backend-<name>.so are searched after libaccl's own directory.",

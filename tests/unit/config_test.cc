@@ -40,6 +40,8 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c.timeout, std::chrono::minutes(30));
   EXPECT_TRUE(c.socketIfname.empty());
   EXPECT_EQ(c.storePort, 0);
+  EXPECT_EQ(c.scratchKeepMb, 256);
+  EXPECT_EQ(parse({{"ACCL_SCRATCH_KEEP_MB", "0"}}).scratchKeepMb, 0);
 }
 
 TEST(Config, ValidValues) {
@@ -62,6 +64,8 @@ TEST(Config, InvalidValuesNameVariableAndAcceptedValues) {
   expectInvalid("ACCL_STORE_PORT", "70000", "1..65535");
   expectInvalid("ACCL_STORE_PORT", "12ab", "1..65535");
   expectInvalid("ACCL_SOCKET_IFNAME", "^", "interface");
+  expectInvalid("ACCL_SCRATCH_KEEP_MB", "-1", "0..1048576");
+  expectInvalid("ACCL_SCRATCH_KEEP_MB", "256M", "0..1048576");
 }
 
 TEST(Config, TableDocumentsEveryVariable) {

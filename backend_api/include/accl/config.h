@@ -60,6 +60,7 @@ struct Config {
   int stats = 0;                         // ACCL_STATS (1: on)
   std::string torchBackend;              // ACCL_TORCH_BACKEND
   std::string torchCuda;                 // ACCL_TORCH_CUDA: auto, nccl, stage
+  int scratchKeepMb = 0;                 // ACCL_SCRATCH_KEEP_MB (0: no scratch kept between ops)
   // What parsing noticed that users should see (logged once, at the first
   // group): variables of other libraries followed (NCCL_SOCKET_IFNAME, ...),
   // aliases used (ACCL_LOG_LEVEL).

@@ -15,13 +15,14 @@ class Scratch {
   // The buffers an op may hold at once, one per use.
   enum Slot { kOpWhole = 0, kTreeAcc = 1, kPieces = 2, kSlots = 3 };
   // A buffer that holds more than this is freed at the end of its op
-  // (trim()), not kept: at most kSlots x kKeepMax stay between ops.
+  // (trim()), not kept: at most kSlots x kKeepMax stay between ops, and
+  // only within the process's budget (ACCL_SCRATCH_KEEP_MB).
   static constexpr size_t kKeepMax = internal::KeptBuffer::kKeepMax;
 
   // A buffer of at least `bytes` in `slot`; its contents are undefined. A
   // larger request replaces the slot's buffer.
   char* get(Slot slot, size_t bytes) { return bufs_[slot].get(bytes); }
-  // After an op: frees the buffers above kKeepMax.
+  // After an op: frees the buffers above kKeepMax or beyond the budget.
   void trim() {
     for (auto& b : bufs_) b.trim();
   }
