@@ -656,6 +656,52 @@ TEST_F(EagerShm, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(out(dir, r).substr(0, 2), "ok") << "rank " << r << ": " << out(dir, r);
 }
 
+// A root may run up to ShmDomain::kDepth - 1 (31) eager ops ahead of the
+// ranks that receive. One that reaches a round its root has long passed
+// still checks the root's op at that round: a mismatch there is named on
+// both sides, not returned as another op's data. Here the root calls a
+// scatter and then ten broadcasts, all before rank 1 calls anything; rank 1
+// calls eleven broadcasts.
+TEST_F(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
+  std::string dir;
+  runRanks(2, "shm,tcp", [](int r, ProcessGroup& pg, Ctx& c) {
+    std::vector<float> in(32), out(16, -1.0f);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+    auto F = [](std::vector<float>& v, size_t n) { return Buffer(v.data(), n, DataType::Float32); };
+    pg.barrier()->wait();  // #0
+    recordOutcome(c, r, [&] {
+      if (r == 0) {
+        ScatterOptions so;
+        so.timeout = 5s;
+        pg.scatter(F(in, 32), F(out, 16), so)->wait();  // #1
+        for (int i = 0; i < 10; ++i) {
+          BroadcastOptions bo;
+          bo.timeout = 5s;
+          pg.broadcast(F(in, 16), bo)->wait();  // #2 - #11: the root only sends
+        }
+        c.store->set("root-returned", toBytes("1"));
+      } else {
+        c.store->wait({"root-returned"}, 10s);
+        for (int i = 0; i < 11; ++i) {
+          BroadcastOptions bo;
+          bo.timeout = 5s;
+          pg.broadcast(F(out, 16), bo)->wait();  // #1 - #11
+        }
+      }
+      BarrierOptions bo;
+      bo.timeout = 10s;
+      pg.barrier(bo)->wait();
+    });
+  }, 60s, &dir);
+  for (int r = 0; r < 2; ++r) {
+    std::string s = out(dir, r);
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + s);
+    EXPECT_NE(s.find("mismatched collectives"), std::string::npos);
+    EXPECT_NE(s.find("scatter #1"), std::string::npos);
+    EXPECT_NE(s.find("broadcast #1"), std::string::npos);
+  }
+}
+
 // Eager and lock-step ops in a random order (the same on every rank), roots
 // rotating, sizes on both sides of the eager limit, with ranks that lag now
 // and then, so that roots run ahead: every result is checked, and a slot

@@ -105,13 +105,17 @@ struct alignas(128) ShmDomain::Header {
 };
 
 struct alignas(128) ShmDomain::Ctl {
-  // arrive and the chains of the last kDepth rounds share one cache line: a
-  // peer checking this rank's arrival gets what it needs for the mismatch
-  // check in one transfer. The descriptors themselves are read only to name
-  // a mismatch. Round k's entries are at k % kDepth.
+  // arrive and the chains of the last kShort rounds share one cache line: a
+  // peer checking this rank's arrival at a round it has just reached gets
+  // what it needs for the mismatch check in one transfer. Round k's entry is
+  // at k % kShort. A peer that checks a round this rank has run past (an
+  // eager op's receiver, up to kDepth - 1 rounds behind) reads the round's
+  // entry of chainLong (at k % kDepth) instead. The descriptors are read only
+  // to name a mismatch.
   std::atomic<uint64_t> arrive;
-  std::atomic<uint64_t> chain[kDepth];
-  char pad0[64 - 8 - 8 * kDepth];
+  std::atomic<uint64_t> chain[kShort];
+  char pad0[64 - 8 - 8 * kShort];
+  std::atomic<uint64_t> chainLong[kDepth];
   OpDesc desc[kDepth];
   int32_t pid;
   int32_t cmaOk;
@@ -365,7 +369,8 @@ void ShmDomain::arrive(const OpDesc& d) {
   chain_ = chainNext(chain_, d);
   hist_[k % kDepth] = {d, chain_};
   me.desc[k % kDepth] = d;
-  me.chain[k % kDepth].store(chain_, std::memory_order_relaxed);
+  me.chainLong[k % kDepth].store(chain_, std::memory_order_relaxed);
+  me.chain[k % kShort].store(chain_, std::memory_order_relaxed);
   // Sleepers register before re-checking the arrivals (both seq_cst): either
   // this load sees them, or they see this arrival.
   me.arrive.store(k, std::memory_order_seq_cst);
@@ -378,20 +383,31 @@ void ShmDomain::arrive(const OpDesc& d) {
 }
 
 // Whether p's entries of round x (x <= round_, p arrived at x or later)
-// match this rank's. p rewrites them at round x + kDepth, which it enters
-// only once every rank, this one included, has arrived at x + 1 and after
-// it arrived at x + kDepth - 1 itself: for x == round_ they hold still;
-// for an older x the copy is good if p had not gone past x + kDepth - 2
-// after it was read.
+// match this rank's. p rewrites the round's entry of chainLong and desc at
+// round x + kDepth, which it enters only once every rank, this one
+// included, has arrived at x + 1 and after it arrived at x + kDepth - 1
+// itself: for x == round_ they hold still; for an older x the copy is good
+// if p had not gone past x + kDepth - 2 after it was read. The short ring's
+// entry (in p's arrival line) is rewritten at round x + kShort, which p may
+// reach while this rank is still at x (eager ops): good if p had not gone
+// past x + kShort - 2 after it was read.
 void ShmDomain::checkPeer(int p, uint64_t x) const {
   const Ctl& c = ctl(p);
+  auto pastShort = [&] {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return c.arrive.load(std::memory_order_relaxed) + 2 > x + kShort;
+  };
   auto overwritten = [&] {
     std::atomic_thread_fence(std::memory_order_acquire);
     return x < round_ && c.arrive.load(std::memory_order_relaxed) + 2 > x + kDepth;
   };
   const Hist& mine = hist_[x % kDepth];
-  uint64_t theirs = c.chain[x % kDepth].load(std::memory_order_relaxed);
-  if (theirs == mine.chain || overwritten()) return;
+  uint64_t theirs = c.chain[x % kShort].load(std::memory_order_relaxed);
+  if (pastShort()) {
+    theirs = c.chainLong[x % kDepth].load(std::memory_order_relaxed);
+    if (overwritten()) return;
+  }
+  if (theirs == mine.chain) return;
   // Only now the descriptor (its own cache line: not read on the common path).
   OpDesc theirDesc = c.desc[x % kDepth];
   if (overwritten()) return;

@@ -79,7 +79,8 @@ class ShmDomain : public HostGroup {
   void barrier(const OpDesc& d, Clock::time_point deadline) override;
 
  private:
-  static constexpr int kDepth = 4;  // rounds of eager cells (shm.cc)
+  static constexpr int kDepth = 32;  // rounds of eager cells (shm.cc)
+  static constexpr int kShort = 4;   // rounds whose chains sit in the arrival line (shm.cc)
   // The running op's offsets per rank (ops run one at a time): reused, so
   // that a small gather or alltoall allocates nothing.
   std::vector<size_t> displA_, displB_;
