@@ -402,6 +402,20 @@ TEST_P(Fault, KilledRankFailsTheOthersLargeRootedOps) {
   for (int r = 0; r < 2; ++r) expectFailedNamingRank2(dir, st, r, /*mayComplete=*/r == 0);
 }
 
+// Both ranks' recorded outcomes are a mismatch error, within 15 s, that
+// names every string of `names`.
+void expectBothNameAMismatch(const std::string& dir, const std::vector<std::string>& names) {
+  for (int r = 0; r < 2; ++r) {
+    std::string s = out(dir, r);
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + s);
+    EXPECT_NE(s.find("mismatched collectives"), std::string::npos);
+    EXPECT_TRUE(s.rfind("InvalidArgument:", 0) == 0 || s.rfind("RemoteError:", 0) == 0);
+    for (auto& n : names) EXPECT_NE(s.find(n), std::string::npos) << n;
+    long ms = std::stol(s.substr(s.rfind('[') + 1));
+    EXPECT_LT(ms, 15000);
+  }
+}
+
 TEST_P(Fault, MismatchedCollectivesNameBothSides) {
   struct Case {
     const char* name;
@@ -444,17 +458,8 @@ TEST_P(Fault, MismatchedCollectivesNameBothSides) {
         pg.barrier(bo)->wait();
       });
     }, 60s, &dir);
-    for (int r = 0; r < 2; ++r) {
-      std::string s = out(dir, r);
-      SCOPED_TRACE("rank " + std::to_string(r) + ": " + s);
-      EXPECT_NE(s.find("mismatched collectives"), std::string::npos);
-      EXPECT_TRUE(s.rfind("InvalidArgument:", 0) == 0 || s.rfind("RemoteError:", 0) == 0);
-      // Both sides' calls are named (what this rank and what the peer called).
-      EXPECT_NE(s.find(cs.mine[0]), std::string::npos);
-      EXPECT_NE(s.find(cs.mine[1]), std::string::npos);
-      long ms = std::stol(s.substr(s.rfind('[') + 1));
-      EXPECT_LT(ms, 15000);
-    }
+    // Both sides' calls are named (what this rank and what the peer called).
+    expectBothNameAMismatch(dir, {cs.mine[0], cs.mine[1]});
   }
 }
 
@@ -693,13 +698,7 @@ TEST_F(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
       pg.barrier(bo)->wait();
     });
   }, 60s, &dir);
-  for (int r = 0; r < 2; ++r) {
-    std::string s = out(dir, r);
-    SCOPED_TRACE("rank " + std::to_string(r) + ": " + s);
-    EXPECT_NE(s.find("mismatched collectives"), std::string::npos);
-    EXPECT_NE(s.find("scatter #1"), std::string::npos);
-    EXPECT_NE(s.find("broadcast #1"), std::string::npos);
-  }
+  expectBothNameAMismatch(dir, {"scatter #1", "broadcast #1"});
 }
 
 // Eager and lock-step ops in a random order (the same on every rank), roots
