@@ -504,11 +504,9 @@ namespace {
 // scaled for premul_sum or taken because the output lies inside the input.
 const void* reduceScatterSource(const Buffer& in, const Buffer& out, const ReduceOp& op,
                                 internal::KeptBuffer& scratch) {
-  char* inBegin = static_cast<char*>(in.data);
-  char* outPtr = static_cast<char*>(out.data);
-  bool overlap = in.count && out.count && outPtr >= inBegin && outPtr < inBegin + in.bytes();
-  if ((op.kind != ReduceKind::PremulSum && !overlap) || !in.count) return in.data;
-  char* copy = scratch.copyOf(inBegin, in.bytes());
+  // The front-end accepts only one overlap: the output is this rank's part of the input.
+  if ((op.kind != ReduceKind::PremulSum && !in.overlaps(out)) || !in.count) return in.data;
+  char* copy = scratch.copyOf(in.data, in.bytes());
   if (op.kind == ReduceKind::PremulSum) internal::scale(copy, in.count, in.dtype, op.scalar);
   return copy;
 }
