@@ -701,6 +701,42 @@ TEST_F(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
   expectBothNameAMismatch(dir, {"scatter #1", "broadcast #1"});
 }
 
+// At a round where both sides only send (a broadcast's root, a gather's
+// non-root) neither checks the other, so a mismatch there first shows at a
+// later round, where the two called the same op. Its check walks back to the
+// round where the two parted and names those ops, not the later one. The
+// senders of eager ops read their peers' progress only every few rounds, so
+// a root also meets mismatches after the fact, and names them the same way.
+TEST_F(EagerShm, AMismatchFoundRoundsLaterNamesTheOpsWhereTheRanksParted) {
+  std::string dir;
+  runRanks(2, "shm,tcp", [](int r, ProcessGroup& pg, Ctx& c) {
+    std::vector<float> x(32, 1.0f);
+    auto F = [&](size_t n) { return Buffer(x.data(), n, DataType::Float32); };
+    pg.barrier()->wait();  // #0
+    recordOutcome(c, r, [&] {
+      BroadcastOptions bo;
+      bo.timeout = 5s;
+      for (int i = 0; i < 5; ++i) pg.broadcast(F(16), bo)->wait();  // #1 - #5
+      // Rank 0 calls #6 only once rank 1 has returned from it: rank 1 then
+      // first meets the mismatch at #7.
+      if (r == 0) {
+        c.store->wait({"r1-returned"}, 10s);
+        pg.broadcast(F(16), bo)->wait();  // #6: the root only sends
+      } else {
+        GatherOptions go;
+        go.timeout = 5s;
+        pg.gather(F(16), Buffer(nullptr, 0, DataType::Float32), go)->wait();  // #6: a non-root only sends
+        c.store->set("r1-returned", toBytes("1"));
+      }
+      for (int i = 0; i < 6; ++i) pg.broadcast(F(16), bo)->wait();  // #7 - #12: rank 1 receives
+      BarrierOptions bar;
+      bar.timeout = 10s;
+      pg.barrier(bar)->wait();
+    });
+  }, 60s, &dir);
+  expectBothNameAMismatch(dir, {"broadcast #6", "gather #6"});
+}
+
 // Eager and lock-step ops in a random order (the same on every rank), roots
 // rotating, sizes on both sides of the eager limit, with ranks that lag now
 // and then, so that roots run ahead: every result is checked, and a slot

@@ -159,6 +159,7 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
   size_t dataOff = align64(sizeof(Header) + sizeof(Ctl) * n);
   mapBytes_ = dataOff + 2 * n * slot_ + static_cast<size_t>(n) * kDepth * kCell;
   deadline_ = Clock::now() + o_.timeout;
+  seen_.assign(static_cast<size_t>(n), 0);
   const std::string& name = o_.segmentName;
   int fd = -1;
   if (o_.localRank == 0) {
@@ -397,20 +398,30 @@ void ShmDomain::checkPeer(int p, uint64_t x) const {
     std::atomic_thread_fence(std::memory_order_acquire);
     return c.arrive.load(std::memory_order_relaxed) + 2 > x + kShort;
   };
-  auto overwritten = [&] {
+  // Whether p may have rewritten its entries of round y since they were read.
+  auto overwritten = [&](uint64_t y) {
     std::atomic_thread_fence(std::memory_order_acquire);
-    return x < round_ && c.arrive.load(std::memory_order_relaxed) + 2 > x + kDepth;
+    return y < round_ && c.arrive.load(std::memory_order_relaxed) + 2 > y + kDepth;
   };
-  const Hist& mine = hist_[x % kDepth];
   uint64_t theirs = c.chain[x % kShort].load(std::memory_order_relaxed);
   if (pastShort()) {
     theirs = c.chainLong[x % kDepth].load(std::memory_order_relaxed);
-    if (overwritten()) return;
+    if (overwritten(x)) return;
   }
-  if (theirs == mine.chain) return;
+  if (theirs == hist_[x % kDepth].chain) return;
+  // The chains differ from some round y <= x on: walk back through the rounds
+  // both rings still hold to the first that differs, whose descriptors then
+  // differ (a sender that checks only now and then names the op where the two
+  // sides parted, not a later one).
+  while (x > 1 && x - 1 + kDepth > round_ + 1) {
+    uint64_t before = c.chainLong[(x - 1) % kDepth].load(std::memory_order_relaxed);
+    if (overwritten(x - 1) || before == hist_[(x - 1) % kDepth].chain) break;
+    --x;
+  }
+  const Hist& mine = hist_[x % kDepth];
   // Only now the descriptor (its own cache line: not read on the common path).
   OpDesc theirDesc = c.desc[x % kDepth];
-  if (overwritten()) return;
+  if (overwritten(x)) return;
   if (theirDesc != mine.desc)
     throw InvalidArgument("mismatched collectives: this rank called " + core::describe(mine.desc) + " but rank " +
                           std::to_string(o_.ranks[p]) + " called " + core::describe(theirDesc));
@@ -424,7 +435,10 @@ void ShmDomain::waitAll() {
   uint64_t k = round_;
   if (o_.localSize > 1) waitFor([&](int p) { return ctl(p).arrive.load(std::memory_order_acquire) >= k; });
   for (int p = 0; p < o_.localSize; ++p)
-    if (p != o_.localRank) checkPeer(p, k);
+    if (p != o_.localRank) {
+      checkPeer(p, k);
+      seen_[p] = std::max(seen_[p], k);
+    }
 }
 
 void ShmDomain::waitRoot(int root) {
@@ -432,6 +446,7 @@ void ShmDomain::waitRoot(int root) {
   if (root == o_.localRank) return;
   waitFor([&](int p) { return p != root || ctl(p).arrive.load(std::memory_order_acquire) >= k; });
   checkPeer(root, k);
+  seen_[root] = std::max(seen_[root], k);
 }
 
 void ShmDomain::round(const OpDesc& d) {
@@ -454,13 +469,23 @@ void ShmDomain::beginEager(Clock::time_point deadline) {
   // The next round's cell and entries were last used kDepth rounds ago: every
   // rank must have arrived at the round after that one.
   uint64_t need = round_ + 2 > kDepth ? round_ + 2 - kDepth : 0;
+  // The peers' arrival lines are read every kCheckEvery rounds, or sooner
+  // when the arrivals seen last do not free the cell.
+  bool look = round_ % kCheckEvery == 0;
+  for (int p = 0; p < o_.localSize && !look; ++p) look = p != o_.localRank && seen_[p] < need;
+  if (!look) {
+    lagging_ = true;
+    return;
+  }
   if (o_.localSize > 1 && need > 0)
     waitFor([&](int p) { return ctl(p).arrive.load(std::memory_order_acquire) >= need; });
   // Compare with each peer as far as it has come (at most this rank's round):
-  // a sender that never waits at a round learns of a mismatch here.
+  // a sender that never waits at a round learns of a mismatch here, at most
+  // kCheckEvery rounds after the peer reached it.
   for (int p = 0; p < o_.localSize; ++p) {
     if (p == o_.localRank) continue;
     uint64_t a = ctl(p).arrive.load(std::memory_order_acquire);
+    seen_[p] = std::max(seen_[p], a);
     uint64_t x = std::min(a, round_);
     if (x > 0 && x + kDepth > round_ + 1) checkPeer(p, x);
   }

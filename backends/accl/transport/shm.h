@@ -95,7 +95,8 @@ class ShmDomain : public HostGroup {
   void arrive(const OpDesc& d);
   void waitAll();
   void waitRoot(int root);
-  // Throws if local rank p's ops up to round x differ from this rank's.
+  // Throws if local rank p's ops up to round x differ from this rank's,
+  // naming the first round among the last kDepth where they differ.
   void checkPeer(int p, uint64_t x) const;
   // Every op starts here: sets its deadline and, after an eager op, waits
   // until all local ranks have arrived at this rank's last round.
@@ -130,6 +131,12 @@ class ShmDomain : public HostGroup {
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
   size_t cmaMinReduce_ = 64u << 10;  // the same for reduce
+  // A sender of eager ops reads its peers' arrival lines (which each peer
+  // writes every round: a cache-line transfer, about 0.1 us of an 8-byte op)
+  // only every kCheckEvery rounds, or when the last arrival it saw of a peer
+  // does not free the next cell.
+  static constexpr int kCheckEvery = 8;
+  std::vector<uint64_t> seen_;  // per local rank: the last arrival read (a lower bound of the peer's round)
   uint64_t round_ = 0;       // the last round this rank arrived at
   uint64_t chain_ = 0;       // the running hash of this rank's descriptors up to round_
   struct Hist {
