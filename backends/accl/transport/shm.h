@@ -136,6 +136,8 @@ class ShmDomain : public HostGroup {
   // only every kCheckEvery rounds, or when the last arrival it saw of a peer
   // does not free the next cell.
   static constexpr int kCheckEvery = 8;
+  // Also raised by this rank's waits (waitAll, waitRoot), so that a rank
+  // that has just received does not read the lines again at its next eager op.
   std::vector<uint64_t> seen_;  // per local rank: the last arrival read (a lower bound of the peer's round)
   uint64_t round_ = 0;       // the last round this rank arrived at
   uint64_t chain_ = 0;       // the running hash of this rank's descriptors up to round_
