@@ -566,3 +566,98 @@ TEST(Matcher, ABudgetOfZeroKeepsNothing) {
   EXPECT_EQ(rx.m.spareBytes(), 0u);
   EXPECT_EQ(Matcher::processSpareBytes(), base);
 }
+
+// The shared-memory link offers a frame that is a whole message to
+// arriveWhole first (NetTransport::landWhole): it lands in one step only
+// where arrive() would land it straight in a posted receive; anything else
+// is left, unchanged, to arrive() and landed().
+TEST(Matcher, AWholeMessageLandsInOneStepOnlyWhereArriveWouldLandItStraight) {
+  FakeLink from1(1, 1 << 20), from2(2, 1 << 20);
+  Receiver rx;
+  auto whole = [&](const FakeLink::Frame& f) {
+    return rx.m.arriveWhole(f.from, f.h.type == static_cast<uint8_t>(FrameType::Tagged) ? Space::Tagged : Space::Op,
+                            f.h, f.payload.data());
+  };
+  // Posting order and any source, as arrive(): the oldest matching receive.
+  auto a = randomBytes(48, 21), b = randomBytes(48, 22);
+  std::vector<char> anyBuf(48, 'x'), oneBuf(48, 'x');
+  auto any = tagRecv(-1, 3, anyBuf), one = tagRecv(1, 3, oneBuf);
+  rx.m.post(any);
+  rx.m.post(one);
+  sendTag(from1, 3, a);
+  EXPECT_TRUE(whole(from1.wire.back()));
+  EXPECT_TRUE(any->done);
+  EXPECT_EQ(any->failure, Failure::None);
+  EXPECT_EQ(any->source, 1);
+  EXPECT_EQ(anyBuf, a);
+  EXPECT_FALSE(one->done);
+  sendTag(from1, 3, b);
+  EXPECT_TRUE(whole(from1.wire.back()));
+  EXPECT_TRUE(one->done);
+  EXPECT_EQ(oneBuf, b);
+  EXPECT_EQ(rx.m.postedCount(), 0u);
+  EXPECT_EQ(rx.m.heldCount(), 0u);
+
+  // No receive for it: refused, and arrive() then holds it for the next one.
+  auto c = randomBytes(16, 23);
+  sendTag(from2, 4, c);
+  EXPECT_FALSE(whole(from2.wire.back()));
+  EXPECT_EQ(rx.m.heldCount(), 0u);
+  rx.deliver(from2.wire.back());
+  EXPECT_EQ(rx.m.heldCount(), 1u);
+  std::vector<char> cBuf(16, 'x');
+  auto rc = tagRecv(2, 4, cBuf);
+  rx.m.post(rc);
+  EXPECT_TRUE(rc->done);
+  EXPECT_EQ(cBuf, c);
+
+  // A receive of another size: refused, untouched; arrive() fails it on the size.
+  std::vector<char> small(8, 'x');
+  auto rs = tagRecv(2, 6, small);
+  rx.m.post(rs);
+  sendTag(from2, 6, randomBytes(24, 24));
+  EXPECT_FALSE(whole(from2.wire.back()));
+  EXPECT_FALSE(rs->done);
+  EXPECT_EQ(rx.m.postedCount(), 1u);
+  rx.deliver(from2.wire.back());
+  EXPECT_TRUE(rs->done);
+  EXPECT_EQ(rs->failure, Failure::Mismatch);
+  EXPECT_EQ(small, std::vector<char>(8, 'x'));
+
+  // A frame of a message in several frames is never whole: refused.
+  FakeLink chunked(1, 100);
+  std::vector<char> big(250, 'x');
+  auto rb = opRecv(1, 9, 0, big);
+  rx.m.post(rb);
+  auto d = randomBytes(250, 25);
+  sendOp(chunked, 9, 0, d);
+  ASSERT_EQ(chunked.wire.size(), 3u);
+  for (auto& f : chunked.wire) {
+    EXPECT_FALSE(whole(f));
+    rx.deliver(f);
+  }
+  EXPECT_TRUE(rb->done);
+  EXPECT_EQ(big, d);
+
+  // An op step of one frame, by peer and key only.
+  auto e = randomBytes(40, 26);
+  std::vector<char> eBuf(40, 'x'), otherPeer(40, 'x');
+  auto re = opRecv(2, 10, 1, eBuf), ro = opRecv(1, 10, 1, otherPeer);
+  rx.m.post(ro);
+  rx.m.post(re);
+  FakeLink op2(2, 1 << 20);
+  sendOp(op2, 10, 1, e);
+  EXPECT_TRUE(whole(op2.wire.back()));
+  EXPECT_TRUE(re->done);
+  EXPECT_EQ(eBuf, e);
+  EXPECT_FALSE(ro->done);
+  EXPECT_EQ(otherPeer, std::vector<char>(40, 'x'));
+
+  // Zero bytes: completes with its header.
+  std::vector<char> none;
+  auto rz = tagRecv(1, 8, none);
+  rx.m.post(rz);
+  sendTag(from1, 8, none);
+  EXPECT_TRUE(whole(from1.wire.back()));
+  EXPECT_TRUE(rz->done);
+}

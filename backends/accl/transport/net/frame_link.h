@@ -84,6 +84,13 @@ class FrameSink {
   // message in the sender's memory for a while (single copy) asks, to read
   // it once into its receive rather than into a held copy first.
   virtual bool readNow(int /*peer*/, const FrameHeader& /*h*/) { return true; }
+  // A frame that is a whole message (offset 0, len == total), which
+  // validateHeader and the link's own checks passed, with its payload
+  // readable at `payload`: the sink may take it in one step, copying the
+  // payload where it belongs, and returns true; false leaves it to
+  // onHeader and onFrame (nothing changed). A link whose payload lies in
+  // place (shared memory) offers it, for a small message's fewer steps.
+  virtual bool landWhole(int /*peer*/, const FrameHeader& /*h*/, const char* /*payload*/) { return false; }
 };
 
 // The receiving side of every link: a header that validateHeader passes, and
@@ -121,6 +128,15 @@ class FrameLink {
   // be called from inside this call.
   virtual void send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
                     const OutPtr& m, Route route) = 0;
+  // A message that the link can write whole at once, as one frame, with
+  // nothing queued before it to `peer`: written, and true (it is sent:
+  // its buffer is free; no onSent follows). False: nothing was written, and
+  // the caller sends it with send(). For a small message, whose owner then
+  // needs no record.
+  virtual bool sendNow(int /*peer*/, FrameType /*type*/, uint64_t /*key*/, const OpDesc& /*desc*/,
+                       const char* /*buf*/, size_t /*len*/) {
+    return false;
+  }
   // Withdraws the frames of `m` not yet written; after it returns the link
   // no longer reads the message's buffer (a frame half on the wire is
   // finished from a copy, or from the registration a write in flight holds)

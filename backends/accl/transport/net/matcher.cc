@@ -81,6 +81,20 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
   return in;
 }
 
+bool Matcher::arriveWhole(int peer, Space s, const FrameHeader& h, const char* payload) {
+  if (h.offset != 0 || h.len != h.total || findActive(Key{peer, s, h.key}) != active_.end()) return false;
+  auto pit = std::find_if(posted_.begin(), posted_.end(),
+                          [&](const RequestPtr& r) { return matches(*r, peer, s, h.key); });
+  if (pit == posted_.end() || (*pit)->len != h.total) return false;
+  Request& r = **pit;
+  if (s == Space::Tagged) r.source = peer;
+  if (h.len) std::memcpy(r.buf, payload, h.len);
+  r.done = true;
+  if (pit == posted_.begin()) posted_.pop_front();
+  else posted_.erase(pit);
+  return true;
+}
+
 void Matcher::landed(const FrameHeader& h, Inbound& in) {
   in.got += h.len;
   if (in.got < in.total) return;

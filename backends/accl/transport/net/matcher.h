@@ -75,6 +75,12 @@ class Matcher {
   // The frame's payload landed (or was discarded): completes the receive
   // when it was the message's last.
   void landed(const FrameHeader& h, Inbound& in);
+  // A frame that is a whole message (offset 0, len == total), its payload
+  // at `payload`: where arrive() would land it straight in a posted receive
+  // of its size, copies it there and completes the receive (true), without
+  // a record of the message. False, with nothing changed, where arrive()
+  // would hold it, fail the receive on its size, or find it in progress.
+  bool arriveWhole(int peer, Space s, const FrameHeader& h, const char* payload);
   // A receive: takes the first held message that matches, else waits.
   void post(const RequestPtr& r);
   // After this, nothing writes r's buffer.

@@ -432,6 +432,28 @@ LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
   }
 }
 
+bool NetTransport::landWhole(int peer, const FrameHeader& h, const char* payload) {
+  // As onHeader and onFrame for a message of one frame that a posted
+  // receive takes; anything else goes that way (held, late, mismatched).
+  Space s;
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::Data:
+      if (session_.isPast(h.key >> 32)) return false;
+      session_.noteDesc(peer, h.desc);
+      s = Space::Op;
+      break;
+    case FrameType::Tagged:
+      s = Space::Tagged;
+      break;
+    default:
+      return false;
+  }
+  if (!matcher_.arriveWhole(peer, s, h, payload)) return false;
+  noteArriving(peer, h.len);
+  noteLanded(peer, h.len);
+  return true;
+}
+
 bool NetTransport::readNow(int peer, const FrameHeader& h) {
   // An op's steps are received as the op runs: never held for long.
   return static_cast<FrameType>(h.type) != FrameType::Tagged || matcher_.hasPosted(peer, Space::Tagged, h.key) ||

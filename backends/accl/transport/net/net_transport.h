@@ -184,6 +184,7 @@ class NetTransport : public Transport, private FrameSink {
   LandingPtr onHeader(int peer, const FrameHeader& h) override;
   void onFrame(int peer, const FrameHeader& h, const LandingPtr& l) override;
   void onSent(const OutPtr& m) override { m->frameSent(); }
+  bool landWhole(int peer, const FrameHeader& h, const char* payload) override;
   bool readNow(int peer, const FrameHeader& h) override;
   void onPeerFailed(FrameLink* link, int peer, const std::string& why) override;
   // Statistics (mu_ held): a data frame of `len` bytes from `peer` started

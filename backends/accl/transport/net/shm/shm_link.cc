@@ -366,15 +366,12 @@ void ShmLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, c
   size_t frames = len == 0 ? 1 : (len + maxFrame_ - 1) / maxFrame_;
   if (m) m->framesLeft = frames;
   if (!o.ring) return;  // dropped peer: as a closed connection, nothing goes out
-  if (frames == 1 && o.queue.empty()) {
-    // One frame and nothing before it (a small message): straight into the
-    // ring when it has room, without the queue's copy of the header and of
-    // the owner's pointer.
-    FrameHeader h{kWireMagic, kWireVersion, static_cast<uint8_t>(type), 0, key, 0, len, len, desc};
-    if (writeNow(peer, h, buf)) {
-      if (m) sink_->onSent(m);
-      return;
-    }
+  // One frame and nothing before it (a small message): straight into the
+  // ring when it has room, without the queue's copy of the header and of
+  // the owner's pointer.
+  if (frames == 1 && sendNow(peer, type, key, desc, buf, len)) {
+    if (m) sink_->onSent(m);
+    return;
   }
   for (size_t off = 0, i = 0; i < frames; ++i, off += maxFrame_) {
     size_t n = std::min(maxFrame_, len - std::min(len, off));
@@ -385,6 +382,13 @@ void ShmLink::send(int peer, FrameType type, uint64_t key, const OpDesc& desc, c
     o.queue.push_back(std::move(f));
   }
   flush(peer);
+}
+
+bool ShmLink::sendNow(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len) {
+  Out& o = out_[peer];
+  if (!o.ring || !o.queue.empty() || len > maxFrame_ || (o.cma && len >= singleCopyMin())) return false;
+  FrameHeader h{kWireMagic, kWireVersion, static_cast<uint8_t>(type), 0, key, 0, len, len, desc};
+  return writeNow(peer, h, buf);
 }
 
 void ShmLink::putAt(char* data, uint64_t pos, const char* src, size_t n) const {
@@ -534,6 +538,17 @@ bool ShmLink::readFrom(int peer) {
         return true;
       }
       bool fits = h.len <= maxFrame_ && sizeof(FrameHeader) + align64(h.len) <= head - tail;
+      // A whole message whose payload does not wrap: the sink may land it
+      // from the ring in one step (a small message into a posted receive).
+      size_t at = (tail + sizeof(FrameHeader)) & (cap_ - 1);
+      if (fits && h.offset == 0 && h.len == h.total && at + h.len <= cap_ && validateHeader(h).empty() &&
+          sink_->landWhole(peer, h, data + at)) {
+        tail += sizeof(FrameHeader) + align64(h.len);
+        r->tail.store(tail, std::memory_order_release);
+        any = true;
+        if (tail == head) head = r->head.load(std::memory_order_acquire);
+        continue;
+      }
       l = admitHeader(*sink_, peer, h,
                       fits ? "" : "frame of " + std::to_string(h.len) + " bytes beyond what the ring published", &bad);
     }

@@ -77,6 +77,7 @@ class ShmLink : public FrameLink, public EventHandler {
   bool serves(int peer) const override { return serving_[peer].load(std::memory_order_relaxed); }
   void send(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len,
             const OutPtr& m, Route route) override;
+  bool sendNow(int peer, FrameType type, uint64_t key, const OpDesc& desc, const char* buf, size_t len) override;
   bool withdraw(const OutPtr& m) override;
   void dropPeer(int peer) override;
   bool poll() override;
