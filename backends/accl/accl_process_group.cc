@@ -511,7 +511,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAllgather(Buffer in, Buffer out, const
   size_t es = dataTypeSize(in.dtype), total = out.count * es, bytes = in.count * es;
   return submit(OpType::Allgatherv, out.count, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, total](const OpDesc& d, Clock::time_point dl) {
-                  allgatherBody(in, out, uniformBytes(sizesA_, bytes), total, d, dl);
+                  allgatherBody(in, out, uniformBytes(bytes), total, d, dl);
                 });
 }
 
@@ -572,7 +572,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAlltoall(Buffer in, Buffer out, const 
   size_t es = dataTypeSize(in.dtype), total = in.count * es, bytes = in.count / static_cast<size_t>(size()) * es;
   return submit(OpType::Alltoallv, 0, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes](const OpDesc& d, Clock::time_point dl) {
-                  const auto& b = uniformBytes(sizesA_, bytes);
+                  const auto& b = uniformBytes(bytes);
                   alltoallBody(in, b, out, b, d, dl);
                 });
 }
@@ -592,7 +592,7 @@ std::shared_ptr<Work> AcclProcessGroup::doGather(Buffer in, Buffer out, const Ga
   size_t es = dataTypeSize(in.dtype), bytes = in.count * es;
   return submit(OpType::Gather, in.count, in.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
-                  const auto& b = uniformBytes(sizesA_, bytes);
+                  const auto& b = uniformBytes(bytes);
                   noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
                   if (layout_.singleHost()) return host_->gatherv(in.data, out.data, b, root, d, dl);
                   algo::gathervDirect(flat(), in.data, out.data, b, root);
@@ -603,7 +603,7 @@ std::shared_ptr<Work> AcclProcessGroup::doScatter(Buffer in, Buffer out, const S
   size_t es = dataTypeSize(out.dtype), bytes = out.count * es;
   return submit(OpType::Scatter, out.count, out.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
-                  const auto& b = uniformBytes(sizesA_, bytes);
+                  const auto& b = uniformBytes(bytes);
                   noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
                   if (layout_.singleHost()) return host_->scatterv(in.data, out.data, b, root, d, dl);
                   algo::scattervDirect(flat(), in.data, out.data, b, root);
