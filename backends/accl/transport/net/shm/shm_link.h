@@ -11,7 +11,10 @@
 // rank whose progress thread goes to sleep says so in its rings; a writer
 // that finds that flag rings the reader's doorbell, a FIFO in /dev/shm that
 // the reader's event loop watches (and the other way round when a writer
-// waits for space). The socket link still carries set-up and control frames,
+// waits for space). A frame that is a whole message is offered to the
+// sink's landWhole where it lies, so that a small message lands in its
+// posted receive in one step; one written whole at once (sendNow) needs no
+// record on the sender's side. The socket link still carries set-up and control frames,
 // and its closing still tells this rank that a local peer is gone; the peer's
 // ring is read to its end before the peer is failed.
 //
