@@ -112,19 +112,19 @@ class AcclProcessGroup : public ProcessGroup {
   // per op without an allocation (the uniform ops built one to five vectors
   // per op before; docs/performance.md has the figures).
   std::vector<size_t> sizesA_, sizesB_;
-  // sizesA_ holds size() copies of this (SIZE_MAX: not so): a uniform op of
-  // the last one's size leaves it as it is (filling it again was about 80
-  // instructions of a small scatter or gather).
-  size_t sizesAUniform_ = SIZE_MAX;
+  // The uniform ops' sizes, size() copies of uniformOf_: kept apart from the
+  // vectors above, so that an op of the last one's size leaves them as they
+  // are (filling them again was about 80 instructions of a small scatter).
+  std::vector<size_t> uniform_;
+  size_t uniformOf_ = 0;
   const std::vector<size_t>& uniformBytes(size_t bytes) {
-    if (bytes != sizesAUniform_) {
-      sizesA_.assign(static_cast<size_t>(size()), bytes);
-      sizesAUniform_ = bytes;
+    if (uniform_.empty() || bytes != uniformOf_) {
+      uniform_.assign(static_cast<size_t>(size()), bytes);
+      uniformOf_ = bytes;
     }
-    return sizesA_;
+    return uniform_;
   }
   const std::vector<size_t>& scaledBytes(std::vector<size_t>& s, const std::vector<size_t>& counts, size_t es) {
-    if (&s == &sizesA_) sizesAUniform_ = SIZE_MAX;
     s.resize(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) s[i] = counts[i] * es;
     return s;

@@ -56,13 +56,10 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
   in->key = h.key;
   in->desc = h.desc;
   in->total = h.total;
-  auto pit = std::find_if(posted_.begin(), posted_.end(),
-                          [&](const RequestPtr& r) { return matches(*r, peer, s, h.key); });
+  auto pit = findPosted(peer, s, h.key);
   if (pit != posted_.end()) {
     RequestPtr r = std::move(*pit);
-    // Usually the oldest receive: pop_front, not the general erase.
-    if (pit == posted_.begin()) posted_.pop_front();
-    else posted_.erase(pit);
+    erasePosted(pit);
     if (s == Space::Tagged) r->source = peer;
     if (h.total != r->len) {
       r->fail(Failure::Mismatch, sizeMismatch(peer, s, h.key, h.desc, h.total, r->len));
@@ -83,15 +80,13 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
 
 bool Matcher::arriveWhole(int peer, Space s, const FrameHeader& h, const char* payload) {
   if (h.offset != 0 || h.len != h.total || findActive(Key{peer, s, h.key}) != active_.end()) return false;
-  auto pit = std::find_if(posted_.begin(), posted_.end(),
-                          [&](const RequestPtr& r) { return matches(*r, peer, s, h.key); });
+  auto pit = findPosted(peer, s, h.key);
   if (pit == posted_.end() || (*pit)->len != h.total) return false;
   Request& r = **pit;
   if (s == Space::Tagged) r.source = peer;
   if (h.len) std::memcpy(r.buf, payload, h.len);
   r.done = true;
-  if (pit == posted_.begin()) posted_.pop_front();
-  else posted_.erase(pit);
+  erasePosted(pit);
   return true;
 }
 

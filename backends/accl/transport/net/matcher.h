@@ -113,6 +113,16 @@ class Matcher {
     return r.space == s && r.key == key && (r.peer == peer || (s == Space::Tagged && r.peer == -1));
   }
   void takeHeld(const RequestPtr& r, const InboundPtr& u);
+  // The oldest posted receive that a message from `peer` with this key
+  // matches (posted_.end(): none), and its removal (usually the oldest).
+  std::deque<RequestPtr>::iterator findPosted(int peer, Space s, uint64_t key) {
+    return std::find_if(posted_.begin(), posted_.end(),
+                        [&](const RequestPtr& r) { return matches(*r, peer, s, key); });
+  }
+  void erasePosted(std::deque<RequestPtr>::iterator it) {
+    if (it == posted_.begin()) posted_.pop_front();
+    else posted_.erase(it);
+  }
   // Buffers of held messages: big ones are kept for the next (at most
   // kSpares per matcher, the largest ones, and within the process's budget
   // spareLimit_), since a fresh allocation of that size is a new mapping whose

@@ -236,13 +236,13 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
                               std::shared_ptr<Work> work) {
   std::lock_guard<std::mutex> lk(mu_);
   uint64_t key = static_cast<uint64_t>(static_cast<int64_t>(tag));
+  OpDesc sendDesc{};
+  sendDesc.op = static_cast<uint16_t>(OpType::Send);
   if (isSend && peerFailed_[peer].empty()) {
     // A small message that the link writes at once (into a shared-memory
     // ring) is sent when this returns: its Work completes here, with no
     // request to make, track and release.
-    OpDesc d{};
-    d.op = static_cast<uint16_t>(OpType::Send);
-    if (dataLink(peer).sendNow(peer, FrameType::Tagged, key, d, static_cast<const char*>(buf), len)) {
+    if (dataLink(peer).sendNow(peer, FrameType::Tagged, key, sendDesc, static_cast<const char*>(buf), len)) {
       traffic_[peer].sent += len;
       work->completeUnshared(nullptr, -1);
       return;
@@ -262,9 +262,7 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
   } else if (isSend) {
     traffic_[peer].sent += len;
-    OpDesc d{};
-    d.op = static_cast<uint16_t>(OpType::Send);
-    dataLink(peer).send(peer, FrameType::Tagged, r->key, d, static_cast<const char*>(buf), len, r,
+    dataLink(peer).send(peer, FrameType::Tagged, key, sendDesc, static_cast<const char*>(buf), len, r,
                         FrameLink::Route::Ordered);
   } else {
     matcher_.post(r);
