@@ -94,11 +94,13 @@ const config::Var<int> socketNstreams(
     "TCP connections per pair of ranks on different hosts; large messages are split across them.");
 
 const config::Var<std::string> shmCma(
-    "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
+    "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "off", nullptr,
     "Single-copy shared-memory transfers with process_vm_readv (collectives within a host from "
     "16 KiB (reduce 32 KiB), point-to-point messages from 8 KiB; where the host's ranks share CPUs, "
-    "from 64 KiB and 16 KiB). auto: used when the kernel allows it; "
-    "off: always copy through the shared segment and rings; on: fail if unavailable.");
+    "from 64 KiB and 16 KiB). off: copy through the shared segment and rings, which stay in cache "
+    "(faster for buffers on 4 KiB pages, where the kernel pins every page it reads); auto: single "
+    "copy where the kernel allows it (faster from about 16 MiB for buffers on huge pages); on: "
+    "single copy, fail if unavailable.");
 
 const config::Var<int> inlineBytes(
     "ACCL_INLINE_BYTES", kOwner, config::intRange(0, 1L << 30), 65536, nullptr,

@@ -72,7 +72,12 @@ std::vector<int> runRanks(int n, const std::string& transports,
     if (pid == 0) {
       std::string err = dir + "/err" + std::to_string(r);
       freopen(err.c_str(), "w", stderr);
-      setenv("ACCL_TRANSPORTS", transports.c_str(), 1);
+      // "...+cma": with single copy within the host (ACCL_SHM_CMA=auto).
+      std::string t = transports;
+      bool cma = t.size() > 4 && t.compare(t.size() - 4, 4, "+cma") == 0;
+      if (cma) t.resize(t.size() - 4);
+      setenv("ACCL_TRANSPORTS", t.c_str(), 1);
+      setenv("ACCL_SHM_CMA", cma ? "auto" : "off", 1);
       int code = 0;
       try {
         Ctx ctx{dir, std::make_shared<FileStore>(dir + "/store")};
@@ -180,8 +185,9 @@ class Fault : public ::testing::TestWithParam<std::string> {
   void TearDown() override { cleanRunDirs(HasFailure()); }
 };
 
-// The eager rooted ops of one host's shared-memory domain: shared memory only.
-class EagerShm : public ::testing::Test {
+// The eager rooted ops of one host's shared-memory domain: shared memory only,
+// copying through the segment (the default) and by single copy.
+class EagerShm : public ::testing::TestWithParam<std::string> {
  protected:
   void TearDown() override { cleanRunDirs(HasFailure()); }
 };
@@ -276,7 +282,7 @@ TEST_P(Fault, AReceiveNobodySendsToTimesOutNamingItsPeerTagAndSize) {
   EXPECT_LT(ms, 10000);
   EXPECT_EQ(matched.rfind("ok", 0), 0u);
   // Over shared memory the 12 bytes went into the ring at once.
-  if (GetParam() == "shm,tcp") {
+  if (GetParam().rfind("shm,", 0) == 0) {
     EXPECT_NE(s1.find("send posted: complete"), std::string::npos);
   }
 }
@@ -588,7 +594,7 @@ TEST_P(Fault, TimeoutAndSigusr1WriteTheFlightRecorder) {
     EXPECT_NE(t.find("\"root\": 1"), std::string::npos);
     EXPECT_EQ(t.find("\"algorithm\": \"\""), std::string::npos) << "an op without its algorithm";
     // The ranks share a host over shared memory, else each is its own host on tcp or ib.
-    std::string transport = "\"transport\": \"" + (GetParam() == "shm,tcp" ? std::string("shm") : GetParam()) + "\"";
+    std::string transport = "\"transport\": \"" + (GetParam().rfind("shm,", 0) == 0 ? std::string("shm") : GetParam()) + "\"";
     EXPECT_NE(t.find(transport), std::string::npos);
     if (r == 2) {
       EXPECT_NE(t.find("\"reason\": \"SIGUSR1\""), std::string::npos);
@@ -608,9 +614,9 @@ TEST_P(Fault, TimeoutAndSigusr1WriteTheFlightRecorder) {
 // sends returns without waiting for the others (as Open MPI's eager messages
 // do). Here the ranks that are not waited for hold back until the store says
 // the other side has returned, so a rooted op that waited would time out.
-TEST_F(EagerShm, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
+TEST_P(EagerShm, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
   std::string dir;
-  runRanks(3, "shm,tcp", [](int r, ProcessGroup& pg, Ctx& c) {
+  runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
     const size_t k = 100;
     std::vector<float> in(3 * k), out(3 * k, -1.0f);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(r * 1000 + i);
@@ -667,9 +673,9 @@ TEST_F(EagerShm, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
 // both sides, not returned as another op's data. Here the root calls a
 // scatter and then ten broadcasts, all before rank 1 calls anything; rank 1
 // calls eleven broadcasts.
-TEST_F(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
+TEST_P(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
   std::string dir;
-  runRanks(2, "shm,tcp", [](int r, ProcessGroup& pg, Ctx& c) {
+  runRanks(2, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
     std::vector<float> in(32), out(16, -1.0f);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
     auto F = [](std::vector<float>& v, size_t n) { return Buffer(v.data(), n, DataType::Float32); };
@@ -707,9 +713,9 @@ TEST_F(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
 // round where the two parted and names those ops, not the later one. The
 // senders of eager ops read their peers' progress only every few rounds, so
 // a root also meets mismatches after the fact, and names them the same way.
-TEST_F(EagerShm, AMismatchFoundRoundsLaterNamesTheOpsWhereTheRanksParted) {
+TEST_P(EagerShm, AMismatchFoundRoundsLaterNamesTheOpsWhereTheRanksParted) {
   std::string dir;
-  runRanks(2, "shm,tcp", [](int r, ProcessGroup& pg, Ctx& c) {
+  runRanks(2, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
     std::vector<float> x(32, 1.0f);
     auto F = [&](size_t n) { return Buffer(x.data(), n, DataType::Float32); };
     pg.barrier()->wait();  // #0
@@ -741,10 +747,10 @@ TEST_F(EagerShm, AMismatchFoundRoundsLaterNamesTheOpsWhereTheRanksParted) {
 // rotating, sizes on both sides of the eager limit, with ranks that lag now
 // and then, so that roots run ahead: every result is checked, and a slot
 // reused too early would show as another op's data.
-TEST_F(EagerShm, EagerAndLockStepOpsInARowKeepEveryResult) {
+TEST_P(EagerShm, EagerAndLockStepOpsInARowKeepEveryResult) {
   std::string dir;
   const int n = 4;
-  runRanks(n, "shm,tcp", [&](int r, ProcessGroup& pg, Ctx& c) {
+  runRanks(n, GetParam(), [&](int r, ProcessGroup& pg, Ctx& c) {
     std::mt19937 order(12345), lag(777 + r);
     const size_t sizes[] = {0, 1, 7, 250, 4096, 16384, 20000};  // floats: 4096 = 16 KiB and 16384 = 64 KiB, the single-copy limits
     std::vector<float> a, b;
@@ -806,10 +812,10 @@ TEST_F(EagerShm, EagerAndLockStepOpsInARowKeepEveryResult) {
 // slots piece by piece beyond a slot's share); all must still agree on the
 // path, and every result is checked. 2 ranks (a CPU each on a 2-core host)
 // and 3 (sharing CPUs there: other limits).
-TEST_F(EagerShm, AlltoallvWithRanksOnBothSidesOfTheLimitsKeepsEveryResult) {
+TEST_P(EagerShm, AlltoallvWithRanksOnBothSidesOfTheLimitsKeepsEveryResult) {
   for (int n : {2, 3}) {
     std::string dir;
-    runRanks(n, "shm,tcp", [&](int r, ProcessGroup& pg, Ctx& c) {
+    runRanks(n, GetParam(), [&](int r, ProcessGroup& pg, Ctx& c) {
       std::mt19937 lag(99 + r);
       // floats: 0 to 560 KB (a slot's share for 2 ranks is 512 KiB)
       const size_t sizes[] = {0, 1, 7, 1000, 3000, 5000, 20000, 140000};
@@ -852,9 +858,9 @@ TEST_F(EagerShm, AlltoallvWithRanksOnBothSidesOfTheLimitsKeepsEveryResult) {
 
 // A root that returned from an eager op learns at its next op that a rank it
 // did not wait for has died.
-TEST_F(EagerShm, ARankThatDiesAfterAnEagerRootReturnedFailsTheRootsNextOp) {
+TEST_P(EagerShm, ARankThatDiesAfterAnEagerRootReturnedFailsTheRootsNextOp) {
   std::string dir;
-  auto st = runRanks(3, "shm,tcp", [](int r, ProcessGroup& pg, Ctx& c) {
+  auto st = runRanks(3, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
     float x[16] = {};
     pg.barrier(BarrierOptions{})->wait();
     if (r == 2) {
@@ -880,5 +886,10 @@ TEST_F(EagerShm, ARankThatDiesAfterAnEagerRootReturnedFailsTheRootsNextOp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Fault, ::testing::Values("shm,tcp", "tcp", "ib"),
-                         [](const auto& info) { return info.param == "shm,tcp" ? std::string("shm") : info.param; });
+namespace {
+std::string transportName(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param == "shm,tcp" ? std::string("shm") : info.param == "shm,tcp+cma" ? std::string("shm_cma") : info.param;
+}
+}  // namespace
+INSTANTIATE_TEST_SUITE_P(Transports, Fault, ::testing::Values("shm,tcp", "shm,tcp+cma", "tcp", "ib"), transportName);
+INSTANTIATE_TEST_SUITE_P(Copy, EagerShm, ::testing::Values("shm,tcp", "shm,tcp+cma"), transportName);
