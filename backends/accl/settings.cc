@@ -94,13 +94,14 @@ const config::Var<int> socketNstreams(
     "TCP connections per pair of ranks on different hosts; large messages are split across them.");
 
 const config::Var<std::string> shmCma(
-    "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "off", nullptr,
-    "Single-copy shared-memory transfers with process_vm_readv (collectives within a host from "
-    "16 KiB (reduce 32 KiB), point-to-point messages from 8 KiB; where the host's ranks share CPUs, "
-    "from 64 KiB and 16 KiB). off: copy through the shared segment and rings, which stay in cache "
-    "(faster for buffers on 4 KiB pages, where the kernel pins every page it reads); auto: single "
-    "copy where the kernel allows it (faster from about 16 MiB for buffers on huge pages); on: "
-    "single copy, fail if unavailable.");
+    "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
+    "Single-copy shared-memory transfers with process_vm_readv. auto: collectives within a host copy "
+    "through the shared segment (its slots stay in cache: faster than single copy on buffers of 4 KiB "
+    "pages, whose every page the kernel pins), and so do point-to-point messages through the rings, "
+    "but for messages of 16 MiB and more where the host's ranks share CPUs, which are read by single "
+    "copy where the kernel allows it; on: single copy for collectives from 16 KiB (reduce 32 KiB) and "
+    "point-to-point messages from 8 KiB (where the host's ranks share CPUs: 64 KiB and 16 KiB), "
+    "faster from about 16 MiB for buffers on huge pages; fails if unavailable; off: never.");
 
 const config::Var<int> inlineBytes(
     "ACCL_INLINE_BYTES", kOwner, config::intRange(0, 1L << 30), 65536, nullptr,

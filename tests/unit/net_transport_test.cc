@@ -48,9 +48,10 @@ struct Pair {
 };
 
 // link: "tcp" and "ib" as two hosts; "shm": as two ranks of one host (the
-// shared-memory link carries the data).
+// shared-memory link carries the data); "shm_cma": the same, with single copy
+// from the link's threshold (ACCL_SHM_CMA=on), where process_vm_readv works.
 void connect(Pair& p, const std::string& link) {
-  bool ib = link == "ib", shm = link == "shm";
+  bool ib = link == "ib", cma = link == "shm_cma", shm = link == "shm" || cma;
   // Creating the transports (over verbs: UCX's memory hooks load) changes no
   // signal disposition of the process (SA_RESTORER is glibc's own flag).
   SignalSnapshot before;
@@ -71,6 +72,7 @@ void connect(Pair& p, const std::string& link) {
     o.where = "net test rank " + std::to_string(rank);
     o.ibWanted = o.ibRequired = ib;
     o.remote = {!shm && rank != 0, !shm && rank != 1};
+    o.shmCmaAlways = cma;
     p.t[rank] = std::make_unique<net::NetTransport>(o);
   };
   std::thread other([&] { make(1); });
@@ -191,7 +193,7 @@ TEST_P(NetTransport, AWaiterThatPollsGetsItsMessagesAndSurvivesTheTransportsEnd)
   Pair p;
   connect(p, GetParam());
   ASSERT_FALSE(HasFatalFailure());
-  bool polls = GetParam() == "shm";
+  bool polls = GetParam() == "shm" || GetParam() == "shm_cma";
   ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(1)), polls);
   ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(-1)), polls);
   auto tagged = [&](int from, bool send, void* buf, size_t len, int tag) {
@@ -356,5 +358,5 @@ TEST_P(NetTransport, OnlyFramesOf16KiBAndUpAreTimedForTheReceiveRate) {
   EXPECT_GT(both.receiveBusyUs, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm"),
+INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm", "shm_cma"),
                          [](const auto& info) { return info.param; });

@@ -146,6 +146,7 @@ void NetTransport::setupShm(Clock::time_point deadline) {
   so.where = o_.where;
   so.cma = o_.shmCma;
   shm_ = ShmLink::connect(so, this, &shmWhy_);
+  if (shm_) shm_->setSingleCopyMin(o_.shmCmaAlways ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyNever);
   if (!shmWhy_.empty())
     ACCL_WARN("INIT", o_.where << ": point-to-point with some ranks of this host goes over tcp, not shared memory: "
                                << shmWhy_);
@@ -154,7 +155,10 @@ void NetTransport::setupShm(Clock::time_point deadline) {
 void NetTransport::setLocalRanksShareCpus(bool shared) {
   spinningWaiters_ = !shared;
   if (shm_) {
-    shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyMinOwnCpus);
+    if (o_.shmCmaAlways)
+      shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyMinOwnCpus);
+    else
+      shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyAutoMinSharedCpus : ShmLink::kSingleCopyNever);
     shm_->setDeferMin(shared ? ShmLink::kDeferMinSharedCpus : ShmLink::kDeferMinOwnCpus);
   }
 }

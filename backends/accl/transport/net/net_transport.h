@@ -60,7 +60,10 @@ class NetTransport : public Transport, private FrameSink {
     // Peers on this host (not remote, not this rank): their frames go
     // through shared-memory rings (ShmLink) where both ends can make them.
     bool shmWanted = true;
-    bool shmCma = true;  // large frames to local peers read with process_vm_readv where allowed
+    bool shmCma = true;  // large frames to local peers may be read with process_vm_readv (probed)
+    // ACCL_SHM_CMA=on: from ShmLink's thresholds (kSingleCopyMin*); else
+    // (auto) only where local ranks share CPUs, from kSingleCopyAutoMinSharedCpus.
+    bool shmCmaAlways = false;
     // The process's budget for the buffers of large messages that arrived
     // before their receive, kept for the next (Matcher; ACCL_UNEXPECTED_CACHE_MB).
     size_t unexpectedCacheBytes = Matcher::kDefaultSpareLimit;

@@ -145,6 +145,17 @@ class ShmLink : public FrameLink, public EventHandler {
   // any size.
   static constexpr size_t kSingleCopyMinOwnCpus = size_t(8) << 10;
   static constexpr size_t kSingleCopyMinSharedCpus = size_t(16) << 10;
+  // Those are ACCL_SHM_CMA=on's. The default (auto) reads by single copy only
+  // messages of 16 MiB and more, and only where the host's ranks share CPUs:
+  // the kernel pins every 4 KiB page that process_vm_readv reads (4 MiB here:
+  // 14.5 GB/s against 61 GB/s for a plain copy), while the ring stays in
+  // cache. 2 ranks with a CPU each, sendrecv: the ring 1.2-2.5x Open MPI's
+  // busbw at 64 KiB - 128 MiB, single copy 0.9-1.0x. 4 ranks on 2 cores: the
+  // ring as fast or faster up to 16 MiB, but 0.3-0.7x at 64-128 MiB, where a
+  // writer waits for its reader to be scheduled at every ring's worth, and
+  // single copy 0.7-1.4x.
+  static constexpr size_t kSingleCopyAutoMinSharedCpus = size_t(16) << 20;
+  static constexpr size_t kSingleCopyNever = SIZE_MAX;
   size_t singleCopyMin() const { return singleCopyMin_.load(std::memory_order_relaxed); }
   // The group sets it once it knows whether its local ranks share CPUs.
   void setSingleCopyMin(size_t bytes) { singleCopyMin_.store(bytes, std::memory_order_relaxed); }
