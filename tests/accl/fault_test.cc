@@ -73,12 +73,12 @@ std::vector<int> runRanks(int n, const std::string& transports,
     if (pid == 0) {
       std::string err = dir + "/err" + std::to_string(r);
       freopen(err.c_str(), "w", stderr);
-      // "...+cma": with single copy within the host (ACCL_SHM_CMA=on).
+      // "...+cma": with single copy within the host (ACCL_SHM_CMA=on); else the default.
       std::string t = transports;
       bool cma = t.size() > 4 && t.compare(t.size() - 4, 4, "+cma") == 0;
       if (cma) t.resize(t.size() - 4);
       setenv("ACCL_TRANSPORTS", t.c_str(), 1);
-      setenv("ACCL_SHM_CMA", cma ? "on" : "off", 1);
+      setenv("ACCL_SHM_CMA", cma ? "on" : "auto", 1);
       int code = 0;
       try {
         Ctx ctx{dir, std::make_shared<FileStore>(dir + "/store")};
