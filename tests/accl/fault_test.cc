@@ -55,6 +55,11 @@ std::vector<std::string>& runDirs() {
   return dirs;
 }
 
+// A test parameter "TRANSPORTS+cma": with single copy within the host.
+bool wantsSingleCopy(const std::string& transports) {
+  return transports.size() > 4 && transports.compare(transports.size() - 4, 4, "+cma") == 0;
+}
+
 // Forks `n` ranks; each runs body(rank, pg, ctx) and writes what it wants
 // checked to dir/out<rank> (its stderr goes to dir/err<rank>). Returns the
 // exit statuses. A rank that does not exit within `limit` is killed and the
@@ -75,7 +80,7 @@ std::vector<int> runRanks(int n, const std::string& transports,
       freopen(err.c_str(), "w", stderr);
       // "...+cma": with single copy within the host (ACCL_SHM_CMA=on); else the default.
       std::string t = transports;
-      bool cma = t.size() > 4 && t.compare(t.size() - 4, 4, "+cma") == 0;
+      bool cma = wantsSingleCopy(t);
       if (cma) t.resize(t.size() - 4);
       setenv("ACCL_TRANSPORTS", t.c_str(), 1);
       setenv("ACCL_SHM_CMA", cma ? "on" : "auto", 1);
@@ -186,7 +191,7 @@ bool singleCopyPermitted() {
 }
 
 void skipIfNoSingleCopy(const std::string& param) {
-  if (param.size() > 4 && param.compare(param.size() - 4, 4, "+cma") == 0 && !singleCopyPermitted())
+  if (wantsSingleCopy(param) && !singleCopyPermitted())
     GTEST_SKIP() << "process_vm_readv is not permitted here: no single copy to test";
 }
 
