@@ -697,6 +697,12 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
   return work;
 }
 
+// A sendrecv's send goes before its receive up to this size (below).
+// 2 ranks, time against MPI_Sendrecv with the receive first / the send first
+// (and the receive reading the ring when posted): 8 B 1.41 / 1.18, 64 B
+// 1.34 / 1.05, 16 KiB 0.39 / 0.27, 64 KiB 0.51 / 0.36; from 128 KiB alike.
+static constexpr size_t kSendFirstMaxBytes = 64 << 10;
+
 std::shared_ptr<Work> AcclProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb, int src, const SendRecvOptions& o) {
   size_t sbytes = sb.count * dataTypeSize(sb.dtype), rbytes = rb.count * dataTypeSize(rb.dtype);
   int64_t me = static_cast<int64_t>(rank()) | static_cast<int64_t>(size()) << 24;
@@ -708,9 +714,20 @@ std::shared_ptr<Work> AcclProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb
   tracePointToPoint(src >= 0 ? src : dst);
   work->setParts(2);
   auto deadline = core::deadlineAfter(effectiveTimeout(o));
-  // The receive first: a message that comes while the send goes out lands in place.
-  net_->postTagged(false, src, o.recvTag, rb.data, rbytes, deadline, work);
-  net_->postTagged(true, dst, o.sendTag, sb.data, sbytes, deadline, work);
+  if (sbytes <= kSendFirstMaxBytes) {
+    // A small send first: it is in the peer's ring (or on its way) before this
+    // rank spends time on its receive, and the peer, doing the same, waits that
+    // much less. The peer's message to this rank stays in the ring until this
+    // rank posts the receive, which reads it then (NetTransport::postTagged):
+    // one copy, as when the receive came first. A large message is better
+    // landed in place as it streams in.
+    net_->postTagged(true, dst, o.sendTag, sb.data, sbytes, deadline, work);
+    net_->postTagged(false, src, o.recvTag, rb.data, rbytes, deadline, work);
+  } else {
+    // The receive first: a message that comes while the send goes out lands in place.
+    net_->postTagged(false, src, o.recvTag, rb.data, rbytes, deadline, work);
+    net_->postTagged(true, dst, o.sendTag, sb.data, sbytes, deadline, work);
+  }
   addWaiterHook(*work, src, std::max(sbytes, rbytes), o.blocking);
   return work;
 }

@@ -269,13 +269,20 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
     // A message from a local peer that came before this receive may have
     // been left in its sender's memory: it lands here now, in one copy (as
     // a held copy would have been copied into it now).
-    if (!r->done && shm_ && shm_->deferring() && shm_->readDeferred()) {
-      // Frames behind it may have finished other requests: reaped by the loop.
+    bool moved = !r->done && shm_ && shm_->deferring() && shm_->readDeferred();
+    // A message from a local peer already in its ring (the peer sent before
+    // this rank posted: a small sendrecv sends first) lands here now: the
+    // receive is done before its Work is handed out, with nothing to wait for.
+    if (!r->done && peer >= 0 && overShm(peer)) moved = shm_->readPeer(peer) || moved;
+    if (moved) {
+      // Frames behind it may have finished other requests: reaped by the
+      // loop; and steps of a collective: its waiter is told.
       for (const auto& t : tagged_)
         if (t.req->done) {
           loop_->wake();
           break;
         }
+      cv_.notify_all();
     }
   }
   if (r->done && r->failure == Failure::None) {

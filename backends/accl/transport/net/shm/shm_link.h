@@ -129,6 +129,10 @@ class ShmLink : public FrameLink, public EventHandler {
   // receive) now takes. True if frames moved.
   bool readDeferred();
   bool deferring() const { return deferred_ > 0; }
+  // A receive from `peer` was posted: reads what that peer wrote so far (a
+  // small message sent before this receive then lands in it now, and the
+  // receive needs no waiting). True if frames moved. With the transport's lock.
+  bool readPeer(int peer) { return peer >= 0 && peer < o_.size && readFrom(peer); }
 
   struct Ring;  // shared-memory layout (shm_link.cc)
   // For tests that play a broken peer: writes `bytes` raw into the ring to
