@@ -1,7 +1,8 @@
 """Anchor: torch.distributed's built-in gloo all_reduce (float32 sum), timed like accl-perf.
 Run one process per rank with the torchrun environment (accl-run sets it):
-    accl-run -n 2 /usr/bin/python3 torch_gloo_bench.py MINBYTES MAXBYTES FACTOR ITERS WARMUP
-Prints on rank 0: bytes time_us algbw_GBs busbw_GBs."""
+    accl-run -n 2 /usr/bin/python3 torch_gloo_bench.py MINBYTES MAXBYTES FACTOR ITERS WARMUP [cpu]
+Prints on rank 0: bytes time_us algbw_GBs busbw_GBs; with `cpu`, also the CPU time this process
+spent per op, in user space and in the kernel (us, os.times(): all its threads, gloo's included)."""
 import os
 import sys
 import time
@@ -13,6 +14,7 @@ import torch.distributed as dist
 def main():
     minb, maxb = int(sys.argv[1]), int(sys.argv[2])
     factor, iters, warmup = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    cpu = len(sys.argv) > 6 and sys.argv[6] == "cpu"
     # accl-run's MASTER_PORT is free: torch's own TCPStore takes it.
     dist.init_process_group("gloo", init_method="env://")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -22,15 +24,19 @@ def main():
         for _ in range(warmup):
             dist.all_reduce(t)
         dist.barrier()
+        c0 = os.times()
         t0 = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(t)
         el = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        c1 = os.times()
         dist.all_reduce(el)
         avg = el.item() / size
         if rank == 0:
             alg = t.numel() * 4 / avg / 1e9
-            print(f"{t.numel() * 4} {avg * 1e6:.3f} {alg:.4f} {alg * 2 * (size - 1) / size:.4f}", flush=True)
+            extra = (f" {(c1.user - c0.user) / iters * 1e6:.1f} {(c1.system - c0.system) / iters * 1e6:.1f}"
+                     if cpu else "")
+            print(f"{t.numel() * 4} {avg * 1e6:.3f} {alg:.4f} {alg * 2 * (size - 1) / size:.4f}{extra}", flush=True)
         nb = int(b * factor)
         if nb <= b:
             break
