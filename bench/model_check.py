@@ -179,7 +179,7 @@ def main():
             try:
                 tuning = os.path.join(tmp, f"tuning-{rate}-{delay}.json")
                 print(f"\n## link {rate}, {delay} ms each way; {ranks} ranks on 2 hosts")
-                calibrate(build, tuning)
+                calibrate(build, tuning, a.ranks_per_host)
                 pl = plan(build, tuning, ranks, 2)
                 for op in ops:
                     forced = {al: perf(build, {"ACCL_ALGO": f"{op}:{al}"}, op, a.max, a.iters, ranks)

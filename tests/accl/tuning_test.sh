@@ -45,6 +45,26 @@ ACCL_TUNING_FILE=$tmp/t.json "$b/bin/accl-info" --plan --ranks 2 --hosts 1 > "$t
 grep -q "shared segment: .*measured with 2 ranks" "$tmp/plan1.log" || fail "--plan does not show the measured segment"
 grep -qE "^allreduce +8 +shm " "$tmp/plan1.log" || fail "--plan: one host should run on the segment"
 
+echo "== calibrate 2 hosts x 2 ranks (ACCL_HOSTID): the link also with both pairs crossing it at once"
+timeout 300 "$b/bin/accl-run" -n 4 sh -c 'ACCL_HOSTID=h$((RANK / 2)) exec "$0" "$@"' \
+  "$b/bin/accl-perf" --backend accl --calibrate "$tmp/t4.json" > "$tmp/cal4.log" 2>&1 ||
+  fail "accl-perf --calibrate (2 x 2) exited $?: $(tail -5 "$tmp/cal4.log")"
+grep -E "^\[0\] (between|within|#)" "$tmp/cal4.log"
+python3 - "$tmp/t4.json" <<'PY' || fail "the 2 x 2 tuning file lacks the shared link"
+import json, sys
+j = json.load(open(sys.argv[1]))
+s, m = j["link_shared"], j["measured"]["link_shared"]
+assert j["shared_ranks"] == 2 and m["pairs"] == 2, j
+assert s["alpha_us"] > 0 and s["beta_us_per_byte"] > 0 and s["overhead_us"] == j["link"]["overhead_us"], s
+# Rank 0 measured with the first rank of the other host (rank 2), rank 1 with rank 3 at the same time.
+assert m["between_ranks"] == [0, 2], m
+pp = m["ping_pong"]
+assert pp[-1]["one_way_us"] > pp[0]["one_way_us"] > 0, pp
+print("shared link ok:", s)
+PY
+ACCL_TUNING_FILE=$tmp/t4.json "$b/bin/accl-info" --plan --ranks 4 --hosts 2 > "$tmp/plan4.log" 2>&1 || fail "accl-info --plan (2 x 2) exited $?"
+grep -qE "^allgather +[0-9]+ +(direct|ring) " "$tmp/plan4.log" || fail "--plan (2 x 2) has no allgather rows: $(head -20 "$tmp/plan4.log")"
+
 echo "== 4 ranks, each its own host, ops chosen by the model, results checked"
 for op in allreduce broadcast allgather reduce_scatter; do
   ACCL_TUNING_FILE=$tmp/t.json ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT timeout 300 "$b/bin/accl-run" -n 4 \

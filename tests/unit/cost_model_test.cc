@@ -264,3 +264,63 @@ TEST(CostModel, LayoutPredictionIsWhatTheBackendRuns) {
   EXPECT_EQ(plain.segmentRanks(), 0);
   EXPECT_GT(plain.segment().betaUsPerB, 0);
 }
+
+TEST(CostModel, ALinkMeasuredWithEveryPairAtOnceSetsTheStepsWhereAHostsRanksAllCross) {
+  CostModel m = fixed();  // the link alone: alpha 10, 0.001 us/B, overhead 2
+  m.local() = LinkParams{1, 0.0001, 0.0005, 0.5};
+  const size_t n = 1000000;
+  double rdBefore = m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 4, 2);
+  double ringBefore = m.predictUs(Coll::Allreduce, Algo::Ring, n, 4, 2);
+  // Two pairs at once: each takes 30 us of latency and half the bandwidth.
+  m.linkShared() = LinkParams{30, 0.002, 0.0005, 2};
+  m.setSharedRanks(2);
+  // One rank per host: nothing shares the link; as before.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 4), 3020);
+  // 2 ranks per host, recursive doubling: the step on the host (1 + 100 + 500), then both ranks of
+  // each host cross at once (30 + 2000 + 500).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 4, 2), 601 + 2530);
+  EXPECT_DOUBLE_EQ(rdBefore, 601 + 1510);
+  // Ring: one pair per host crosses at each step, the others' CPUs are busy: the shared latency
+  // with the link's bandwidth: 6 x 30 + 1.5 n x 0.001 + 0.75 n x 0.0005.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::Ring, n, 4, 2), 180 + 1500 + 375);
+  EXPECT_DOUBLE_EQ(ringBefore, 60 + 1500 + 375);
+  // Direct allgather (every rank to every other): 2 blocks of 250000 over the shared link
+  // (30 + 2 + 1000) beside 1 on the host (1 + 25).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Direct, n, 4, 2), 1032);
+  // Gather: only the root's messages cross; the shared latency, the link's bandwidth (30 + 2 + 2000).
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Gather, Algo::Direct, n, 4, 2), 2032);
+  // 4 ranks per host against 2 measured: the bandwidth of the shared steps split twice as far.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Direct, 8 * 125000, 8, 2),
+                   std::max(30 + 3 * 2 + 4 * 125000 * 0.004, 1 + 2 * 0.5 + 3 * 125000 * 0.0001));
+  // The hierarchical allreduce's slices cross at once: the shared link (2 pairs measured, 2 ranks per host).
+  m.segment() = LinkParams{0.5, 0.0002, 0, 0};
+  m.setSegmentRanks(2);
+  const double h = n / 2.0;
+  double ring2 = 2 * 30 + h * 0.002 + h / 2 * 0.0005, rd2 = 30 + h * 0.002 + h * 0.0005;
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, n, 4, 2), 2 * 0.5 + n * 0.0002 + std::min(ring2, rd2));
+
+  // It round-trips through the tuning file; without it the model is as before; malformed ones are named.
+  CostModel back = CostModel::fromJson(m.toJson(), "t");
+  EXPECT_EQ(back.sharedRanks(), 2);
+  EXPECT_DOUBLE_EQ(back.linkShared().alphaUs, 30);
+  EXPECT_DOUBLE_EQ(back.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 4, 2), 601 + 2530);
+  std::string link = "\"link\": {\"alpha_us\": 10, \"beta_us_per_byte\": 0.001, \"gamma_us_per_byte\": 0.0005, "
+                     "\"overhead_us\": 2}";
+  std::string shared = "\"link_shared\": {\"alpha_us\": 30, \"beta_us_per_byte\": 0.002, \"gamma_us_per_byte\": 0, "
+                       "\"overhead_us\": 2}";
+  CostModel plain = CostModel::fromJson("{\"version\": 1, " + link + "}", "f");
+  EXPECT_EQ(plain.sharedRanks(), 0);
+  EXPECT_EQ(plain.toJson().find("link_shared"), std::string::npos);
+  EXPECT_NE(what([&] { CostModel::fromJson("{\"version\": 1, " + link + ", " + shared + "}", "f"); })
+                .find("\"shared_ranks\" must be an integer 2 - 4096 beside \"link_shared\""),
+            std::string::npos);
+  EXPECT_NE(what([&] { CostModel::fromJson("{\"version\": 1, " + link + ", \"link_shared\": [1], \"shared_ranks\": 2}", "f"); })
+                .find("\"link_shared\" must be an object"),
+            std::string::npos);
+  EXPECT_NE(what([&] {
+              CostModel::fromJson("{\"version\": 1, " + link + ", \"link_shared\": {\"alpha_us\": -1, "
+                                  "\"beta_us_per_byte\": 0.002, \"gamma_us_per_byte\": 0, \"overhead_us\": 2}, "
+                                  "\"shared_ranks\": 2}", "f");
+            }).find("link_shared.alpha_us"),
+            std::string::npos);
+}

@@ -29,23 +29,30 @@ namespace {
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// One-way time (us) of `bytes` between rank 0 and `peer`: the best of
-// `reps` blocks of `iters` round trips, halved. Other ranks only take part
-// in the barriers.
-double pingPong(accl::ProcessGroup& pg, int peer, std::vector<char>& buf, size_t bytes, int iters, int reps) {
-  int me = pg.rank();
+// This rank's part in a measured pair: its partner (-1: none; it takes part
+// in the barriers only) and whether it sends first.
+struct Pairing {
+  int other = -1;
+  bool first = false;
+};
+Pairing pairOf(int me, int a, int b) { return me == a ? Pairing{b, true} : me == b ? Pairing{a, false} : Pairing{}; }
+
+// One-way time (us) of `bytes` within this rank's pair: the best of `reps`
+// blocks of `iters` round trips, halved. Every pair of the group measures at
+// once (rank 0's figures count).
+double pingPong(accl::ProcessGroup& pg, Pairing pr, std::vector<char>& buf, size_t bytes, int iters, int reps) {
   Buffer b(buf.data(), bytes, DataType::Uint8);
   double best = 1e300;
   for (int r = 0; r < reps; ++r) {
     pg.barrier()->wait();
     auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) {
-      if (me == 0) {
-        pg.send(b, peer, accl::SendOptions{})->wait();
-        pg.recv(b, peer, accl::RecvOptions{})->wait();
-      } else if (me == peer) {
-        pg.recv(b, 0, accl::RecvOptions{})->wait();
-        pg.send(b, 0, accl::SendOptions{})->wait();
+    for (int i = 0; i < iters && pr.other >= 0; ++i) {
+      if (pr.first) {
+        pg.send(b, pr.other, accl::SendOptions{})->wait();
+        pg.recv(b, pr.other, accl::RecvOptions{})->wait();
+      } else {
+        pg.recv(b, pr.other, accl::RecvOptions{})->wait();
+        pg.send(b, pr.other, accl::SendOptions{})->wait();
       }
     }
     best = std::min(best, seconds(t0, Clock::now()) / iters / 2 * 1e6);
@@ -53,21 +60,18 @@ double pingPong(accl::ProcessGroup& pg, int peer, std::vector<char>& buf, size_t
   return best;
 }
 
-// Time (us) of an exchange of `bytes` each way between rank 0 and `peer`
-// (both send and receive at once, as the steps of ring and recursive
-// doubling do): the best of `reps` blocks of `iters`.
-double exchange(accl::ProcessGroup& pg, int peer, std::vector<char>& out, std::vector<char>& in, size_t bytes,
+// Time (us) of an exchange of `bytes` each way within this rank's pair (both
+// send and receive at once, as the steps of ring and recursive doubling do):
+// the best of `reps` blocks of `iters`.
+double exchange(accl::ProcessGroup& pg, Pairing pr, std::vector<char>& out, std::vector<char>& in, size_t bytes,
                 int iters, int reps) {
-  int me = pg.rank();
-  int other = me == 0 ? peer : 0;
   double best = 1e300;
   for (int r = 0; r < reps; ++r) {
     pg.barrier()->wait();
     auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) {
-      if (me != 0 && me != peer) continue;
-      auto rw = pg.recv(Buffer(in.data(), bytes, DataType::Uint8), other, accl::RecvOptions{});
-      pg.send(Buffer(out.data(), bytes, DataType::Uint8), other, accl::SendOptions{})->wait();
+    for (int i = 0; i < iters && pr.other >= 0; ++i) {
+      auto rw = pg.recv(Buffer(in.data(), bytes, DataType::Uint8), pr.other, accl::RecvOptions{});
+      pg.send(Buffer(out.data(), bytes, DataType::Uint8), pr.other, accl::SendOptions{})->wait();
       rw->wait();
     }
     best = std::min(best, seconds(t0, Clock::now()) / iters * 1e6);
@@ -153,18 +157,23 @@ const std::vector<size_t>& sizes() {
 }
 
 // Every rank calls it; rank 0 and `peer` measure, rank 0's figures count.
-Measured measure(accl::ProcessGroup& pg, int peer, double gamma) {
+// `pr`, where given, pairs every rank instead (rank 0 with `peer`): the pairs
+// measure side by side, and the per-message overhead is not measured.
+Measured measure(accl::ProcessGroup& pg, int peer, double gamma, const Pairing* pr = nullptr) {
   Measured r;
   r.peer = peer;
+  Pairing mine = pr ? *pr : pairOf(pg.rank(), 0, peer);
   std::vector<char> buf(sizes().back()), buf2(sizes().back());
   for (size_t s : sizes()) {
     int iters = s <= 65536 ? 200 : s <= (1u << 20) ? 20 : 5;
-    pingPong(pg, peer, buf, s, 3, 1);  // warm-up
-    r.oneWay.push_back(pingPong(pg, peer, buf, s, iters, 5));
-    r.exchanged.push_back(exchange(pg, peer, buf, buf2, s, iters, 5));
+    pingPong(pg, mine, buf, s, 3, 1);  // warm-up
+    r.oneWay.push_back(pingPong(pg, mine, buf, s, iters, 5));
+    r.exchanged.push_back(exchange(pg, mine, buf, buf2, s, iters, 5));
   }
-  r.burst1 = burst(pg, peer, 1, 100, 5);
-  r.burst16 = burst(pg, peer, 16, 100, 5);
+  if (!pr) {
+    r.burst1 = burst(pg, peer, 1, 100, 5);
+    r.burst16 = burst(pg, peer, 16, 100, 5);
+  }
   // Bandwidth: slope of the exchange's time over the sizes >= 1 MiB. The
   // collectives' steps send and receive at once, and a link (or the CPUs
   // that drive TCP) may not carry both directions at the one-way rate.
@@ -277,6 +286,27 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   std::vector<int> hostRanks;
   for (int r = 0; r < n; ++r)
     if (sameHost(r)) hostRanks.push_back(r);
+  // With several ranks on each of the two hosts: the link again with every
+  // pair at once (the k-th rank of rank 0's host with the k-th of the
+  // peer's), as the collectives between hosts use it.
+  Measured shared;
+  std::vector<int> peerRanks;
+  auto peerHost = [&](int r) {
+    return std::memcmp(&keys[kKey * static_cast<size_t>(netPeer)], &keys[kKey * static_cast<size_t>(r)], kKey) == 0;
+  };
+  for (int r = 0; r < n && remote >= 0; ++r)
+    if (peerHost(r)) peerRanks.push_back(r);
+  size_t pairs = std::min(hostRanks.size(), peerRanks.size());
+  bool haveShared = remote >= 0 && pairs >= 2;
+  if (haveShared) {
+    Pairing pr;
+    for (size_t k = 0; k < pairs; ++k) {
+      if (me == hostRanks[k]) pr = Pairing{peerRanks[k], true};
+      if (me == peerRanks[k]) pr = Pairing{hostRanks[k], false};
+    }
+    shared = measure(pg, peerRanks[0], gamma, &pr);
+    shared.params.overheadUs = net.params.overheadUs;
+  }
   SegmentMeasured seg;
   if (hostRanks.size() >= 2) seg = measureSegment(pg, hostRanks);
   if (me != 0) {
@@ -293,6 +323,10 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
     model.segment() = seg.params;
     model.setSegmentRanks(seg.ranks);
   }
+  if (haveShared) {
+    model.linkShared() = shared.params;
+    model.setSharedRanks(static_cast<int>(pairs));
+  }
   nlohmann::json j = nlohmann::json::parse(model.toJson());
   j["measured"] = {{"backend", pg.backendName()},
                    {"ranks", n},
@@ -300,8 +334,14 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
                    {"method", "alpha: one-way time of 8 B (half a round trip, best of 5 blocks); beta: least-squares "
                               "slope over 1-16 MiB of the time of an exchange (both ranks send and receive at once); "
                               "gamma: float32 sum of 16 MiB on one core; overhead: growth of a burst of 16 8-byte "
-                              "sends over 1, per message"}};
+                              "sends over 1, per message; link_shared: alpha and beta so measured with every pair of ranks of the two "
+                              "hosts at once (the k-th of each), overhead as the link's"}};
   if (haveLocal) j["measured"]["local"] = pointsJson(loc);
+  if (haveShared) {
+    j["measured"]["link_shared"] = pointsJson(shared);
+    j["measured"]["link_shared"]["pairs"] = pairs;
+    j["measured"]["link_shared"].erase("burst_us");
+  }
   if (seg.ranks >= 2) {
     nlohmann::json pts = nlohmann::json::array();
     for (size_t i = 0; i < segmentSizes().size(); ++i) pts.push_back({{"bytes", segmentSizes()[i]}, {"allreduce_us", seg.us[i]}});
@@ -320,6 +360,10 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   if (remote < 0 && a.peer < 0)
     std::printf("# every rank is on rank 0's host: \"link\" is this host's transport, not a link between hosts\n");
   print("between hosts", net);
+  if (haveShared) {
+    std::printf("# the same link with %zu pairs of ranks crossing it at once (overhead as above)\n", pairs);
+    print("between hosts, shared", shared);
+  }
   if (haveLocal) print("within a host", loc);
   else if (remote >= 0)
     std::printf("within a host: no other rank on rank 0's host; the default (alpha %.1f us, %.2f GB/s) stays\n",

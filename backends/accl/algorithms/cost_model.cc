@@ -122,6 +122,16 @@ CostModel CostModel::fromJson(const std::string& text, const std::string& where)
       m.segmentRanks_ = static_cast<int>(j["segment_ranks"].get<int64_t>());
     }
   }
+  if (j.contains("link_shared")) {
+    if (!j["link_shared"].is_object())
+      throw InvalidArgument(where + ": \"link_shared\" must be an object with the fields of \"link\"");
+    readLink(j["link_shared"], where, "link_shared", &m.shared_);
+    if (!j.contains("shared_ranks") || !j["shared_ranks"].is_number_integer() ||
+        j["shared_ranks"].get<int64_t>() < 2 || j["shared_ranks"].get<int64_t>() > 4096)
+      throw InvalidArgument(where + ": \"shared_ranks\" must be an integer 2 - 4096 beside \"link_shared\" (the "
+                                    "pairs of ranks that crossed the link at once when it was measured)");
+    m.sharedRanks_ = static_cast<int>(j["shared_ranks"].get<int64_t>());
+  }
   m.source_ = where;
   return m;
 }
@@ -142,6 +152,10 @@ std::string CostModel::toJson() const {
   j["local"] = linkJson(local_);
   j["segment"] = linkJson(segment_);
   if (segmentRanks_ > 0) j["segment_ranks"] = segmentRanks_;
+  if (sharedRanks_ > 1) {
+    j["link_shared"] = linkJson(shared_);
+    j["shared_ranks"] = sharedRanks_;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -164,8 +178,21 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   if (p <= 1) return 0;
   // Ranks per host (blocks of consecutive ranks); 1: every rank on its own host.
   const int L = hosts <= 0 || hosts >= p ? 1 : (p + hosts - 1) / hosts;
-  const LinkParams& N = net_;
   const LinkParams& H = local_;
+  // With several ranks per host and the link measured so (linkShared): NS
+  // for steps where every rank of a host crosses at once (its bandwidth
+  // split further where the host has more ranks than were measured), and
+  // for the other steps between hosts the same latency with the link's own
+  // bandwidth (one pair per host crosses; the host's other ranks still take
+  // their share of the CPUs).
+  LinkParams NS = net_, NA = net_;
+  if (L > 1 && sharedRanks_ > 1) {
+    NS = shared_;
+    if (L > sharedRanks_) NS.betaUsPerB *= static_cast<double>(L) / sharedRanks_;
+    NA.alphaUs = shared_.alphaUs;
+    NA.overheadUs = shared_.overheadUs;
+  }
+  const LinkParams& N = NA;
   const double n = static_cast<double>(bytes), P = p;
   const double frac = (P - 1) / P;
   auto bad = [&]() -> double {
@@ -177,17 +204,20 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   auto steps = [&](int q, double bytesPerStep, bool reduce) {
     double t = 0;
     for (int mask = 1; mask < q; mask <<= 1) {
-      const LinkParams& k = mask < L ? H : N;
+      const LinkParams& k = mask < L ? H : NS;
       t += k.alphaUs + bytesPerStep * k.betaUsPerB + (reduce ? bytesPerStep * k.gammaUsPerB : 0);
     }
     return t;
   };
-  // Everyone to everyone at once, `block` bytes per message: the messages
-  // within the host and those between hosts go side by side.
-  auto direct = [&](double block, int messages) {
+  // One rank to `messages` others at once, `block` bytes each: the messages
+  // within the host and those between hosts go side by side. `everyone`:
+  // every rank does so (allgather), so every rank of a host crosses at once;
+  // else only the root does (gather, scatter).
+  auto direct = [&](double block, int messages, bool everyone) {
     int inter = L == 1 ? messages : messages - (L - 1);
     int intra = messages - inter;
-    double tn = inter > 0 ? N.alphaUs + (inter - 1) * N.overheadUs + inter * block * N.betaUsPerB : 0;
+    const LinkParams& X = everyone ? NS : NA;
+    double tn = inter > 0 ? X.alphaUs + (inter - 1) * X.overheadUs + inter * block * X.betaUsPerB : 0;
     double th = intra > 0 ? H.alphaUs + (intra - 1) * H.overheadUs + intra * block * H.betaUsPerB : 0;
     return std::max(tn, th);
   };
@@ -221,7 +251,7 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
       return bad();
     case Coll::Allgather:  // n: the whole gathered vector
       if (a == Algo::Ring) return (P - 1) * (al + n / P * be);
-      if (a == Algo::Direct) return direct(n / P, p - 1);
+      if (a == Algo::Direct) return direct(n / P, p - 1, true);
       return bad();
     case Coll::ReduceScatter:  // n: the whole input vector
       if (a == Algo::Ring) return (P - 1) * (al + n / P * (be + ga));
@@ -234,7 +264,7 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
       return bad();
     case Coll::Gather:
     case Coll::Scatter:  // n: one rank's block; the root's links carry p - 1 of them
-      if (a == Algo::Direct) return direct(n, p - 1);
+      if (a == Algo::Direct) return direct(n, p - 1, false);
       return bad();
     case Coll::Barrier:
       if (a == Algo::RecursiveDoubling) return ceilLog2(p) * al;
@@ -258,7 +288,15 @@ size_t CostModel::hierarchicalSlice(Coll c, size_t bytes, int p, int hosts) {
 
 double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const {
   CostModel shared = *this;
-  if (c == Coll::Allreduce && p % hosts == 0) shared.net_.betaUsPerB *= p / hosts;  // the slices share the link
+  if (c == Coll::Allreduce && p % hosts == 0) {  // every local rank's slice crosses at once: they share the link
+    int L = p / hosts;
+    if (L > 1 && sharedRanks_ > 1) {  // as measured so, split further where the host has more ranks
+      shared.net_ = shared_;
+      if (L > sharedRanks_) shared.net_.betaUsPerB *= static_cast<double>(L) / sharedRanks_;
+    } else {
+      shared.net_.betaUsPerB *= L;
+    }
+  }
   return segmentUs(c, bytes, true) + shared.predictUs(c, inter, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);
 }
 

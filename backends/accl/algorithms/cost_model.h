@@ -58,6 +58,20 @@ class CostModel {
   LinkParams& segment() { return segment_; }
   int segmentRanks() const { return segmentRanks_; }
   void setSegmentRanks(int r) { segmentRanks_ = r; }
+  // The link between hosts while every rank of a host crosses it at once:
+  // measured (accl-perf --calibrate with several ranks per host) with
+  // sharedRanks() pairs side by side, the k-th rank of one host with the
+  // k-th of the other. Their CPUs, the hosts' links and the progress threads
+  // are shared, which a pair measured alone does not see. With several ranks
+  // per host, a step where they all cross at once (recursive doubling's
+  // steps between hosts, direct exchanges) costs this link's time, and a
+  // step where one pair per host crosses (rings) its latency with the
+  // link's bandwidth. sharedRanks() 0: not measured; the model then uses
+  // link() for both.
+  const LinkParams& linkShared() const { return shared_; }
+  LinkParams& linkShared() { return shared_; }
+  int sharedRanks() const { return sharedRanks_; }
+  void setSharedRanks(int r) { sharedRanks_ = r; }
   const std::string& source() const { return source_; }
   void setSource(std::string s) { source_ = std::move(s); }
   std::string transport;  // the link the parameters describe: "tcp" or "ib"
@@ -102,6 +116,8 @@ class CostModel {
   LinkParams local_{15.0, 1.0 / 3000.0, 1.0 / 4000.0, 1.0};  // as defaults() sets it
   LinkParams segment_{1.0, 1.0 / 3000.0, 0.0, 0.0};            // as defaults() sets it
   int segmentRanks_ = 0;                                       // 0: not measured
+  LinkParams shared_;
+  int sharedRanks_ = 0;  // 0: not measured
   std::string source_;
 };
 
