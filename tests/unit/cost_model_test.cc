@@ -299,6 +299,11 @@ TEST(CostModel, ALinkMeasuredWithEveryPairAtOnceSetsTheStepsWhereAHostsRanksAllC
   double ring2 = 2 * 30 + h * 0.002 + h / 2 * 0.0005, rd2 = 30 + h * 0.002 + h * 0.0005;
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, n, 4, 2), 2 * 0.5 + n * 0.0002 + std::min(ring2, rd2));
 
+  // A shared link measured faster than the link alone (noise) counts as the link.
+  CostModel noisy = m;
+  noisy.linkShared() = LinkParams{5, 0.0005, 0.0005, 1};
+  EXPECT_DOUBLE_EQ(noisy.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, n, 4, 2), 601 + 1510);
+
   // It round-trips through the tuning file; without it the model is as before; malformed ones are named.
   CostModel back = CostModel::fromJson(m.toJson(), "t");
   EXPECT_EQ(back.sharedRanks(), 2);

@@ -174,6 +174,18 @@ std::vector<Algo> CostModel::candidates(Coll c) {
   return {};
 }
 
+LinkParams CostModel::sharedLink(int ranksPerHost) const {
+  // A link shared is not faster than alone: a calibration whose shared
+  // figures came out below the link's own (noise) is read as the link's.
+  LinkParams s = shared_;
+  s.alphaUs = std::max(s.alphaUs, net_.alphaUs);
+  s.betaUsPerB = std::max(s.betaUsPerB, net_.betaUsPerB);
+  s.overheadUs = std::max(s.overheadUs, net_.overheadUs);
+  // More ranks per host than were measured: the bandwidth split further.
+  if (ranksPerHost > sharedRanks_) s.betaUsPerB *= static_cast<double>(ranksPerHost) / sharedRanks_;
+  return s;
+}
+
 double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) const {
   if (p <= 1) return 0;
   // Ranks per host (blocks of consecutive ranks); 1: every rank on its own host.
@@ -187,10 +199,9 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   // their share of the CPUs).
   LinkParams NS = net_, NA = net_;
   if (L > 1 && sharedRanks_ > 1) {
-    NS = shared_;
-    if (L > sharedRanks_) NS.betaUsPerB *= static_cast<double>(L) / sharedRanks_;
-    NA.alphaUs = shared_.alphaUs;
-    NA.overheadUs = shared_.overheadUs;
+    NS = sharedLink(L);
+    NA.alphaUs = NS.alphaUs;
+    NA.overheadUs = NS.overheadUs;
   }
   const LinkParams& N = NA;
   const double n = static_cast<double>(bytes), P = p;
@@ -290,9 +301,8 @@ double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int ho
   CostModel shared = *this;
   if (c == Coll::Allreduce && p % hosts == 0) {  // every local rank's slice crosses at once: they share the link
     int L = p / hosts;
-    if (L > 1 && sharedRanks_ > 1) {  // as measured so, split further where the host has more ranks
-      shared.net_ = shared_;
-      if (L > sharedRanks_) shared.net_.betaUsPerB *= static_cast<double>(L) / sharedRanks_;
+    if (L > 1 && sharedRanks_ > 1) {
+      shared.net_ = sharedLink(L);
     } else {
       shared.net_.betaUsPerB *= L;
     }

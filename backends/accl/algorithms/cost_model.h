@@ -118,6 +118,8 @@ class CostModel {
   int segmentRanks_ = 0;                                       // 0: not measured
   LinkParams shared_;
   int sharedRanks_ = 0;  // 0: not measured
+  // linkShared() as the model uses it with `ranksPerHost` ranks per host.
+  LinkParams sharedLink(int ranksPerHost) const;
   std::string source_;
 };
 
