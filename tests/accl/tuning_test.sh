@@ -64,6 +64,7 @@ print("shared link ok:", s)
 PY
 ACCL_TUNING_FILE=$tmp/t4.json "$b/bin/accl-info" --plan --ranks 4 --hosts 2 > "$tmp/plan4.log" 2>&1 || fail "accl-info --plan (2 x 2) exited $?"
 grep -qE "^allgather +[0-9]+ +(direct|ring) " "$tmp/plan4.log" || fail "--plan (2 x 2) has no allgather rows: $(head -20 "$tmp/plan4.log")"
+grep -q "between hosts with 2 pairs crossing at once" "$tmp/plan4.log" || fail "--plan (2 x 2) does not show the shared link"
 
 echo "== 4 ranks, each its own host, ops chosen by the model, results checked"
 for op in allreduce broadcast allgather reduce_scatter; do

@@ -102,6 +102,12 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
               sg.alphaUs, 1e-3 / sg.betaUsPerB,
               model.segmentRanks() > 0 ? ("measured with " + std::to_string(model.segmentRanks()) + " ranks").c_str()
                                        : "default");
+  if (model.sharedRanks() > 1) {
+    const LinkParams& sh = model.linkShared();
+    std::printf("  between hosts with %d pairs crossing at once: alpha %.2f us, bandwidth %.3f GB/s per pair (where "
+                "every rank of a host crosses)\n",
+                model.sharedRanks(), sh.alphaUs, 1e-3 / sh.betaUsPerB);
+  }
   std::printf("Selection: %s\n", calibrated ? "by this model (ACCL_TUNING_FILE)"
                                             : "fixed size thresholds (no ACCL_TUNING_FILE); the predictions use "
                                               "the default model above");
