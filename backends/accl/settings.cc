@@ -121,7 +121,8 @@ const config::Var<std::string> tuningFile(
     "ACCL_TUNING_FILE", kOwner, config::text("a path to the JSON file that accl-perf --calibrate FILE writes"), "",
     "(none: fixed size thresholds)",
     "Cost-model parameters (latency, bandwidth, reduction rate, per-message overhead of the link between "
-    "hosts and within a host; the shared segment's allreduce) measured by accl-perf --calibrate. With it, the accl backend picks each op's algorithm between "
+    "hosts and within a host; the link between hosts with every pair of ranks crossing at once, where both hosts "
+    "had several; the shared segment's allreduce) measured by accl-perf --calibrate. With it, the accl backend picks each op's algorithm between "
     "hosts by the model's predicted time; ACCL_ALGO still overrides. accl-info --plan prints the choices "
     "and predicted times. An unreadable or malformed file fails the group's creation.");
 
