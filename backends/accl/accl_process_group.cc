@@ -703,7 +703,11 @@ std::shared_ptr<Work> AcclProcessGroup::doRecv(Buffer buf, int src, const RecvOp
 // 1.41 / 1.18, 64 B 1.34 / 1.05, 16 KiB 0.39 / 0.27, 64 KiB 0.51 / 0.36; from
 // 128 KiB alike. Over TCP the receive stays first: a message that comes before
 // it is held and copied (2 namespace hosts, 512 B - 4 KiB: 10-20 % slower
-// with the send first).
+// with the send first). So does a sendrecv that is not waited for at once:
+// issued back to back, sends first fill the ring and their peers' messages
+// come before the receives, to be held and copied (accl-perf's non-blocking
+// sendrecv, 2-32 KiB: 3-7x as long).
+
 static constexpr size_t kSendFirstMaxBytes = 64 << 10;
 
 std::shared_ptr<Work> AcclProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb, int src, const SendRecvOptions& o) {
@@ -717,7 +721,7 @@ std::shared_ptr<Work> AcclProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb
   tracePointToPoint(src >= 0 ? src : dst);
   work->setParts(2);
   auto deadline = core::deadlineAfter(effectiveTimeout(o));
-  if (sbytes <= kSendFirstMaxBytes && src >= 0 && net_->overShm(src) && net_->overShm(dst)) {
+  if (o.blocking && sbytes <= kSendFirstMaxBytes && src >= 0 && net_->overShm(src) && net_->overShm(dst)) {
     // A small send first: it is in the peer's ring (or on its way) before this
     // rank spends time on its receive, and the peer, doing the same, waits that
     // much less. The peer's message to this rank stays in the ring until this

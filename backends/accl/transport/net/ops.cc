@@ -232,6 +232,9 @@ void NetTransport::warnStall(const std::string& waitingFor) {
 
 // ---------------------------------------------------------------- point-to-point
 
+// The largest receive that reads its peer's ring as it is posted (postTagged).
+static constexpr size_t kReadOnPostMaxBytes = size_t(64) << 10;
+
 void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
                               std::shared_ptr<Work> work) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -270,10 +273,17 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
     // been left in its sender's memory: it lands here now, in one copy (as
     // a held copy would have been copied into it now).
     bool moved = !r->done && shm_ && shm_->deferring() && shm_->readDeferred();
-    // A message from a local peer already in its ring (the peer sent before
-    // this rank posted: a small sendrecv sends first) lands here now: the
-    // receive is done before its Work is handed out, with nothing to wait for.
-    if (!r->done && peer >= 0 && overShm(peer)) moved = shm_->readPeer(peer) || moved;
+    // A small message from a local peer already in its ring (the peer sent
+    // before this rank posted: a small sendrecv sends first) lands here now:
+    // the receive is done before its Work is handed out, with nothing to wait
+    // for. Only for a small receive while no other point-to-point op is
+    // pending: a large message read here would hold up this rank's own send
+    // (a large sendrecv posts its receive first), and with ops pending the
+    // frames read here finish theirs, for the progress thread to be woken
+    // (2 ranks, accl-perf sendrecv issued back to back: 512 KiB took 3-5x
+    // as long when every receive read here).
+    if (!r->done && len <= kReadOnPostMaxBytes && tagged_.empty() && peer >= 0 && overShm(peer))
+      moved = shm_->readPeer(peer) || moved;
     if (moved) {
       // Frames behind it may have finished other requests: reaped by the
       // loop; and steps of a collective: its waiter is told.
