@@ -280,7 +280,7 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
     // pending: a large message read here would hold up this rank's own send
     // (a large sendrecv posts its receive first), and with ops pending the
     // frames read here finish theirs, for the progress thread to be woken
-    // (2 ranks, accl-perf sendrecv issued back to back: 512 KiB took 3-5x
+    // (2 ranks, accl-perf sendrecv issued back to back: 512 KiB took 2-5x
     // as long when every receive read here).
     if (!r->done && len <= kReadOnPostMaxBytes && tagged_.empty() && peer >= 0 && overShm(peer))
       moved = shm_->readPeer(peer) || moved;
