@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -142,6 +143,43 @@ TEST_P(NetTransport, NothingLandsInAReceiveBufferAfterItsWaitThrew) {
   // Freeing it now must be harmless (before, a late verbs frame was copied
   // into freed scratch: SIGSEGV).
   munmap(mem, len);
+  p.t[0]->endOp("the op failed");
+  std::this_thread::sleep_for(100ms);
+}
+
+// waitFirst(n): the first n requests of the op are complete when it returns,
+// the later ones still move (a pipeline posts its next receives early), and
+// a wait() after it completes the rest and starts the count again.
+TEST_P(NetTransport, WaitFirstReturnsOnceTheEarlierRequestsAreDoneWhileTheLaterStillMove) {
+  Pair p;
+  connect(p, GetParam());
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t len = 1u << 20;
+  std::vector<unsigned char> src0(len, 0x21), src1(len, 0x43), a(len, 0), b(len, 0);
+  auto d = op(1, len);
+  p.t[0]->beginOp(d, Clock::now() + 20s, 20s);
+  p.t[1]->beginOp(d, Clock::now() + 20s, 20s);
+  p.t[0]->recv(1, 0, a.data(), len);
+  p.t[0]->recv(1, 1, b.data(), len);
+  EXPECT_EQ(p.t[0]->posted(), 2u);
+  p.t[1]->send(0, 0, src0.data(), len);
+  ASSERT_NO_THROW(p.t[0]->waitFirst(1));  // step 1 is not even sent yet
+  EXPECT_TRUE(a == src0) << "the first receive is not complete";
+  EXPECT_EQ(std::count(b.begin(), b.end(), 0), static_cast<long>(len)) << "the second receive got data never sent";
+  EXPECT_EQ(p.t[0]->posted(), 2u) << "waitFirst forgot the requests still pending";
+  p.t[1]->send(0, 1, src1.data(), len);
+  ASSERT_NO_THROW(p.t[1]->wait());
+  ASSERT_NO_THROW(p.t[0]->waitFirst(5));  // more than were posted: a wait()
+  EXPECT_TRUE(b == src1);
+  EXPECT_EQ(p.t[0]->posted(), 0u);
+  p.t[0]->endOp();
+  p.t[1]->endOp();
+  // A waitFirst on a receive whose data never comes fails as wait() does.
+  auto d2 = op(2, len);
+  p.t[0]->beginOp(d2, Clock::now() + 300ms, 300ms);
+  p.t[0]->recv(1, 0, a.data(), len);
+  p.t[0]->recv(1, 1, b.data(), len);
+  EXPECT_THROW(p.t[0]->waitFirst(1), Timeout);
   p.t[0]->endOp("the op failed");
   std::this_thread::sleep_for(100ms);
 }

@@ -133,6 +133,14 @@ class Transport {
   // it throws, every send and receive of the op was withdrawn first: nothing
   // reads or writes their buffers afterwards, so they may be freed at once.
   virtual void wait() = 0;
+  // How many sends and receives were posted since the last wait() returned:
+  // a mark for waitFirst().
+  virtual size_t posted() const = 0;
+  // Waits until the first `n` sends and receives posted since the last
+  // wait() are complete, while the later ones keep moving (a pipeline's next
+  // pieces, whose receives are posted before their data comes). Fails as
+  // wait() does, withdrawing every request of the op. n >= posted(): wait().
+  virtual void waitFirst(size_t n) = 0;
   // Where wait() adds its time (nullptr: it does not look at the clock).
   void timeWaits(WaitTimes* w) { waitTimes_ = w; }
 
@@ -161,6 +169,10 @@ struct Peers {
     t->recv(ranks[i], stepBase + step, buf, len);
   }
   void wait() const { t->wait(); }
+  // What has been posted so far, for waitFor(): everything posted before
+  // mark() is complete when waitFor() returns, the rest still moves.
+  size_t mark() const { return t->posted(); }
+  void waitFor(size_t mark) const { t->waitFirst(mark); }
 };
 
 }  // namespace core

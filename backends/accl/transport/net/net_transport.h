@@ -101,6 +101,8 @@ class NetTransport : public Transport, private FrameSink {
   void send(int peer, uint32_t step, const void* buf, size_t len) override;
   void recv(int peer, uint32_t step, void* buf, size_t len) override;
   void wait() override;
+  size_t posted() const override;
+  void waitFirst(size_t n) override;
 
   // Point-to-point messages of the user API: matched by (source, tag) in order
   // of posting, like MPI; peer may be -1 (any source) for receives. Posted at

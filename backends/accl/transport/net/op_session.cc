@@ -1,5 +1,7 @@
 #include "transport/net/op_session.h"
 
+#include <algorithm>
+
 #include "accl/errors.h"
 
 namespace accl {
@@ -37,9 +39,10 @@ void OpSession::noteLate(int peer, const OpDesc& theirs) {
           " without receiving that data";
 }
 
-bool OpSession::allDone() const {
-  for (auto& r : reqs_)
-    if (!r->done) return false;
+bool OpSession::firstDone(size_t n) const {
+  n = std::min(n, reqs_.size());
+  for (size_t i = 0; i < n; ++i)
+    if (!reqs_[i]->done) return false;
   return true;
 }
 

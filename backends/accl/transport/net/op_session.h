@@ -89,7 +89,10 @@ class OpSession {
   void noteAbort(int peer, uint64_t seq, std::string why) { aborts_[peer] = {seq + 1, std::move(why)}; }
 
   std::vector<RequestPtr>& requests() { return reqs_; }
-  bool allDone() const;
+  const std::vector<RequestPtr>& requests() const { return reqs_; }
+  bool allDone() const { return firstDone(reqs_.size()); }
+  // Whether the first `n` requests are done.
+  bool firstDone(size_t n) const;
 
   // Throws the op's first failure: mismatch (InvalidArgument), a peer's
   // abort of this or an earlier op, a failed request (RemoteError or

@@ -121,15 +121,23 @@ void NetTransport::throwIfFailed(const std::vector<int>& peers) {
   }
 }
 
-void NetTransport::wait() {
+void NetTransport::wait() { waitFirst(SIZE_MAX); }
+
+size_t NetTransport::posted() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return session_.requests().size();
+}
+
+void NetTransport::waitFirst(size_t n) {
   WaitScope timed(waitTimes_);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     // A zero-length receive completes when its frame's header was handled.
-    bool all = session_.allDone();
+    bool all = n >= session_.requests().size();
+    bool done = session_.firstDone(n);
     throwIfFailed({});
-    if (all) {
-      session_.requests().clear();
+    if (done) {
+      if (all) session_.requests().clear();
       return;
     }
     if (Clock::now() >= session_.deadline()) {
