@@ -19,6 +19,7 @@
 #include "algorithms/algorithms.h"
 #include "nic_choice.h"
 #include "settings.h"
+#include "transport/machine.h"
 #include "transport/shm.h"
 
 namespace accl {
@@ -91,19 +92,29 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     store_->wait({"token"}, timeout());
     token_ = std::stoull(toString(store_->get("token")));
   }
+  // Each rank's host id, and after a newline its machine and CPUs
+  // (machineText()): hosts made of one machine by namespaces or containers
+  // share its cores.
   std::string hostId = settings::hostId.get().empty() ? defaultHostId() : settings::hostId.get();
-  store_->set("host/" + std::to_string(rank), toBytes(hostId));
-  std::vector<std::string> ids(size);
+  const std::string machine = core::machineText();
+  store_->set("host/" + std::to_string(rank), toBytes(hostId + "\n" + machine));
+  std::vector<std::string> ids(size), machines(size);
   int nicLocalRank = 0, nicLocalSize = 0;  // among the ranks of this machine (for the NIC)
   for (int r = 0; r < size; ++r) {
     store_->wait({"host/" + std::to_string(r)}, timeout());
     ids[r] = toString(store_->get("host/" + std::to_string(r)));
+    size_t nl = ids[r].find('\n');
+    if (nl != std::string::npos) {
+      machines[r] = ids[r].substr(nl + 1);
+      ids[r].resize(nl);
+    }
     if (ids[r] == hostId) {
       if (r < rank) nicLocalRank++;
       nicLocalSize++;
     }
   }
   layout_ = core::Layout::fromHostIds(ids, rank, shmOn);
+  const bool machineShared = core::machineOversubscribed(machine, machines);
 
   core::net::NetTransport::Options to;
   to.rank = rank;
@@ -178,11 +189,14 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     };
     auto* dom = new core::ShmDomain(so);
     host_.reset(dom);
-    // Ranks that share cores: a spinning waiter takes the core its peer
-    // needs, and a single-copy message makes its sender wait for a hand-off.
+    // Ranks that share cores (this host's, or with the other hosts of this
+    // machine): a spinning waiter takes the core its peer needs, and a
+    // single-copy message makes its sender wait for a hand-off.
+    if (machineShared) dom->setOversubscribed();
     net_->setLocalRanksShareCpus(dom->oversubscribed());
   } else {
     host_ = core::makeSoloHost();
+    net_->setLocalRanksShareCpus(machineShared);
   }
   queue_.reset(new internal::OpQueue("accl-coll", /*waiterRuns=*/true));
   prefix_ = context("");

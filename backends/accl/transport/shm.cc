@@ -296,6 +296,15 @@ void ShmDomain::checkOversubscribed() {
                                << " CPUs: waiting ranks yield their CPU instead of spinning");
 }
 
+void ShmDomain::setOversubscribed() {
+  if (oversubscribed_) return;
+  oversubscribed_ = true;
+  cmaMin_ = kCmaMinSharedCpuBytes;
+  cmaMinReduce_ = std::max(cmaMin_, kCmaMinReduceBytes);
+  ACCL_INFO("INIT", o_.where << ": the ranks of this machine's hosts outnumber their CPUs: waiting ranks yield "
+                                "their CPU instead of spinning");
+}
+
 template <typename F>
 void ShmDomain::waitFor(const F& arrived) {
   auto allIn = [&] {

@@ -58,6 +58,10 @@ class ShmDomain : public HostGroup {
   bool singleCopy() const { return cma_; }
   // Fewer CPUs among the local ranks' affinity masks than local ranks.
   bool oversubscribed() const { return oversubscribed_; }
+  // Marks the local ranks as sharing cores all the same (with the ranks of
+  // other hosts of this machine, which its namespaces or containers make):
+  // waits yield at once, as when oversubscribed().
+  void setOversubscribed();
   std::string describe() const override;
 
   // The ops of HostGroup (its contract applies).

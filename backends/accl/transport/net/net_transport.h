@@ -125,9 +125,11 @@ class NetTransport : public Transport, private FrameSink {
   // blocking op, just posted): no hook to make and release. False (nothing
   // done) where the link does not serve `peer`.
   bool pollForWaiter(Work& w, int peer, size_t bytes);
-  // Where the ranks of this host share CPUs: a waiter then gives its core up
-  // between polls rather than spin, and point-to-point messages to them go by
-  // single copy from a larger size (ShmLink::singleCopyMin).
+  // Where the ranks of this host share CPUs (or this machine's, across the
+  // hosts its namespaces or containers make): a waiter then gives its core up
+  // between polls rather than spin, the progress thread does not spin on the
+  // rings after a frame, and point-to-point messages to them go by single
+  // copy from a larger size (ShmLink::singleCopyMin).
   void setLocalRanksShareCpus(bool shared);
 
   // For waits outside this transport (shared memory): throws RemoteError if
