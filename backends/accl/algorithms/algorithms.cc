@@ -68,7 +68,9 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
   constexpr size_t kAhead = 1;
   size_t slots = std::min<size_t>(nRecv, kAhead + 2);
   ScratchBuf tmp(g, Scratch::kPieces, nRecv > 1 ? slots * pieceR : bytes);
-  std::vector<size_t> marks(n);  // what was posted up to piece i's send: piece i and what came before
+  // What was posted up to piece i's send (piece i and what came before), for
+  // the pieces still to be waited for: i .. i + kAhead (no allocation per step).
+  size_t marks[kAhead + 1] = {};
   auto postRecv = [&](size_t i) {
     if (i < nRecv)
       g.recv(from, step + static_cast<uint32_t>(i << 16), tmp.p + (i % slots) * pieceR,
@@ -77,7 +79,7 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
   auto postSend = [&](size_t i) {
     if (i < nSend)
       g.send(to, step + static_cast<uint32_t>(i << 16), send + i * pieceS, std::min(pieceS, sendBytes - i * pieceS));
-    if (n > 1 && i < n) marks[i] = g.mark();
+    if (n > 1 && i < n) marks[i % (kAhead + 1)] = g.mark();
   };
   postRecv(0);
   for (size_t i = 0; i < kAhead; ++i) {
@@ -87,7 +89,7 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
   for (size_t i = 0; i < n; ++i) {
     // Piece i has arrived (and left); the next moves while it is reduced.
     if (i + 1 < n) {
-      g.waitFor(marks[i]);
+      g.waitFor(marks[i % (kAhead + 1)]);
       postSend(i + kAhead);
       postRecv(i + kAhead + 1);  // into the slot of piece i - 1, reduced before
     } else {

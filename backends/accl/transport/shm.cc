@@ -288,19 +288,21 @@ void ShmDomain::checkOversubscribed() {
     std::memcpy(&theirs, ctl(p).cpus, std::min(sizeof(theirs), sizeof(Ctl::cpus)));
     CPU_OR(&all, &all, &theirs);
   }
-  oversubscribed_ = CPU_COUNT(&all) < o_.localSize;
-  cmaMin_ = oversubscribed_ ? kCmaMinSharedCpuBytes : kCmaMinBytes;
-  cmaMinReduce_ = std::max(cmaMin_, kCmaMinReduceBytes);
+  shareCpus(CPU_COUNT(&all) < o_.localSize);
   if (oversubscribed_)
     ACCL_INFO("INIT", o_.where << ": " << o_.localSize << " local ranks share " << CPU_COUNT(&all)
                                << " CPUs: waiting ranks yield their CPU instead of spinning");
 }
 
+void ShmDomain::shareCpus(bool shared) {
+  oversubscribed_ = shared;
+  cmaMin_ = shared ? kCmaMinSharedCpuBytes : kCmaMinBytes;
+  cmaMinReduce_ = std::max(cmaMin_, kCmaMinReduceBytes);
+}
+
 void ShmDomain::setOversubscribed() {
   if (oversubscribed_) return;
-  oversubscribed_ = true;
-  cmaMin_ = kCmaMinSharedCpuBytes;
-  cmaMinReduce_ = std::max(cmaMin_, kCmaMinReduceBytes);
+  shareCpus(true);
   ACCL_INFO("INIT", o_.where << ": the ranks of this machine's hosts outnumber their CPUs: waiting ranks yield "
                                 "their CPU instead of spinning");
 }

@@ -126,6 +126,8 @@ class ShmDomain : public HostGroup {
   bool singleCopyRooted(size_t total, size_t largest) const;
   void reduceFromAll(char* dst, size_t offBytes, size_t n, DataType t, ReduceKind k,
                      uint64_t round, bool fromSlots, size_t slotOff);
+  // Sets oversubscribed_ and the single-copy thresholds that follow from it.
+  void shareCpus(bool shared);
 
   Options o_;
   void* base_ = nullptr;
