@@ -25,7 +25,14 @@ step send both ways at once); ACCL's busbw is nccl-tests' (sendrecv: bytes /
 time, allreduce: 2(n-1)/n x bytes / time). A benchmark:
 figures, not a pass/fail test; --runs repeats the whole in one invocation.
 
-    bench/limits_check.py BUILD_DIR [--runs 3] [--seconds 5]
+Each cell is paired with its own reference, because this kind of machine changes
+speed within a minute: every size runs alone, between two measurements of its
+limit (the copy rate within a host; iperf3 each way between hosts), for about as
+long as one of them (--seconds), and its ratio is to the mean of the two. The two
+references of a cell are printed beside it: where they differ by more than the
+target's margin, the machine changed speed during the cell.
+
+    bench/limits_check.py BUILD_DIR [--runs 3] [--seconds 2]
 
 Needs root and iperf3 (scripts/setup.sh installs it). Uses namespaces accll0/1 on 10.74.0.0/24.
 """
@@ -57,21 +64,27 @@ def memcpy_rate(build):
     return rates[1], rates[2]
 
 
-def perf(build, op, hosts, iters=5):
-    """busbw (GB/s) per size, 16 - 128 MiB, 2 ranks (on one host, or one per namespace host)."""
+def perf(build, op, hosts, size, iters):
+    """busbw (GB/s) of `op` at `size` bytes, 2 ranks (on one host, or one per namespace host),
+    out of place, results checked."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [os.path.join(build, "bin", "accl-run"), "-n", "2"]
         if hosts == 2:
             cmd += ["--netns", f"{PREFIX}0,{PREFIX}1", "--master-addr", f"{SUBNET}.1"]
-        cmd += [os.path.join(build, "bin", "accl-perf"), "--backend", "accl", "--op", op, "-b", "16M", "-e", "128M",
-                "-f", "2", "-n", str(iters), "-w", "2", "-c", "1", "-J", out.name]
+        cmd += [os.path.join(build, "bin", "accl-perf"), "--backend", "accl", "--op", op, "-b", str(size), "-e",
+                str(size), "-n", str(iters), "-w", "2", "-c", "1", "-J", out.name]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
         if r.returncode != 0:
             raise RuntimeError(f"accl-perf {op}: exit {r.returncode}: {r.stdout[-1500:]}{r.stderr[-500:]}")
         j = json.load(open(out.name))
     if j["wrong"]:
         raise RuntimeError(f"accl-perf {op}: {j['wrong']} wrong elements")
-    return {x["size"]: x["out_of_place"]["busbw"] for x in j["results"]}
+    return j["results"][0]["out_of_place"]["busbw"]
+
+
+def iters_for(seconds, rate_gbs, size):
+    """Iterations that take about `seconds` at `rate_gbs` (at least 5)."""
+    return max(5, int(seconds * rate_gbs * 1e9 / size))
 
 
 def iperf(seconds, bidir=False):
@@ -96,7 +109,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("build")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--seconds", type=int, default=5, help="length of each iperf3 measurement")
+    ap.add_argument("--seconds", type=int, default=2,
+                    help="length of each iperf3 measurement, and about that of each ACCL cell")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     if os.geteuid() != 0 or not shutil.which("iperf3"):
@@ -106,26 +120,37 @@ def main():
     netns("up")
     server = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}0", "iperf3", "-s", "-B", f"{SUBNET}.1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sizes = [16 << 20, 32 << 20, 64 << 20, 128 << 20]
     try:
         for run in range(1, a.runs + 1):
-            one, two = memcpy_rate(build)
-            limit, tight = 2 * two / 5, 2 * two / 4
-            ar = perf(build, "allreduce", 1)
-            print(f"\n## run {run}\nwithin a host: copy {one:.2f} GB/s (1 thread), {two:.2f} GB/s (2 threads); "
-                  f"2-rank allreduce limit 2 x {two:.2f} / 5 = {limit:.2f} GB/s (tighter: / 4 = {tight:.2f} GB/s)")
-            print("  allreduce busbw / limit | tighter: " + ", ".join(
-                f"{b >> 20} MiB {bw:.2f} GB/s = {bw / limit:.2f} | {bw / tight:.2f}" for b, bw in sorted(ar.items())))
+            # Within a host: copy rate, size, copy rate, size, ... (each cell between two).
+            refs = [memcpy_rate(build)]
+            cells = []
+            for size in sizes:
+                limit = 2 * refs[-1][1] / 5
+                cells.append(perf(build, "allreduce", 1, size, iters_for(a.seconds, limit, size)))
+                refs.append(memcpy_rate(build))
+            print(f"\n## run {run}\nwithin a host: 2-thread copy {refs[0][1]:.2f} GB/s at the start "
+                  f"(1 thread {refs[0][0]:.2f}); limit of a 2-rank allreduce = 2 x copy rate / 5 (tighter: / 4)")
+            print("  allreduce busbw / limit | tighter, each against the copy rate measured just before and after "
+                  "it: " + ", ".join(
+                      f"{size >> 20} MiB {bw:.2f} GB/s = {bw / (2 * (refs[i][1] + refs[i + 1][1]) / 2 / 5):.2f} | "
+                      f"{bw / (2 * (refs[i][1] + refs[i + 1][1]) / 2 / 4):.2f} (copy {refs[i][1]:.1f}, "
+                      f"{refs[i + 1][1]:.1f})" for i, (size, bw) in enumerate(zip(sizes, cells))))
             link = iperf(a.seconds)
-            both = iperf(a.seconds, bidir=True)
-            sr = perf(build, "sendrecv", 2)
-            ar2 = perf(build, "allreduce", 2)
-            print(f"between 2 namespace hosts: iperf3 {link:.2f} GB/s ({link * 8:.1f} Gbit/s) one way, "
-                  f"{both:.2f} GB/s each way with both at once")
-            # With 2 ranks, sendrecv and the allreduce's steps send both ways at once.
-            for name, res in (("sendrecv", sr), ("allreduce", ar2)):
-                print(f"  {name} busbw / iperf3 one way | both ways: " +
-                      ", ".join(f"{b >> 20} MiB {bw:.2f} GB/s = {bw / link:.2f} | {bw / both:.2f}"
-                                for b, bw in sorted(res.items())))
+            print(f"between 2 namespace hosts: iperf3 {link:.2f} GB/s ({link * 8:.1f} Gbit/s) one way at the start")
+            # With 2 ranks, sendrecv and the allreduce's steps send both ways at once: the
+            # reference is iperf3 each way with a stream in both directions, measured just
+            # before and just after each cell.
+            for op in ("sendrecv", "allreduce"):
+                refs = [iperf(a.seconds, bidir=True)]
+                cells = []
+                for size in sizes:
+                    cells.append(perf(build, op, 2, size, iters_for(a.seconds, refs[-1], size)))
+                    refs.append(iperf(a.seconds, bidir=True))
+                print(f"  {op} busbw / iperf3 each way, before and after it: " + ", ".join(
+                    f"{size >> 20} MiB {bw:.2f} GB/s = {bw / ((refs[i] + refs[i + 1]) / 2):.2f} "
+                    f"(iperf3 {refs[i]:.2f}, {refs[i + 1]:.2f})" for i, (size, bw) in enumerate(zip(sizes, cells))))
             sys.stdout.flush()
     except (RuntimeError, subprocess.SubprocessError) as e:
         print(f"FAILED: {e}")

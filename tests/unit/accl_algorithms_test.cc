@@ -166,6 +166,23 @@ TEST_P(Sizes, LargeStepsGoInPiecesWithTheSameResults) {
   for (auto& [src, dst, step, len] : ringLog) pieces += step >= (1u << 16);
   if (p > 1) {
     EXPECT_GT(pieces, 0u) << "no step went in pieces";
+    // The allgather's first step (id p) runs inside the last reduction step
+    // (id p - 2): in pieces, the first of them sent by each rank before its
+    // last piece of the reduction step.
+    for (int r = 0; r < p; ++r) {
+      long firstOnward = -1, lastReduce = -1, onwardPieces = 0;
+      for (size_t x = 0; x < ringLog.size(); ++x) {
+        auto& [src, dst, step, len] = ringLog[x];
+        if (src != r) continue;
+        if ((step & 0xffff) == static_cast<uint32_t>(p)) {
+          ++onwardPieces;
+          if (firstOnward < 0) firstOnward = static_cast<long>(x);
+        }
+        if ((step & 0xffff) == static_cast<uint32_t>(p - 2)) lastReduce = static_cast<long>(x);
+      }
+      EXPECT_GT(onwardPieces, 1) << "rank " << r << ": the allgather's first step went whole";
+      EXPECT_LT(firstOnward, lastReduce) << "rank " << r << ": the allgather began after the reduction";
+    }
   }
   size_t fcount = (5u << 20) / 4 + 3;  // 5 MiB of float32
   std::vector<std::vector<float>> results(p);

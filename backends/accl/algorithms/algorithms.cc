@@ -56,8 +56,23 @@ struct ScratchBuf {
 // message is one frame).
 size_t pieceCount(size_t bytes, size_t piece) { return bytes ? (bytes + piece - 1) / piece : 1; }
 
+// The first allgather step of a ring allreduce, run inside its last
+// reduction step: each piece, once reduced, goes on to `to` at once (ids
+// step + (piece << 16), cut as the reduction's pieces), and the peer `from`'s
+// reduced block comes in the same way, into `in` (`inBytes`). The link then
+// carries the allgather while the reduction still runs, instead of idling
+// while the last piece is reduced and the allgather's first message starts.
+struct Onward {
+  int to = -1;
+  int from = -1;
+  uint32_t step = 0;
+  char* in = nullptr;
+  size_t inBytes = 0;
+};
+
 void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, size_t sendBytes, int from,
-                    const char* mine, char* acc, size_t count, DataType t, ReduceKind k, bool theirsFirst) {
+                    const char* mine, char* acc, size_t count, DataType t, ReduceKind k, bool theirsFirst,
+                    const Onward* on = nullptr) {
   size_t es = dataTypeSize(t), bytes = count * es;
   size_t pieceR = exchangePiece(bytes, es), pieceS = exchangePiece(sendBytes, es);
   size_t nRecv = pieceCount(bytes, pieceR);
@@ -70,6 +85,10 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
   ScratchBuf tmp(g, Scratch::kPieces, nRecv > 1 ? slots * pieceR : bytes);
   // What was posted up to piece i's send (piece i and what came before), for
   // the pieces still to be waited for: i .. i + kAhead (no allocation per step).
+  // With an onward step every wait is for a mark: the onward receives posted
+  // so far are waited for only once the peer has had the pieces it reduces
+  // before sending them (a wait for everything could wait for a piece the
+  // peer sends only after this rank's next reduction).
   size_t marks[kAhead + 1] = {};
   auto postRecv = [&](size_t i) {
     if (i < nRecv)
@@ -79,19 +98,30 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
   auto postSend = [&](size_t i) {
     if (i < nSend)
       g.send(to, step + static_cast<uint32_t>(i << 16), send + i * pieceS, std::min(pieceS, sendBytes - i * pieceS));
-    if (n > 1 && i < n) marks[i % (kAhead + 1)] = g.mark();
+    if ((n > 1 || on) && i < n) marks[i % (kAhead + 1)] = g.mark();
+  };
+  size_t pieceOn = on ? exchangePiece(on->inBytes, es) : 0;
+  size_t nOn = on ? pieceCount(on->inBytes, pieceOn) : 0;
+  auto postOnward = [&](size_t j) {
+    if (j < nOn)
+      g.recv(on->from, on->step + static_cast<uint32_t>(j << 16), on->in + j * pieceOn,
+             std::min(pieceOn, on->inBytes - j * pieceOn));
   };
   postRecv(0);
   for (size_t i = 0; i < kAhead; ++i) {
     postSend(i);
     postRecv(i + 1);
   }
+  postOnward(0);
   for (size_t i = 0; i < n; ++i) {
     // Piece i has arrived (and left); the next moves while it is reduced.
     if (i + 1 < n) {
       g.waitFor(marks[i % (kAhead + 1)]);
       postSend(i + kAhead);
       postRecv(i + kAhead + 1);  // into the slot of piece i - 1, reduced before
+      postOnward(i + 1);
+    } else if (on) {
+      g.waitFor(marks[i % (kAhead + 1)]);
     } else {
       g.wait();
     }
@@ -103,6 +133,13 @@ void sendRecvReduce(const Peers& g, uint32_t step, int to, const char* send, siz
       if (theirsFirst) internal::reduce(a, theirs, m, len / es, t, k);
       else internal::reduce(a, m, theirs, len / es, t, k);
     }
+    if (on && i < nRecv)
+      g.send(on->to, on->step + static_cast<uint32_t>(i << 16), acc + i * pieceR,
+             std::min(pieceR, bytes - i * pieceR));
+  }
+  if (on) {
+    for (size_t j = n; j < nOn; ++j) postOnward(j);  // where the peer's block has more pieces
+    g.wait();
   }
 }
 
@@ -117,41 +154,56 @@ void sendInPieces(const Peers& g, uint32_t step, int to, const char* buf, size_t
 
 }  // namespace
 
-void reduceScattervRing(const Peers& g, const void* in, void* out, const std::vector<size_t>& counts, DataType t,
-                        ReduceKind k) {
+namespace {
+
+// The ring's reduction steps; the last one carries `last` (an onward step), if given.
+void reduceScatterRingSteps(const Peers& g, const void* in, void* out, const std::vector<size_t>& counts, DataType t,
+                            ReduceKind k, const Onward* last) {
   int p = g.size(), me = g.me;
   size_t es = dataTypeSize(t);
   auto d = prefixSums(counts);
   const char* i = static_cast<const char*>(in);
   char* o = static_cast<char*>(out);
-  if (p == 1) {
-    if (in != out && counts[0]) std::memcpy(o, i, counts[0] * es);
-    return;
-  }
   int right = mod(me + 1, p), left = mod(me - 1, p);
   // Step s reduces block me - s - 2, which this rank has not touched before:
   // its own part comes from `in`; what it sends after the first step is the
-  // block it reduced into `out` the step before.
+  // block it reduced into `out` the step before. The last step reduces block me.
   for (int s = 0; s < p - 1; ++s) {
     int sendBlk = mod(me - s - 1, p), recvBlk = mod(me - s - 2, p);
     const char* src = (s == 0 ? i : o) + d[sendBlk] * es;
     sendRecvReduce(g, s, right, src, counts[sendBlk] * es, left, i + d[recvBlk] * es, o + d[recvBlk] * es,
-                   counts[recvBlk], t, k, false);
+                   counts[recvBlk], t, k, false, s == p - 2 ? last : nullptr);
   }
 }
 
-void allgathervRing(const Peers& g, void* out, const std::vector<size_t>& bytes) {
+// The ring allgather's steps from `first` on (block me - s arrives at step s).
+void allgatherRingSteps(const Peers& g, void* out, const std::vector<size_t>& bytes, int first) {
   int p = g.size(), me = g.me;
-  if (p == 1) return;
   auto d = prefixSums(bytes);
   char* o = static_cast<char*>(out);
   int right = mod(me + 1, p), left = mod(me - 1, p);
-  for (int s = 0; s < p - 1; ++s) {
+  for (int s = first; s < p - 1; ++s) {
     int sendBlk = mod(me - s, p), recvBlk = mod(me - s - 1, p);
     g.recv(left, s, o + d[recvBlk], bytes[recvBlk]);
     g.send(right, s, o + d[sendBlk], bytes[sendBlk]);
     g.wait();
   }
+}
+
+}  // namespace
+
+void reduceScattervRing(const Peers& g, const void* in, void* out, const std::vector<size_t>& counts, DataType t,
+                        ReduceKind k) {
+  if (g.size() == 1) {
+    if (in != out && counts[0]) std::memcpy(out, in, counts[0] * dataTypeSize(t));
+    return;
+  }
+  reduceScatterRingSteps(g, in, out, counts, t, k, nullptr);
+}
+
+void allgathervRing(const Peers& g, void* out, const std::vector<size_t>& bytes) {
+  if (g.size() == 1) return;
+  allgatherRingSteps(g, out, bytes, 0);
 }
 
 void allgathervDirect(const Peers& g, void* out, const std::vector<size_t>& bytes) {
@@ -169,19 +221,30 @@ void allgathervDirect(const Peers& g, void* out, const std::vector<size_t>& byte
 }
 
 void allreduceRing(const Peers& g, const void* in, void* buf, size_t count, DataType t, ReduceKind k) {
-  int p = g.size();
+  int p = g.size(), me = g.me;
   if (p == 1) {
     if (in != buf && count) std::memcpy(buf, in, count * dataTypeSize(t));
     return;
   }
   auto counts = equalParts(count, p);
-  reduceScattervRing(g, in, buf, counts, t, k);
   size_t es = dataTypeSize(t);
   std::vector<size_t> bytes(p);
   for (int i = 0; i < p; ++i) bytes[i] = counts[i] * es;
+  // The allgather's steps follow the reduction's (step ids from p). Its first
+  // step (this rank's reduced block to the right, the left's from the left)
+  // runs inside the last reduction step, piece by piece.
+  auto d = prefixSums(counts);
+  int left = mod(me - 1, p);
+  Onward on;
+  on.to = mod(me + 1, p);
+  on.from = left;
+  on.step = static_cast<uint32_t>(p);
+  on.in = static_cast<char*>(buf) + d[left] * es;
+  on.inBytes = bytes[left];
+  reduceScatterRingSteps(g, in, buf, counts, t, k, &on);
   Peers g2 = g;
   g2.stepBase += p;
-  allgathervRing(g2, buf, bytes);
+  allgatherRingSteps(g2, buf, bytes, 1);
 }
 
 void allreduceRecursiveDoubling(const Peers& g, const void* in, void* buf, size_t count, DataType t, ReduceKind k) {

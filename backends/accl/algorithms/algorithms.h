@@ -23,6 +23,8 @@ namespace algo {
 // on every rank.
 // Out of place (`in` may be `buf`): the first step reads this rank's data
 // from `in` and writes its reduction into `buf`, so no copy precedes them.
+// The ring's first allgather step runs inside its last reduction step: each
+// piece of this rank's block goes on to the right neighbour once reduced.
 void allreduceRing(const Peers& g, const void* in, void* buf, size_t count, DataType t, ReduceKind k);
 void allreduceRecursiveDoubling(const Peers& g, const void* in, void* buf, size_t count, DataType t, ReduceKind k);
 inline void allreduceRing(const Peers& g, void* buf, size_t count, DataType t, ReduceKind k) {
