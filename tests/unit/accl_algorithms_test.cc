@@ -385,7 +385,7 @@ TEST_P(Sizes, LargeReductionsUseTheGroupsScratchAndLeaveTheInputAlone) {
   // between the ops (as a group keeps it): results against the reference, the
   // input untouched, the tree's children in pieces, the scratch the same size
   // after the second round (reused, not grown), its pieces buffer at most
-  // 3 x 4 MiB (three pieces in flight) and a leaf's accumulator never taken.
+  // 3 x 1 MiB (three pieces in flight) and a leaf's accumulator never taken.
   int p = GetParam();
   size_t count = (5u << 20) / 8 + 3;  // int64
   std::vector<core::Scratch> scratch(p);
@@ -430,12 +430,12 @@ TEST_P(Sizes, LargeReductionsUseTheGroupsScratchAndLeaveTheInputAlone) {
       if (round == 0) kept[r] = scratch[r].keptBytes();
       else EXPECT_EQ(scratch[r].keptBytes(), kept[r]) << "rank " << r << ": the scratch grew in the second round";
       // kTreeAcc (a whole vector) only on a rank that was an inner node for some root.
-      EXPECT_LE(scratch[r].keptBytes(), count * 8 + 3 * (4u << 20)) << "rank " << r;
+      EXPECT_LE(scratch[r].keptBytes(), count * 8 + 3 * (1u << 20)) << "rank " << r;
     }
   }
   if (p == 2) {
     // Two ranks: the root reduces into its output and the other is a leaf.
-    for (int r = 0; r < p; ++r) EXPECT_LE(scratch[r].keptBytes(), 3 * (4u << 20)) << "rank " << r;
+    for (int r = 0; r < p; ++r) EXPECT_LE(scratch[r].keptBytes(), 3 * (1u << 20)) << "rank " << r;
   }
   // trim() keeps buffers up to kKeepMax and frees larger ones.
   core::Scratch s;
