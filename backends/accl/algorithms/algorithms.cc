@@ -176,7 +176,8 @@ void reduceScatterRingSteps(const Peers& g, const void* in, void* out, const std
   }
 }
 
-// The ring allgather's steps from `first` on (block me - s arrives at step s).
+// The ring allgather's steps from `first` on (at step s block me - s goes to the
+// right neighbour and block me - s - 1 comes from the left one).
 void allgatherRingSteps(const Peers& g, void* out, const std::vector<size_t>& bytes, int first) {
   int p = g.size(), me = g.me;
   auto d = prefixSums(bytes);
