@@ -87,6 +87,16 @@ def iters_for(seconds, rate_gbs, size):
     return max(5, int(seconds * rate_gbs * 1e9 / size))
 
 
+def paired(sizes, reference, cell):
+    """Alternates reference(), cell(size, last reference), reference(), ...: returns the
+    references (one more than the sizes) and the cells; cell i lies between references i and i + 1."""
+    refs, cells = [reference()], []
+    for size in sizes:
+        cells.append(cell(size, refs[-1]))
+        refs.append(reference())
+    return refs, cells
+
+
 def iperf(seconds, bidir=False):
     """GB/s of one TCP stream from host 1 to host 0 (iperf3's receiver figure); with `bidir`,
     of each direction while one stream runs each way (the mean of the two). The server runs
@@ -124,30 +134,24 @@ def main():
     try:
         for run in range(1, a.runs + 1):
             # Within a host: copy rate, size, copy rate, size, ... (each cell between two).
-            refs = [memcpy_rate(build)]
-            cells = []
-            for size in sizes:
-                limit = 2 * refs[-1][1] / 5
-                cells.append(perf(build, "allreduce", 1, size, iters_for(a.seconds, limit, size)))
-                refs.append(memcpy_rate(build))
+            refs, cells = paired(sizes, lambda: memcpy_rate(build),
+                                 lambda size, ref: perf(build, "allreduce", 1, size,
+                                                        iters_for(a.seconds, 2 * ref[1] / 5, size)))
             print(f"\n## run {run}\nwithin a host: 2-thread copy {refs[0][1]:.2f} GB/s at the start "
                   f"(1 thread {refs[0][0]:.2f}); limit of a 2-rank allreduce = 2 x copy rate / 5 (tighter: / 4)")
+            copy = [(refs[i][1] + refs[i + 1][1]) / 2 for i in range(len(sizes))]  # around each cell
             print("  allreduce busbw / limit | tighter, each against the copy rate measured just before and after "
                   "it: " + ", ".join(
-                      f"{size >> 20} MiB {bw:.2f} GB/s = {bw / (2 * (refs[i][1] + refs[i + 1][1]) / 2 / 5):.2f} | "
-                      f"{bw / (2 * (refs[i][1] + refs[i + 1][1]) / 2 / 4):.2f} (copy {refs[i][1]:.1f}, "
-                      f"{refs[i + 1][1]:.1f})" for i, (size, bw) in enumerate(zip(sizes, cells))))
+                      f"{size >> 20} MiB {bw:.2f} GB/s = {bw / (2 * copy[i] / 5):.2f} | {bw / (2 * copy[i] / 4):.2f} "
+                      f"(copy {refs[i][1]:.1f}, {refs[i + 1][1]:.1f})" for i, (size, bw) in enumerate(zip(sizes, cells))))
             link = iperf(a.seconds)
             print(f"between 2 namespace hosts: iperf3 {link:.2f} GB/s ({link * 8:.1f} Gbit/s) one way at the start")
             # With 2 ranks, sendrecv and the allreduce's steps send both ways at once: the
             # reference is iperf3 each way with a stream in both directions, measured just
             # before and just after each cell.
             for op in ("sendrecv", "allreduce"):
-                refs = [iperf(a.seconds, bidir=True)]
-                cells = []
-                for size in sizes:
-                    cells.append(perf(build, op, 2, size, iters_for(a.seconds, refs[-1], size)))
-                    refs.append(iperf(a.seconds, bidir=True))
+                refs, cells = paired(sizes, lambda: iperf(a.seconds, bidir=True),
+                                     lambda size, ref: perf(build, op, 2, size, iters_for(a.seconds, ref, size)))
                 print(f"  {op} busbw / iperf3 each way, before and after it: " + ", ".join(
                     f"{size >> 20} MiB {bw:.2f} GB/s = {bw / ((refs[i] + refs[i + 1]) / 2):.2f} "
                     f"(iperf3 {refs[i]:.2f}, {refs[i + 1]:.2f})" for i, (size, bw) in enumerate(zip(sizes, cells))))
