@@ -221,8 +221,8 @@ static std::shared_ptr<Work> postTaggedWork(Pair& p, int from, bool send, void* 
   return w;
 }
 
-// A thread waiting on a point-to-point message polls the shared-memory link
-// itself (waiterHook; not over TCP or verbs). Its messages arrive intact,
+// A thread waiting on a point-to-point message polls the shared-memory link,
+// or a small message's socket, itself (waiterHook; not over verbs). Its messages arrive intact,
 // and a transport destroyed while threads wait leaves their Works failed,
 // never crashed into: many rounds, since the waiter's poll and the
 // destructor race. Half the rounds send after the waiter's poll gave up: the
@@ -231,9 +231,12 @@ TEST_P(NetTransport, AWaiterThatPollsGetsItsMessagesAndSurvivesTheTransportsEnd)
   Pair p;
   connect(p, GetParam());
   ASSERT_FALSE(HasFatalFailure());
-  bool polls = GetParam() == "shm" || GetParam() == "shm_cma";
-  ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(1)), polls);
-  ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(-1)), polls);
+  // The rings for any source or a named peer; a named peer's socket for a
+  // small message; never verbs, nor a large message over TCP.
+  bool rings = GetParam() == "shm" || GetParam() == "shm_cma", tcp = GetParam() == "tcp";
+  ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(1)), rings || tcp);
+  ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(1, size_t(1) << 20)), rings);
+  ASSERT_EQ(static_cast<bool>(p.t[0]->waiterHook(-1)), rings);
   auto tagged = [&](int from, bool send, void* buf, size_t len, int tag) {
     return postTaggedWork(p, from, send, buf, len, tag);
   };
@@ -394,6 +397,69 @@ TEST_P(NetTransport, OnlyFramesOf16KiBAndUpAreTimedForTheReceiveRate) {
   EXPECT_GE(both.bytesTimed, kBig - (size_t(16) << 10));
   EXPECT_LE(both.bytesTimed, kBig);
   EXPECT_GT(both.receiveBusyUs, 0);
+}
+
+// An op's waiter on a small message reads its peer's socket itself while
+// the socket wakes no one (NetTransport::pollForOpWaiter), and the progress
+// thread gets the socket back when the poll ends: messages sent at once,
+// during the poll (200 us), and after it all arrive intact, as do messages
+// above the poll's size (64 KiB) among them. Over TCP the waiter read some of
+// them itself; over the other links none goes that way. A timeout that
+// strikes during the poll still hears from the peer (its answer to the
+// query comes over the same socket).
+TEST_P(NetTransport, AnOpsWaiterReadsSmallMessagesItselfAndTheLoopGetsTheSocketBack) {
+  Pair p;
+  connect(p, GetParam());
+  ASSERT_FALSE(HasFatalFailure());
+  const int delaysUs[] = {0, 50, 150, 400, 3000};
+  uint64_t seq = 1;
+  for (int round = 0; round < 60; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    int delay = delaysUs[round % 5];
+    size_t len = round % 6 == 5 ? (size_t(256) << 10) : 1 + round * 97 % 4096;
+    std::vector<unsigned char> src(len), dst(len, 0), back(len, 0);
+    for (size_t i = 0; i < len; ++i) src[i] = static_cast<unsigned char>(i * 31 + round + 1);
+    auto d = op(seq++, len);
+    p.t[0]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[1]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[0]->recv(1, 0, dst.data(), len);
+    p.t[1]->recv(0, 1, back.data(), len);
+    std::thread peer([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      p.t[1]->send(0, 0, src.data(), len);
+      EXPECT_NO_THROW(p.t[1]->wait());
+    });
+    EXPECT_NO_THROW(p.t[0]->wait());
+    // And back: the first rank's message goes the other way while the peer waits.
+    p.t[0]->send(1, 1, dst.data(), len);
+    EXPECT_NO_THROW(p.t[0]->wait());
+    peer.join();
+    p.t[0]->endOp();
+    p.t[1]->endOp();
+    ASSERT_TRUE(dst == src);
+    ASSERT_TRUE(back == src);
+  }
+  uint64_t byWaiters = p.t[0]->framesReadByWaiters() + p.t[1]->framesReadByWaiters();
+  if (GetParam() == "tcp")
+    EXPECT_GT(byWaiters, 0u) << "no waiter read its socket itself";
+  else
+    EXPECT_EQ(byWaiters, 0u) << "frames over " << GetParam() << " counted as read from a socket";
+  // A timeout during the poll, and one after it: the peer (which has not
+  // entered the op) answers the query.
+  for (auto limit : {std::chrono::microseconds(100), std::chrono::microseconds(300000)}) {
+    auto d = op(seq++, 8);
+    std::vector<char> buf(8);
+    p.t[0]->beginOp(d, Clock::now() + limit, std::chrono::duration_cast<std::chrono::milliseconds>(limit));
+    p.t[0]->recv(1, 0, buf.data(), buf.size());
+    try {
+      p.t[0]->wait();
+      ADD_FAILURE() << "the wait did not time out";
+    } catch (const Timeout& e) {
+      EXPECT_NE(std::string(e.what()).find("finished"), std::string::npos)
+          << "the peer's answer to the query did not arrive: " << e.what();
+    }
+    p.t[0]->endOp("the op failed");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm", "shm_cma"),

@@ -51,13 +51,20 @@ NetTransport::NetTransport(Options o)
       lastHeard_(o_.size) {
   gate_->t = this;  // no waiter hook exists before this constructor returns
   matcher_.setSpareLimit(o_.unexpectedCacheBytes);
-  smallHooks_[0] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterYieldUs), true});
-  smallHooks_[1] = std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterSpinUs), false});
+  smallHooks_[0] =
+      std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterYieldUs), true, -1});
+  smallHooks_[1] =
+      std::make_shared<const HookState>(HookState{gate_, std::chrono::microseconds(kWaiterSpinUs), false, -1});
   auto deadline = Clock::now() + o_.timeout;
   sockets_ = std::make_unique<SocketLink>(static_cast<const SocketLink::Options&>(o_), static_cast<FrameSink*>(this),
                                           deadline);
   if (o_.ibWanted) setupIb(deadline);
   if (o_.shmWanted) setupShm(deadline);
+  tcpHooks_.resize(o_.size);
+  for (int p = 0; p < o_.size; ++p)
+    if (p != o_.rank && sockets_->serves(p) && !overShm(p) && !overIb(p))
+      tcpHooks_[p] = std::make_shared<const HookState>(
+          HookState{gate_, std::chrono::microseconds(kSocketPollUs), false, p});
   loop_ = std::make_unique<EventLoop>(o_.where);
   sockets_->attach(loop_.get());
   if (shm_) loop_->add(shm_->doorbellFd(), shm_.get(), EPOLLIN);
@@ -204,7 +211,20 @@ void NetTransport::setupIb(Clock::time_point deadline) {
 
 // ---------------------------------------------------------------- progress
 
-bool NetTransport::waiterPoll(int peer, size_t bytes, std::chrono::microseconds& spin, bool& yields) const {
+bool NetTransport::waiterPoll(int peer, size_t bytes, std::chrono::microseconds& spin, bool& yields,
+                              int& tcpPeer) const {
+  tcpPeer = -1;
+  yields = !spinningWaiters_;
+  // A small message from a peer over TCP: its socket, for kSocketPollUs (2
+  // namespace hosts, a rank each, sendrecv 8 B - 2 KiB: 1.2-1.35x Open MPI's
+  // time with the progress thread reading it, as its allreduce was before
+  // the op's waits polled).
+  if (peer >= 0 && peer < o_.size && tcpHooks_[peer]) {
+    if (bytes > kSocketPollMaxBytes) return false;
+    tcpPeer = peer;
+    spin = std::chrono::microseconds(kSocketPollUs);
+    return true;
+  }
   // A named peer is one lookup (this runs for every point-to-point op); any
   // source, whether some peer is served by the rings.
   bool fast = peer >= 0 && overShm(peer);
@@ -218,7 +238,6 @@ bool NetTransport::waiterPoll(int peer, size_t bytes, std::chrono::microseconds&
   // 4 ranks on 2 cores, the same sendrecv: 60-80 us at 8 B and 0.1-0.2x
   // Open MPI's busbw at 128 KiB - 2 MiB with it; there the waiter yields
   // between passes instead, for kWaiterYieldUs (5-6 us at 8 B).
-  yields = !spinningWaiters_;
   spin = std::chrono::microseconds(yields ? kWaiterYieldUs
                                           : kWaiterSpinUs + std::min<size_t>(bytes, size_t(4) << 20) / 2000);
   return true;
@@ -227,16 +246,20 @@ bool NetTransport::waiterPoll(int peer, size_t bytes, std::chrono::microseconds&
 std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
   std::chrono::microseconds spin;
   bool yields;
-  if (!waiterPoll(peer, bytes, spin, yields)) return nullptr;
-  // The two usual polls are shared; a large message's spin has a state of its own.
+  int tcpPeer;
+  if (!waiterPoll(peer, bytes, spin, yields, tcpPeer)) return nullptr;
+  // The two usual polls of the rings and each TCP peer's are shared; a large
+  // message's spin has a state of its own.
   std::shared_ptr<const HookState> state =
-      yields ? smallHooks_[0]
-             : spin.count() == kWaiterSpinUs ? smallHooks_[1]
-                                             : std::make_shared<const HookState>(HookState{gate_, spin, yields});
+      tcpPeer >= 0 ? tcpHooks_[tcpPeer]
+      : yields     ? smallHooks_[0]
+      : spin.count() == kWaiterSpinUs
+          ? smallHooks_[1]
+          : std::make_shared<const HookState>(HookState{gate_, spin, yields, -1});
   struct Hook {  // 16 bytes, moved without throwing: kept inside the std::function
     std::shared_ptr<const HookState> s;
     void operator()(Work& w) const {
-      if (auto g = s->gate.lock()) progressForWaiter(*g, w, s->spin, s->yields);
+      if (auto g = s->gate.lock()) progressForWaiter(*g, w, s->spin, s->yields, s->tcpPeer);
     }
   };
   return Hook{std::move(state)};
@@ -245,16 +268,19 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
 bool NetTransport::pollForWaiter(Work& w, int peer, size_t bytes) {
   std::chrono::microseconds spin;
   bool yields;
-  if (!waiterPoll(peer, bytes, spin, yields)) return false;
-  progressForWaiter(*gate_, w, spin, yields);
+  int tcpPeer;
+  if (!waiterPoll(peer, bytes, spin, yields, tcpPeer)) return false;
+  progressForWaiter(*gate_, w, spin, yields, tcpPeer);
   return true;
 }
 
-void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin, bool yields) {
+void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin, bool yields,
+                                     int tcpPeer) {
   // The waiter polls the rings itself for a while (as a guest: writers to
   // this rank ring no doorbell meanwhile, so the progress thread sleeps on),
-  // then sleeps on the Work as any waiter. Bounded: on a host with more
-  // ranks than cores a spinning waiter takes the core its peer needs.
+  // or the peer's socket (which meanwhile wakes no one), then sleeps on the
+  // Work as any waiter. Bounded: on a host with more ranks than cores a
+  // spinning waiter takes the core its peer needs.
   // 2 ranks on 2 cores, sendrecv 8 B - 64 KiB: 2.2-6 us with a spin of
   // 20 us (0-100 us measured alike), 11-64 us with one pass and doorbells
   // (a wake-up of the progress thread and one of the waiter per message).
@@ -267,7 +293,7 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
   // The clock is read every 64 passes (the spin counts from the first such
   // read), not on the pass that finds the message.
   Clock::time_point until{};
-  bool guest = false, movedSinceLook = false;
+  bool guest = false, polled = false, movedSinceLook = false;
   // This thread's list from its last wait (no allocation per op); a wait
   // nested in a completion's callback finds none and makes its own.
   static thread_local std::vector<Completion> spare;
@@ -286,13 +312,22 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
       // may destroy the group, whose destructor takes the gate).
       std::shared_lock<std::shared_mutex> gl(g.m);
       NetTransport* t = g.t;
-      if (!t || !t->shm_) return;
-      if (!guest) t->shm_->guestBegin(), guest = true;
+      if (!t || (tcpPeer < 0 && !t->shm_)) return;
+      if (tcpPeer >= 0) yields = yieldNow = !t->spinningWaiters_.load(std::memory_order_relaxed);
+      if (tcpPeer < 0 && !guest) t->shm_->guestBegin(), guest = true;
       // The progress thread may be polling: then it completes the Work.
       std::unique_lock<std::mutex> lk(t->mu_, std::try_to_lock);
       yieldNow = yields || !lk.owns_lock();
       if (lk.owns_lock() && !t->stop_) {
-        bool moved = t->shm_->pollAsGuest();
+        bool moved;
+        if (tcpPeer >= 0) {
+          if (!polled) polled = true, t->sockets_->setPolled(tcpPeer, true);
+          uint64_t frames = t->sockets_->pollPeer(tcpPeer);
+          if (frames) t->waiterFrames_.fetch_add(frames, std::memory_order_relaxed);
+          moved = frames > 0;
+        } else {
+          moved = t->shm_->pollAsGuest();
+        }
         movedSinceLook = movedSinceLook || moved;
         // After frames moved, what they finished; now and then, deadlines
         // too, by the coarse clock (a timeout may show a tick late; the
@@ -316,7 +351,12 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
         movedSinceLook = false;
         stop = now >= until;
       }
-      if (stop) t->shm_->guestEnd(served);
+      if (stop && guest) t->shm_->guestEnd(served);
+      if (stop && polled) {
+        // The socket wakes the loop again (what came meanwhile at once).
+        if (!lk.owns_lock()) lk.lock();
+        t->sockets_->setPolled(tcpPeer, false);
+      }
     }
     for (auto& c : completions) c.run();
     completions.clear();

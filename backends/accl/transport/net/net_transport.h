@@ -115,16 +115,20 @@ class NetTransport : public Transport, private FrameSink {
 
   // For a point-to-point Work with `peer` (-1: any source), set before the
   // Work is handed out: a thread that waits on it polls the shared-memory
-  // link itself once before it sleeps (completing whatever finished): a
-  // message already there costs no wake-up of the progress thread and of
-  // the waiter. Null where that link does not serve the peer
-  // (over TCP the wait would only burn a core; verbs is left to the progress
-  // thread). Harmless once the transport is gone.
+  // link, or for a small message over TCP the peer's socket, itself for a
+  // while before it sleeps (completing whatever finished): a message already
+  // there, or coming soon, costs no wake-up of the progress thread and of
+  // the waiter. Null where neither serves the peer (any source with no peer
+  // over shared memory, a large message over TCP; verbs is left to the
+  // progress thread). Harmless once the transport is gone.
   std::function<void(Work&)> waiterHook(int peer, size_t bytes = 0);
   // The same poll, run now by a thread that is about to wait on `w` (a
   // blocking op, just posted): no hook to make and release. False (nothing
   // done) where the link does not serve `peer`.
   bool pollForWaiter(Work& w, int peer, size_t bytes);
+  // How many frames from peers over TCP waiters read themselves (above, and
+  // an op's waits: pollForOpWaiter), not the progress thread.
+  uint64_t framesReadByWaiters() const { return waiterFrames_.load(std::memory_order_relaxed); }
   // Where the ranks of this host share CPUs (or this machine's, across the
   // hosts its namespaces or containers make): a waiter then gives its core up
   // between polls rather than spin, the progress thread does not spin on the
@@ -206,12 +210,16 @@ class NetTransport : public Transport, private FrameSink {
     std::shared_mutex m;
     NetTransport* t = nullptr;
   };
-  static void progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin, bool yields);
+  // `tcpPeer` >= 0: the waiter reads that peer's socket (stream 0), which
+  // meanwhile does not wake the loop; else it polls the rings as a guest.
+  static void progressForWaiter(WaiterGate& g, Work& w, std::chrono::microseconds spin, bool yields, int tcpPeer);
   // How a waiter on `peer` polls (how long, whether it yields between
-  // passes); false where the rings do not serve it.
-  bool waiterPoll(int peer, size_t bytes, std::chrono::microseconds& spin, bool& yields) const;
+  // passes, over TCP: tcpPeer); false where neither the rings nor a socket
+  // poll serves it.
+  bool waiterPoll(int peer, size_t bytes, std::chrono::microseconds& spin, bool& yields, int& tcpPeer) const;
   std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
   std::atomic<bool> spinningWaiters_{true};
+  std::atomic<uint64_t> waiterFrames_{0};  // framesReadByWaiters (written with mu_ held)
   // A waiter hook's state: the gate and how long the waiter polls. The hook
   // holds only a pointer to it, so that std::function keeps it inline (no
   // allocation per op); small messages share one of these two (index 0: the
@@ -220,8 +228,10 @@ class NetTransport : public Transport, private FrameSink {
     std::weak_ptr<WaiterGate> gate;
     std::chrono::microseconds spin;
     bool yields;  // gives the core up between passes (ranks share cores)
+    int tcpPeer;  // >= 0: the socket of this peer is polled (yields: as the transport says then)
   };
   std::shared_ptr<const HookState> smallHooks_[2];
+  std::vector<std::shared_ptr<const HookState>> tcpHooks_;  // per peer over TCP (else null)
 
   void setupIb(Clock::time_point deadline);
   void setupShm(Clock::time_point deadline);
@@ -239,6 +249,30 @@ class NetTransport : public Transport, private FrameSink {
   // "data from rank 3 (nothing heard from it for 2.1 s), send to rank 1" for
   // the current op's unfinished requests (mu_ held).
   std::string waitingText();
+  // An op's waiter on small messages (mu_ held) reads its peers' sockets
+  // (stream 0) and, as a guest, the rings itself, as Open MPI's transports
+  // do, rather than sleep until the progress thread, woken by the bytes
+  // (or by a ring's doorbell), reads them and wakes it: two wake-ups per
+  // step on the critical path. While it polls, those sockets and the rings
+  // do not wake the progress thread. One pass per call, then true (look
+  // again), for kSocketPollUs from the first pass; false: nothing to poll
+  // for (verbs, a larger message), or the time is up (the links wake the
+  // loop again and the waiter sleeps).
+  struct OpPoll {
+    NetTransport* t;
+    std::unique_lock<std::mutex>& lk;
+    int peers[8] = {};  // whose sockets are polled
+    int n = 0;
+    bool guest = false;  // of the rings
+    Clock::time_point until{};
+    ~OpPoll() { end(false); }
+    // The polled links wake the loop again (takes the lock if need be).
+    // `served`: the op got what it waited for.
+    void end(bool served);
+  };
+  bool pollForOpWaiter(OpPoll& op);
+  static constexpr size_t kSocketPollMaxBytes = size_t(64) << 10;
+  static constexpr int kSocketPollUs = 200;
   // Throws the op's first failure (mu_ held), after withdrawing its requests.
   void throwIfFailed(const std::vector<int>& peers);
   // Withdraws a request (mu_ held): once this returns, nothing reads or

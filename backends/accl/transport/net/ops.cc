@@ -1,5 +1,7 @@
 // NetTransport: the algorithms' side (an op's sends, receives and wait) and
 // the user's point-to-point messages.
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -131,29 +133,113 @@ size_t NetTransport::posted() const {
 void NetTransport::waitFirst(size_t n) {
   WaitScope timed(waitTimes_);
   std::unique_lock<std::mutex> lk(mu_);
+  OpPoll polls{this, lk, {}};  // after lk: its end runs first
   for (;;) {
     // A zero-length receive completes when its frame's header was handled.
     bool all = n >= session_.requests().size();
     bool done = session_.firstDone(n);
     throwIfFailed({});
     if (done) {
+      polls.end(true);
       if (all) session_.requests().clear();
       return;
     }
     if (Clock::now() >= session_.deadline()) {
       std::string waiting = waitingText();
+      polls.end(false);  // the peers' answers to the queries wake the loop
       lk.unlock();
       throwTimeout(waiting);
     }
     if (stallDue()) {
       std::string waiting = waitingText();
+      polls.end(false);
       lk.unlock();
       warnStall(waiting);
       lk.lock();
       continue;
     }
+    if (pollForOpWaiter(polls)) continue;
     cv_.wait_until(lk, std::min(session_.deadline(), Clock::now() + std::chrono::milliseconds(100)));
   }
+}
+
+void NetTransport::OpPoll::end(bool served) {
+  if (n == 0 && !guest) return;
+  if (!lk.owns_lock()) lk.lock();
+  for (int i = 0; i < n; ++i) t->sockets_->setPolled(peers[i], false);
+  n = 0;
+  if (guest) t->shm_->guestEnd(served);
+  guest = false;
+}
+
+bool NetTransport::pollForOpWaiter(OpPoll& op) {
+  // The peers over TCP whose small messages the op still waits for, and
+  // whether some come over the rings; a larger message among them (its
+  // bytes come over several streams, at the link's rate, which a sleep does
+  // not slow), or one over verbs: the waiter sleeps.
+  constexpr int kMaxPeers = static_cast<int>(sizeof(op.peers) / sizeof(op.peers[0]));
+  int peers[kMaxPeers];
+  int np = 0;
+  bool rings = false, sleep = false;
+  for (const auto& r : session_.requests()) {
+    if (r->done || r->isSend) continue;
+    if (r->peer < 0 || r->len > kSocketPollMaxBytes || overIb(r->peer)) {
+      sleep = true;
+      break;
+    }
+    if (overShm(r->peer)) {
+      rings = true;
+      continue;
+    }
+    bool seen = false;
+    for (int i = 0; i < np; ++i) seen = seen || peers[i] == r->peer;
+    if (seen) continue;
+    if (np == kMaxPeers) {
+      sleep = true;
+      break;
+    }
+    peers[np++] = r->peer;
+  }
+  auto now = Clock::now();
+  if (op.until == Clock::time_point{}) op.until = now + std::chrono::microseconds(kSocketPollUs);
+  if (sleep || (np == 0 && !rings) || now >= op.until) {
+    op.end(false);
+    return false;
+  }
+  uint64_t frames = 0;
+  for (int i = 0; i < np; ++i) {
+    bool known = false;
+    for (int j = 0; j < op.n; ++j) known = known || op.peers[j] == peers[i];
+    if (!known) {
+      op.peers[op.n++] = peers[i];
+      sockets_->setPolled(peers[i], true);
+    }
+    frames += sockets_->pollPeer(peers[i]);
+  }
+  bool moved = frames > 0;
+  if (moved) waiterFrames_.fetch_add(frames, std::memory_order_relaxed);
+  if (rings) {
+    if (!op.guest) shm_->guestBegin(), op.guest = true;
+    moved = shm_->pollAsGuest() || moved;
+  }
+  if (moved) {
+    // What they finished is looked at again at once. Point-to-point
+    // requests among them are the progress thread's to complete.
+    if (!tagged_.empty()) loop_->wake();
+    return true;
+  }
+  // Nothing yet: the lock goes to the progress thread for a moment, and the
+  // core too where this host's ranks share cores (the peer may need it).
+  op.lk.unlock();
+  if (spinningWaiters_.load(std::memory_order_relaxed)) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  } else {
+    sched_yield();
+  }
+  op.lk.lock();
+  return true;
 }
 
 void NetTransport::checkPeers(const std::vector<int>& peers) {

@@ -104,8 +104,29 @@ bool SocketLink::headerArrived(Conn& c) {
 
 void SocketLink::frameArrived(Conn& c) {
   c.hdrGot = 0;
+  ++framesIn_;
   LandingPtr l = std::move(c.land);
   sink_->onFrame(c.peer, c.hdr, l);
+}
+
+uint64_t SocketLink::pollPeer(int peer) {
+  if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer].empty()) return 0;
+  Conn& c = *conns_[peer][0];
+  if (c.closed) return 0;
+  uint64_t before = framesIn_;
+  readConn(c);
+  return framesIn_ - before;
+}
+
+bool SocketLink::setPolled(int peer, bool polled) {
+  if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer].empty()) return true;
+  Conn& c = *conns_[peer][0];
+  if (c.closed || c.polled == polled) return true;
+  c.polled = polled;
+  uint32_t ev = (polled ? 0u : static_cast<uint32_t>(EPOLLIN)) | (c.armedOut ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+  if (loop_->modify(c.fd, &c, ev)) return true;
+  closeConn(c, errnoMessage("epoll_ctl(MOD) on the connection", errno));
+  return false;
 }
 
 // ---------------------------------------------------------------- send
@@ -187,7 +208,7 @@ void SocketLink::writeConn(Conn& c) {
   }
   bool want = !c.out.empty() && !c.closed;
   if (want != c.armedOut && !c.closed) {
-    if (!loop_->modify(c.fd, &c, EPOLLIN | (want ? static_cast<uint32_t>(EPOLLOUT) : 0u))) {
+    if (!loop_->modify(c.fd, &c, (c.polled ? 0u : static_cast<uint32_t>(EPOLLIN)) | (want ? static_cast<uint32_t>(EPOLLOUT) : 0u))) {
       closeConn(c, errnoMessage("epoll_ctl(MOD) on the connection", errno));
       return;
     }

@@ -62,6 +62,17 @@ class SocketLink : public FrameLink {
   void dropPeer(int peer) override;
   // Whether every open connection has written all it was given.
   bool flushed() const;
+  // Reads what stream 0 from `peer` (where small messages and ordered frames
+  // travel) holds now, without blocking, as the loop would: for a thread
+  // that waits on a small message and polls rather than sleep (the caller
+  // holds what serialises the loop's dispatch). The frames completed.
+  uint64_t pollPeer(int peer);
+  // While a waiter polls stream 0 from `peer` (true), the loop is not woken
+  // by its bytes: a wake-up of the progress thread per message, on a core
+  // the waiters may need, for bytes the waiter reads. False: it is again
+  // (what came meanwhile wakes it at once). False if epoll refused (the
+  // connection is then closed and its peer failed).
+  bool setPolled(int peer, bool polled);
 
  private:
   struct OutFrame {
@@ -79,6 +90,7 @@ class SocketLink : public FrameLink {
     bool closed = false;
     std::deque<OutFrame> out;
     bool armedOut = false;
+    bool polled = false;  // setPolled: EPOLLIN is off
     FrameHeader hdr{};  // the frame being read
     size_t hdrGot = 0;
     size_t pos = 0;  // of its payload
@@ -127,6 +139,7 @@ class SocketLink : public FrameLink {
   Listener listener_;
   std::vector<std::vector<std::unique_ptr<Conn>>> conns_;  // [peer][stream]
   std::map<int, std::unique_ptr<LateConn>> late_;         // fd -> connection accepted after set-up
+  uint64_t framesIn_ = 0;                                  // frames read whole, for pollPeer
 };
 
 }  // namespace net
