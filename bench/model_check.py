@@ -41,7 +41,12 @@ CANDIDATES = {"allreduce": ["recursive_doubling", "ring"], "broadcast": ["tree",
 # Ops whose back-to-back runs overlap in accl-perf (a rank that only sends moves on once its
 # data is handed over): their figure is a rate, not one op's time, which the model predicts.
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
-SHORT = {"recursive_doubling": "rd"}
+SHORT = {"recursive_doubling": "rd", "hierarchical": "hier"}
+# Ops the backend runs hierarchically (segment phases on each host, the rest
+# between hosts) where hosts have several ranks: with --ranks-per-host 2 or
+# more, forced too, and the model's choice is the hierarchical op (the model
+# picks its algorithm between hosts).
+HIERARCHICAL = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"}
 
 
 def sh(*cmd, **kw):
@@ -141,7 +146,7 @@ def plan(build, tuning, ranks, hosts):
     for line in r.stdout.splitlines():
         m = re.match(r"^(\w+)\s+(\d+)\s+(\S+)\s+([\d.]+)\s", line)
         if m:
-            algo = re.sub(r"hierarchical\(shm\+(\w+)\)", r"\1", m.group(3))
+            algo = "hierarchical" if m.group(3).startswith("hierarchical(") else m.group(3)
             rows[(m.group(1), int(m.group(2)))] = (algo, float(m.group(4)))
     return rows
 
@@ -182,10 +187,11 @@ def main():
                 calibrate(build, tuning, a.ranks_per_host)
                 pl = plan(build, tuning, ranks, 2)
                 for op in ops:
+                    algos = CANDIDATES[op] + (["hierarchical"] if a.ranks_per_host > 1 and op in HIERARCHICAL else [])
                     forced = {al: perf(build, {"ACCL_ALGO": f"{op}:{al}"}, op, a.max, a.iters, ranks)
-                              for al in CANDIDATES[op]}
+                              for al in algos}
                     auto = perf(build, {"ACCL_TUNING_FILE": tuning}, op, a.max, a.iters, ranks)
-                    names = [SHORT.get(x, x) for x in CANDIDATES[op]]
+                    names = [SHORT.get(x, x) for x in algos]
                     print(f"\n{op}: time (us) of each algorithm forced; the model's choice, that algorithm's "
                           f"time over the best one's, the prediction over its measured time; and the run "
                           f"with the tuning file (the choice made by the group itself)")
@@ -194,7 +200,7 @@ def main():
                     for size in sorted(auto):
                         if (op, size) not in pl:
                             continue  # a size --plan has no row for (0 bytes: 8 B split over 4 ranks)
-                        best = min(forced[al][size] for al in CANDIDATES[op])
+                        best = min(forced[al][size] for al in algos)
                         algo, pred = pl[(op, size)]
                         chosen = forced[algo][size] if algo in forced else auto[size]
                         ratio, err = chosen / best, pred / chosen
@@ -202,7 +208,7 @@ def main():
                         # data is handed over, so consecutive broadcasts overlap and the figure is
                         # their rate, not one op's latency, which is what the model predicts.
                         summary.append((spec, op, size, ratio, err if op not in ROOTED else None))
-                        print(f"{size:>10} " + " ".join(f"{forced[al][size]:>10.1f}" for al in CANDIDATES[op]) +
+                        print(f"{size:>10} " + " ".join(f"{forced[al][size]:>10.1f}" for al in algos) +
                               f" {SHORT.get(algo, algo):>8} {ratio:>8.2f} {pred:>10.1f} {err:>9.2f} {auto[size]:>10.1f}")
             except (RuntimeError, subprocess.SubprocessError) as e:
                 print(f"FAILED: {e}")

@@ -131,6 +131,17 @@ class AcclProcessGroup : public ProcessGroup {
   }
   void allgatherBody(Buffer in, Buffer out, const std::vector<size_t>& bytes, size_t total, const core::OpDesc& d,
                      core::Clock::time_point deadline);
+  // Across hosts of as many ranks each: each rank's block to its rail (the
+  // ranks of its local index on the other hosts), then the host's ranks
+  // allgather on the segment what their rails brought, into `work`, and
+  // each copies the blocks into rank order in `out`.
+  void allgatherHierarchical(const void* in, char* out, const std::vector<size_t>& bytes, const core::OpDesc& d,
+                             core::Clock::time_point dl);
+  // Across hosts of as many ranks each: a reduce-scatter on the segment that
+  // leaves each local rank its rail's blocks (the input permuted into rail
+  // order first), then one among each rail between hosts.
+  void reduceScatterHierarchical(const void* in, void* out, const std::vector<size_t>& counts, DataType t,
+                                 ReduceKind k, const core::OpDesc& d, core::Clock::time_point dl);
   void alltoallBody(Buffer in, const std::vector<size_t>& sendBytes, Buffer out, const std::vector<size_t>& recvBytes,
                     const core::OpDesc& d, core::Clock::time_point deadline);
 };

@@ -63,7 +63,10 @@ assert pp[-1]["one_way_us"] > pp[0]["one_way_us"] > 0, pp
 print("shared link ok:", s)
 PY
 ACCL_TUNING_FILE=$tmp/t4.json "$b/bin/accl-info" --plan --ranks 4 --hosts 2 > "$tmp/plan4.log" 2>&1 || fail "accl-info --plan (2 x 2) exited $?"
-grep -qE "^allgather +[0-9]+ +(direct|ring) " "$tmp/plan4.log" || fail "--plan (2 x 2) has no allgather rows: $(head -20 "$tmp/plan4.log")"
+for op in allgather reduce_scatter; do
+  grep -qE "^$op +[0-9]+ +hierarchical\(shm\+(direct|ring|recursive_doubling)\) " "$tmp/plan4.log" ||
+    fail "--plan (2 x 2) has no hierarchical $op rows: $(head -20 "$tmp/plan4.log")"
+done
 grep -q "between hosts with 2 pairs crossing at once" "$tmp/plan4.log" || fail "--plan (2 x 2) does not show the shared link"
 
 echo "== 4 ranks, each its own host, ops chosen by the model, results checked"
@@ -74,6 +77,15 @@ for op in allreduce broadcast allgather reduce_scatter; do
   grep -q "chosen by the cost model of tuning file $tmp/t.json" "$tmp/$op.log" || fail "$op: the log does not say the model chose"
   grep -q "Out of bounds values : 0 OK" "$tmp/$op.log" || fail "$op: wrong results: $(grep -E '^\[0\] +[0-9]' "$tmp/$op.log")"
   echo "$op: $(grep -c -E '^\[0\] +[0-9]' "$tmp/$op.log") sizes, $(grep -o 'Out of bounds values : [0-9]* [A-Z]*' "$tmp/$op.log")"
+done
+
+echo "== 2 hosts x 2 ranks, allgather and reduce_scatter along the rails chosen by the model, results checked"
+for op in allgather reduce_scatter; do
+  ACCL_TUNING_FILE=$tmp/t4.json timeout 300 "$b/bin/accl-run" -n 4 sh -c 'ACCL_HOSTID=h$((RANK / 2)) exec "$0" "$@"' \
+    "$b/bin/accl-perf" --backend accl --op $op -b 8 -e 4M -f 8 -n 3 -w 1 -c 1 > "$tmp/$op.4.log" 2>&1 ||
+    fail "$op (2 x 2) exited $?: $(tail -3 "$tmp/$op.4.log")"
+  grep -q "Out of bounds values : 0 OK" "$tmp/$op.4.log" || fail "$op (2 x 2): wrong results: $(grep -E '^\[0\] +[0-9]' "$tmp/$op.4.log")"
+  echo "$op (2 x 2): $(grep -c -E '^\[0\] +[0-9]' "$tmp/$op.4.log") sizes, $(grep -o 'Out of bounds values : [0-9]* [A-Z]*' "$tmp/$op.4.log")"
 done
 
 echo "== a malformed tuning file fails every rank, naming it"

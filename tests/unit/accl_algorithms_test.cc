@@ -333,12 +333,18 @@ TEST_P(Sizes, ReduceTreeAllgathervReduceScattervAlltoallvGatherScatterBarrier) {
         ASSERT_EQ(work[i], want);
       }
     }
-    // alltoallv: rank s sends (s + d) % 4 elements to d
-    {
+    // alltoallv: rank s sends (s + d) % 4 elements to d, times a factor:
+    // small blocks (one round), blocks of up to 48 KiB (in steps, on ranks
+    // where one is above 32 KiB), and one large block from rank 0 to rank 1
+    // only (those two in steps, the others in one round).
+    for (int variant = 0; variant < 3; ++variant) {
+      auto factor = [&](int s, int d) -> size_t {
+        return variant == 0 ? 1 : variant == 1 ? 2000 : (s == 0 && d == 1) ? 5000 : 1;
+      };
       std::vector<size_t> sb(p), rb(p);
       for (int d = 0; d < p; ++d) {
-        sb[d] = ((me + d) % 4) * 8;
-        rb[d] = ((d + me) % 4) * 8;
+        sb[d] = ((me + d) % 4) * 8 * factor(me, d);
+        rb[d] = ((d + me) % 4) * 8 * factor(d, me);
       }
       std::vector<int64_t> in(std::accumulate(sb.begin(), sb.end(), size_t(0)) / 8), out(std::accumulate(rb.begin(), rb.end(), size_t(0)) / 8);
       size_t k = 0;
@@ -463,8 +469,21 @@ TEST(Selection, ByLayoutSizeAndOverride) {
   three.maxLocal = 2;
   EXPECT_EQ(choose(Coll::Allreduce, 8, three, none), Algo::Hierarchical);
   EXPECT_EQ(choose(Coll::Broadcast, 1 << 20, three, none), Algo::Hierarchical);
-  EXPECT_EQ(choose(Coll::Allgather, 1 << 20, three, none), Algo::Ring);
-  EXPECT_EQ(choose(Coll::Allgather, 64, three, none), Algo::Direct);
+  // Allgather along its rails on even hosts; flat where the hosts differ.
+  EXPECT_EQ(choose(Coll::Allgather, 1 << 20, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Allgather, 64, three, none), Algo::Hierarchical);
+  Layout uneven = three;  // 3 hosts, of 1, 2 and 2 ranks
+  uneven.size = 5;
+  uneven.uniform = false;
+  EXPECT_EQ(choose(Coll::Allgather, 1 << 20, uneven, none), Algo::Ring);
+  EXPECT_EQ(choose(Coll::Allgather, 64, uneven, none), Algo::Direct);
+  EXPECT_EQ(choose(Coll::Allgather, 64, uneven, parseAlgoSpec("allgather:hier")), Algo::Direct);
+  EXPECT_EQ(choose(Coll::Allgather, 64, three, parseAlgoSpec("allgather:ring")), Algo::Ring);
+  EXPECT_EQ(choose(Coll::Allreduce, 64, uneven, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::ReduceScatter, 64, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::ReduceScatter, 1 << 20, uneven, none), Algo::Ring);
+  EXPECT_EQ(choose(Coll::ReduceScatter, 64, uneven, none), Algo::RecursiveDoubling);
+  EXPECT_EQ(choose(Coll::Alltoall, 64, three, none), Algo::Direct);  // flat: no rails
   Layout flat;  // tcp only: every rank its own host
   flat.size = flat.hosts = 5;
   EXPECT_EQ(choose(Coll::Allreduce, 64, flat, none), Algo::RecursiveDoubling);

@@ -60,6 +60,8 @@ TEST(CostModel, PredictionsFollowTheFormulasWorkedOutByHand) {
   EXPECT_DOUBLE_EQ(m.predictUs(Coll::ReduceScatter, Algo::RecursiveDoubling, n, 4), 3020);
   // Alltoall, 1e6 bytes sent by each: 3 x (10 + 250).
   EXPECT_DOUBLE_EQ(m.predictUs(Coll::Alltoall, Algo::Direct, n, 4), 780);
+  // Blocks of up to 32 KiB go in one round: 40000 bytes, 10000 to each of 3: 10 + 2 x 2 + 30.
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Alltoall, Algo::Direct, 40000, 4), 44);
   // Gather of 1e6 bytes per rank: the root takes 3 blocks: 10 + 2 x 2 + 3000.
   EXPECT_DOUBLE_EQ(m.predictUs(Coll::Gather, Algo::Direct, n, 4), 3014);
   EXPECT_DOUBLE_EQ(m.predictUs(Coll::Scatter, Algo::Direct, n, 4), 3014);
@@ -99,7 +101,10 @@ TEST(CostModel, StepsWithinAHostCostTheLocalLink) {
   l.size = 4;
   l.hosts = 2;
   l.maxLocal = 2;
-  EXPECT_EQ(choose(Coll::ReduceScatter, 10000, l, AlgoOverrides{}, &m), Algo::RecursiveDoubling);
+  // There the backend goes along the rails (even hosts); flat, as where the
+  // hosts differ in size, the model's choice is the selection's.
+  EXPECT_EQ(choose(Coll::ReduceScatter, 10000, l, AlgoOverrides{}, &m), Algo::Hierarchical);
+  EXPECT_EQ(chooseInterHost(Coll::ReduceScatter, 10000, 4, AlgoOverrides{}, &m, 2), Algo::RecursiveDoubling);
 }
 
 TEST(CostModel, BestIsTheLowestPredictionAndMovesWithTheParameters) {
@@ -236,10 +241,29 @@ TEST(CostModel, LayoutPredictionIsWhatTheBackendRuns) {
   // A hierarchical broadcast uses the segment once (after the exchange).
   double bc = m.predictUs(Coll::Broadcast, m.best(Coll::Broadcast, n, 2, 2), n, 2, 2);
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Broadcast, n, 4, 2), 0.5 + n * 0.0002 + bc);
-  // Allgather is not hierarchical: the best flat algorithm on the layout.
+  // Allgather on 2 hosts x 2: each rail (a block from each host, n / 2 in
+  // all) gathered between the hosts, both rails at once (beta twice), then
+  // the segment's allgather of the whole vector and its copy into rank
+  // order (two passes, one handshake). Between 2 ranks direct and the ring
+  // are one message each (alpha + n / 4 beta): the earlier, direct, is taken.
+  const double rail = m.predictUs(Coll::Allgather, m.best(Coll::Allgather, n / 2, 2, 2), n / 2, 2, 2);
+  EXPECT_DOUBLE_EQ(rail, 10 + n / 4.0 * 0.001);
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allgather, n, 4, 2, &plan),
-                   m.predictUs(Coll::Allgather, m.best(Coll::Allgather, n, 4, 2), n, 4, 2));
-  EXPECT_EQ(plan, toString(m.best(Coll::Allgather, n, 4, 2)));
+                   0.5 + 2 * n * 0.0002 + 10 + n / 4.0 * 2 * 0.001);
+  EXPECT_EQ(plan, "hierarchical(shm+direct)");
+  // Reduce_scatter on 2 hosts x 2: the input into rail order and the
+  // segment's reduce-scatter (two passes, one handshake), then each rail's
+  // n / 2 between the 2 hosts, both at once: the ring (alpha + n / 4 (2 beta
+  // + gamma)) beats recursive doubling (the rail's whole vector).
+  EXPECT_EQ(m.best(Coll::ReduceScatter, n / 2, 2, 2), Algo::Ring);
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::ReduceScatter, n, 4, 2, &plan),
+                   0.5 + 2 * n * 0.0002 + 10 + n / 4.0 * (2 * 0.001 + 0.0005));
+  EXPECT_EQ(plan, "hierarchical(shm+ring)");
+  // Hosts of different sizes: flat.
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::ReduceScatter, n, 5, 3, &plan),
+                   m.predictUs(Coll::ReduceScatter, m.best(Coll::ReduceScatter, n, 5, 3), n, 5, 3));
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allgather, n, 5, 3, &plan),
+                   m.predictUs(Coll::Allgather, m.best(Coll::Allgather, n, 5, 3), n, 5, 3));
   // One rank per host: flat, as before.
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, n, 4, 4),
                    m.predictUs(Coll::Allreduce, m.best(Coll::Allreduce, n, 4, 4), n, 4, 4));

@@ -165,7 +165,9 @@ TEST(Predict, HostModeIsTheCostModel) {
       EXPECT_EQ(predictOp(m, c, b, 3).plan, plan);
     }
   }
-  // 3 hosts x 2: allreduce is hierarchical, allgather flat.
+  // 3 hosts x 2: allreduce is hierarchical, allgather too (along its rails),
+  // alltoall flat.
   EXPECT_EQ(predictOp(m, Coll::Allreduce, 8, 3).plan.rfind("hierarchical(shm+", 0), 0u);
-  EXPECT_EQ(predictOp(m, Coll::Allgather, 8, 3).plan.find("hierarchical"), std::string::npos);
+  EXPECT_EQ(predictOp(m, Coll::Allgather, 8, 3).plan.rfind("hierarchical(shm+", 0), 0u);
+  EXPECT_EQ(predictOp(m, Coll::Alltoall, 8, 3).plan.find("hierarchical"), std::string::npos);
 }

@@ -68,7 +68,10 @@ inline void reduceScattervRing(const Peers& g, void* work, const std::vector<siz
                                ReduceKind k) {
   reduceScattervRing(g, work, work, counts, t, k);
 }
-// Pairwise exchange in p-1 steps. in and out must not overlap.
+// Pairwise exchange in p-1 steps. in and out must not overlap. Where no
+// block is above kAlltoallOneRoundBytes, the steps go at once: every receive
+// posted, then every send, one wait (one latency instead of p-1).
+constexpr size_t kAlltoallOneRoundBytes = size_t(32) << 10;
 void alltoallvPairwise(const Peers& g, const void* in, const std::vector<size_t>& sendBytes, void* out,
                        const std::vector<size_t>& recvBytes);
 void gathervDirect(const Peers& g, const void* in, void* out, const std::vector<size_t>& bytes, int root);

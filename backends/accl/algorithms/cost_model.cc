@@ -271,6 +271,8 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
       if (a == Algo::RecursiveDoubling) return predictUs(Coll::Allreduce, Algo::RecursiveDoubling, bytes, p, hosts);
       return bad();
     case Coll::Alltoall:  // n: all a rank sends
+      // Small blocks go in one round, as an allgather's (every rank at once).
+      if (a == Algo::Direct && n / P <= algo::kAlltoallOneRoundBytes) return direct(n / P, p - 1, true);
       if (a == Algo::Direct) return (P - 1) * (al + n / P * be);
       return bad();
     case Coll::Gather:
@@ -288,18 +290,25 @@ double CostModel::segmentUs(Coll c, size_t bytes, bool hierarchical) const {
   // One pass over the vector at the measured rate (an allreduce's: each rank
   // copies in, reduces its slice, copies out); a handshake per phase. In a
   // hierarchical allreduce or barrier the segment runs before and after the
-  // exchange between hosts; in a broadcast (after) or reduce (before), once.
+  // exchange between hosts; in a broadcast or allgather (after), a reduce or
+  // reduce_scatter (before), once.
   const double handshakes = hierarchical && (c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1;
   return handshakes * segment_.alphaUs + (c == Coll::Barrier ? 0 : static_cast<double>(bytes) * segment_.betaUsPerB);
 }
 
 size_t CostModel::hierarchicalSlice(Coll c, size_t bytes, int p, int hosts) {
-  return c == Coll::Allreduce && hosts > 0 && p % hosts == 0 ? bytes / static_cast<size_t>(p / hosts) : bytes;
+  // Allreduce: each local rank's slice; allgather and reduce_scatter (bytes:
+  // the whole vector): what one rail gathers or reduces, a block of each host.
+  return (c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter) && hosts > 0 && p % hosts == 0
+             ? bytes / static_cast<size_t>(p / hosts)
+             : bytes;
 }
 
 double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const {
   CostModel shared = *this;
-  if (c == Coll::Allreduce && p % hosts == 0) {  // every local rank's slice crosses at once: they share the link
+  // Every local rank's slice (allreduce) or rail (allgather, reduce_scatter)
+  // crosses at once: they share the link.
+  if ((c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter) && p % hosts == 0) {
     int L = p / hosts;
     if (L > 1 && sharedRanks_ > 1) {
       shared.net_ = sharedLink(L);
@@ -307,7 +316,11 @@ double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int ho
       shared.net_.betaUsPerB *= L;
     }
   }
-  return segmentUs(c, bytes, true) + shared.predictUs(c, inter, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);
+  // An allgather's blocks are then copied into rank order, a reduce_scatter's
+  // input into rail order first: one more pass.
+  double copy = c == Coll::Allgather || c == Coll::ReduceScatter ? static_cast<double>(bytes) * segment_.betaUsPerB : 0;
+  return segmentUs(c, bytes, true) + copy +
+         shared.predictUs(c, inter, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);
 }
 
 double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan) const {
@@ -319,14 +332,20 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     if (plan) *plan = "shm";
     return segmentUs(c, bytes, false);
   }
-  const bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier;
+  // Allgather and reduce_scatter: hierarchical on hosts of as many ranks each (their rails).
+  const bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier ||
+                      ((c == Coll::Allgather || c == Coll::ReduceScatter) && p % hosts == 0);
   if (hierOp && hosts < p) {
     // As the accl backend runs them: allreduce on even hosts reduce-scatters
     // on the segment, exchanges each local rank's slice with its peers on
     // the other hosts (all slices at once), and allgathers on the segment;
     // on uneven hosts it reduces on the segment, exchanges the whole vector
     // between one rank per host and broadcasts on the segment; broadcast and
-    // reduce have one segment phase and one exchange of the whole vector.
+    // reduce have one segment phase and one exchange of the whole vector;
+    // allgather exchanges each rank's block along its rail (all rails at
+    // once), then allgathers on the segment and copies into rank order;
+    // reduce_scatter permutes its input into rail order, reduce-scatters on
+    // the segment, then along the rails.
     Algo a = best(c, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);  // as the backend picks it
     if (plan) *plan = std::string("hierarchical(shm+") + toString(a) + ")";
     return hierarchicalUs(c, a, bytes, p, hosts);

@@ -96,11 +96,15 @@ class CostModel {
   double predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan = nullptr) const;
   // A hierarchical op with `inter` between hosts: the segment's phases and
   // the exchange of hierarchicalSlice() bytes among one rank per host (the
-  // slices of an allreduce on even hosts cross at once and share the host's
-  // link: each gets 1/L of its bandwidth).
+  // slices of an allreduce, and the rails of an allgather or reduce_scatter,
+  // on even hosts cross at once and share the host's link: each gets 1/L of
+  // its bandwidth); those two add a copy of the vector (into rank order, or
+  // the input into rail order).
   double hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const;
   // What one rank of a hierarchical op exchanges between hosts: its slice of
-  // an allreduce on even hosts (p / hosts ranks each), else the whole vector.
+  // an allreduce on even hosts (p / hosts ranks each), its rail's share of an
+  // allgather or reduce_scatter there (the whole vector / (p / hosts)), else
+  // the whole vector.
   static size_t hierarchicalSlice(Coll c, size_t bytes, int p, int hosts);
   // The segment's share of it: the whole op on one host, or the phases on
   // each host of a hierarchical op (two handshakes for allreduce and

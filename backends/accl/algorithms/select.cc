@@ -30,8 +30,8 @@ std::vector<Algo> accepted(Coll c) {
     case Coll::Allreduce: return {Algo::Ring, Algo::RecursiveDoubling, Algo::Hierarchical};
     case Coll::Broadcast: return {Algo::Tree, Algo::Ring, Algo::Hierarchical};
     case Coll::Reduce: return {Algo::Tree, Algo::Hierarchical};
-    case Coll::Allgather: return {Algo::Ring, Algo::Direct};
-    case Coll::ReduceScatter: return {Algo::Ring, Algo::RecursiveDoubling};
+    case Coll::Allgather: return {Algo::Ring, Algo::Direct, Algo::Hierarchical};
+    case Coll::ReduceScatter: return {Algo::Ring, Algo::RecursiveDoubling, Algo::Hierarchical};
     case Coll::Alltoall: return {Algo::Direct};
     case Coll::Gather: return {Algo::Direct};
     case Coll::Scatter: return {Algo::Direct};
@@ -107,11 +107,15 @@ Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, co
 Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const CostModel* m) {
   if (l.singleHost()) return Algo::Shm;
   Algo forced = o.algo[static_cast<int>(c)];
-  bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier;
+  const bool railed = c == Coll::Allgather || c == Coll::ReduceScatter;
+  bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier || railed;
+  // The hierarchical allgather and reduce-scatter need every host to hold
+  // as many ranks (their rails).
+  bool hier = l.hierarchical() && (!railed || l.uniform);
   if (forced == Algo::Hierarchical)
-    return l.hierarchical() ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m, l.hosts);
+    return hier ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m, l.hosts);
   if (forced != Algo::Auto) return forced;
-  if (hierOp && l.hierarchical()) return Algo::Hierarchical;
+  if (hierOp && hier) return Algo::Hierarchical;
   return chooseInterHost(c, bytes, l.size, o, m, l.hosts);
 }
 
