@@ -472,6 +472,9 @@ TEST(Selection, ByLayoutSizeAndOverride) {
   // Allgather along its rails on even hosts; flat where the hosts differ.
   EXPECT_EQ(choose(Coll::Allgather, 1 << 20, three, none), Algo::Hierarchical);
   EXPECT_EQ(choose(Coll::Allgather, 64, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Allgather, kHierarchicalAllgatherMax, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Allgather, kHierarchicalAllgatherMax + 1, three, none), Algo::Ring);  // flat above
+  EXPECT_EQ(choose(Coll::Allgather, 64 << 20, three, parseAlgoSpec("allgather:hier")), Algo::Hierarchical);
   Layout uneven = three;  // 3 hosts, of 1, 2 and 2 ranks
   uneven.size = 5;
   uneven.uniform = false;

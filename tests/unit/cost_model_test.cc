@@ -259,6 +259,11 @@ TEST(CostModel, LayoutPredictionIsWhatTheBackendRuns) {
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::ReduceScatter, n, 4, 2, &plan),
                    0.5 + 2 * n * 0.0002 + 10 + n / 4.0 * (2 * 0.001 + 0.0005));
   EXPECT_EQ(plan, "hierarchical(shm+ring)");
+  // Above kHierarchicalAllgatherMax the allgather goes flat, as the backend runs it.
+  const size_t big = kHierarchicalAllgatherMax + 4;
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allgather, big, 4, 2, &plan),
+                   m.predictUs(Coll::Allgather, m.best(Coll::Allgather, big, 4, 2), big, 4, 2));
+  EXPECT_EQ(plan.find("hierarchical"), std::string::npos);
   // Hosts of different sizes: flat.
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::ReduceScatter, n, 5, 3, &plan),
                    m.predictUs(Coll::ReduceScatter, m.best(Coll::ReduceScatter, n, 5, 3), n, 5, 3));

@@ -332,9 +332,11 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     if (plan) *plan = "shm";
     return segmentUs(c, bytes, false);
   }
-  // Allgather and reduce_scatter: hierarchical on hosts of as many ranks each (their rails).
+  // Allgather (up to kHierarchicalAllgatherMax) and reduce_scatter:
+  // hierarchical on hosts of as many ranks each (their rails).
   const bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier ||
-                      ((c == Coll::Allgather || c == Coll::ReduceScatter) && p % hosts == 0);
+                      (c == Coll::Allgather && p % hosts == 0 && bytes <= kHierarchicalAllgatherMax) ||
+                      (c == Coll::ReduceScatter && p % hosts == 0);
   if (hierOp && hosts < p) {
     // As the accl backend runs them: allreduce on even hosts reduce-scatters
     // on the segment, exchanges each local rank's slice with its peers on

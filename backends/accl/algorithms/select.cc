@@ -115,7 +115,7 @@ Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const
   if (forced == Algo::Hierarchical)
     return hier ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m, l.hosts);
   if (forced != Algo::Auto) return forced;
-  if (hierOp && hier) return Algo::Hierarchical;
+  if (hierOp && hier && !(c == Coll::Allgather && bytes > kHierarchicalAllgatherMax)) return Algo::Hierarchical;
   return chooseInterHost(c, bytes, l.size, o, m, l.hosts);
 }
 

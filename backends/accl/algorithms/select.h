@@ -44,6 +44,13 @@ struct AlgoOverrides {
 // naming the variable, the bad part and what is accepted.
 AlgoOverrides parseAlgoSpec(const std::string& spec);
 
+// Above this many bytes (the whole vector) an allgather goes flat (the
+// ring) even where hosts have as many ranks: along rails it copies the
+// whole vector twice more, through the segment and into rank order (2
+// namespace hosts x 2 ranks on 2 cores, 128 MiB: 2.3x the ring's time;
+// 1-16 MiB: as fast or faster).
+constexpr size_t kHierarchicalAllgatherMax = size_t(16) << 20;
+
 // The algorithm for `c` with `bytes` of payload per rank (total for
 // allgather/reduce_scatter/alltoall). Returns Shm for single-host groups.
 // Between hosts, ACCL_ALGO's choice first; then, given a cost model (a
