@@ -531,39 +531,29 @@ void AcclProcessGroup::allgatherHierarchical(const void* in, char* out, const st
   // where the flat algorithms send it to every rank there: 2 hosts x 2
   // ranks, each rank's messages between hosts halve, and the ones within
   // the host become one step on the segment.
-  const auto& hosts = layout_.hostRanks;
   const int H = layout_.hosts, L = static_cast<int>(layout_.local().size()), me = layout_.localRank;
   // What each local rank brings to the segment: its rail's blocks, in host order.
-  std::vector<size_t> seg(L, 0), rail(H);
-  for (int i = 0; i < L; ++i)
-    for (int h = 0; h < H; ++h) seg[i] += bytes[hosts[h][i]];
-  for (int h = 0; h < H; ++h) rail[h] = bytes[hosts[h][me]];
+  const auto rb = layout_.railBlocks(bytes);
   size_t total = 0, mine = 0;
-  for (int i = 0; i < L; ++i) (i < me ? mine : total) += seg[i];
+  for (int i = 0; i < L; ++i) (i < me ? mine : total) += rb.seg[i];
   total += mine;
   char* work = scratch_.get(core::Scratch::kOpWhole, total);
   char* own = work + mine;  // this rank's rail's blocks
-  size_t at = 0;
-  for (int h = 0; h < layout_.myHost; ++h) at += rail[h];
-  if (bytes[rank()]) std::memcpy(own + at, in, bytes[rank()]);
+  if (bytes[rank()]) std::memcpy(own + rb.at, in, bytes[rank()]);
   Peers g = members(layout_.rail(me));
-  size_t railTotal = seg[me];
-  if (core::chooseInterHost(Coll::Allgather, railTotal, H, algo_, model_.get()) == Algo::Ring)
-    algo::allgathervRing(g, own, rail);
+  if (core::chooseInterHost(Coll::Allgather, rb.seg[me], H, algo_, model_.get()) == Algo::Ring)
+    algo::allgathervRing(g, own, rb.mine);
   else
-    algo::allgathervDirect(g, own, rail);
-  host_->allgatherv(own, work, seg, d, dl);
-  // Into rank order: local rank i's part of `work` holds the blocks of
-  // hosts[0][i], hosts[1][i], ...
+    algo::allgathervDirect(g, own, rb.mine);
+  host_->allgatherv(own, work, rb.seg, d, dl);
+  // Into rank order: `work` holds the blocks in rail order.
   std::vector<size_t> displ(bytes.size() + 1, 0);
   for (size_t r = 0; r < bytes.size(); ++r) displ[r + 1] = displ[r] + bytes[r];
   const char* from = work;
-  for (int i = 0; i < L; ++i)
-    for (int h = 0; h < H; ++h) {
-      int r = hosts[h][i];
-      if (bytes[r]) std::memcpy(out + displ[r], from, bytes[r]);
-      from += bytes[r];
-    }
+  for (int r : rb.order) {
+    if (bytes[r]) std::memcpy(out + displ[r], from, bytes[r]);
+    from += bytes[r];
+  }
 }
 
 void AcclProcessGroup::reduceScatterHierarchical(const void* in, void* out, const std::vector<size_t>& counts,
@@ -572,34 +562,26 @@ void AcclProcessGroup::reduceScatterHierarchical(const void* in, void* out, cons
   // local rank getting what its rail needs, and the rails finish it between
   // hosts (each element crosses to another host once per host, not once per
   // rank there).
-  const auto& hosts = layout_.hostRanks;
-  const int H = layout_.hosts, L = static_cast<int>(layout_.local().size()), me = layout_.localRank;
+  const int H = layout_.hosts, me = layout_.localRank;
   const size_t es = dataTypeSize(t);
-  std::vector<size_t> seg(L, 0), rail(H), displ(counts.size() + 1, 0);
+  std::vector<size_t> displ(counts.size() + 1, 0);
   for (size_t r = 0; r < counts.size(); ++r) displ[r + 1] = displ[r] + counts[r];
-  for (int i = 0; i < L; ++i)
-    for (int h = 0; h < H; ++h) seg[i] += counts[hosts[h][i]];
-  for (int h = 0; h < H; ++h) rail[h] = counts[hosts[h][me]];
-  // The input in rail order: local rank i's part holds the blocks of
-  // hosts[0][i], hosts[1][i], ...
+  const auto rb = layout_.railBlocks(counts);
+  // The input in rail order.
   char* permuted = scratch_.get(core::Scratch::kOpWhole, displ.back() * es);
   char* to = permuted;
-  for (int i = 0; i < L; ++i)
-    for (int h = 0; h < H; ++h) {
-      int r = hosts[h][i];
-      if (counts[r]) std::memcpy(to, static_cast<const char*>(in) + displ[r] * es, counts[r] * es);
-      to += counts[r] * es;
-    }
-  char* mine = scratch_.get(core::Scratch::kTreeAcc, seg[me] * es);
-  host_->reduceScatterv(permuted, mine, seg, t, k, d, dl);
+  for (int r : rb.order) {
+    if (counts[r]) std::memcpy(to, static_cast<const char*>(in) + displ[r] * es, counts[r] * es);
+    to += counts[r] * es;
+  }
+  char* mine = scratch_.get(core::Scratch::kTreeAcc, rb.seg[me] * es);
+  host_->reduceScatterv(permuted, mine, rb.seg, t, k, d, dl);
   Peers g = members(layout_.rail(me));
-  size_t at = 0;
-  for (int h = 0; h < layout_.myHost; ++h) at += rail[h];
-  if (core::chooseInterHost(Coll::ReduceScatter, seg[me] * es, H, algo_, model_.get()) == Algo::Ring)
-    algo::reduceScattervRing(g, mine, rail, t, k);
+  if (core::chooseInterHost(Coll::ReduceScatter, rb.seg[me] * es, H, algo_, model_.get()) == Algo::Ring)
+    algo::reduceScattervRing(g, mine, rb.mine, t, k);
   else
-    algo::allreduceRecursiveDoubling(g, mine, seg[me], t, k);
-  if (rail[layout_.myHost]) std::memcpy(out, mine + at * es, rail[layout_.myHost] * es);
+    algo::allreduceRecursiveDoubling(g, mine, rb.seg[me], t, k);
+  if (rb.mine[layout_.myHost]) std::memcpy(out, mine + rb.at * es, rb.mine[layout_.myHost] * es);
 }
 
 std::shared_ptr<Work> AcclProcessGroup::doAllgather(Buffer in, Buffer out, const AllgatherOptions& o) {

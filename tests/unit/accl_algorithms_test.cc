@@ -536,6 +536,21 @@ TEST(Layout, HostsListsAndLeadersFromHostIds) {
   EXPECT_EQ(u.rail(0), (std::vector<int>{0, 2}));
   EXPECT_EQ(u.rail(1), (std::vector<int>{1, 3}));
 
+  // Blocks along rails: 3 hosts x 2 ranks, rank r's block 10 + r long,
+  // seen from rank 4 (host b, local index 1).
+  Layout r3 = Layout::fromHostIds({"a", "b", "c", "a", "b", "c"}, 4, true);
+  auto rb = r3.railBlocks({10, 11, 12, 13, 14, 15});
+  EXPECT_EQ(rb.order, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(rb.seg, (std::vector<size_t>{33, 42}));
+  EXPECT_EQ(rb.mine, (std::vector<size_t>{13, 14, 15}));
+  EXPECT_EQ(rb.at, 13u);
+  // Ranks interleaved the other way: hosts x {0,1}, y {2,3}; from rank 2.
+  auto rx = Layout::fromHostIds({"x", "x", "y", "y"}, 2, true).railBlocks({1, 2, 3, 4});
+  EXPECT_EQ(rx.order, (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(rx.seg, (std::vector<size_t>{4, 6}));
+  EXPECT_EQ(rx.mine, (std::vector<size_t>{1, 3}));
+  EXPECT_EQ(rx.at, 1u);
+
   // Shared memory off: every rank is a host of its own, same ids or not.
   Layout f = Layout::fromHostIds({"x", "x", "x"}, 1, false);
   EXPECT_EQ(f.hosts, 3);

@@ -29,6 +29,22 @@ std::vector<int> Layout::rail(int i) const {
   return v;
 }
 
+Layout::RailBlocks Layout::railBlocks(const std::vector<size_t>& sizes) const {
+  const int L = static_cast<int>(local().size());
+  RailBlocks b;
+  b.seg.assign(L, 0);
+  b.mine.resize(hosts);
+  for (int i = 0; i < L; ++i)
+    for (int h = 0; h < hosts; ++h) {
+      int r = hostRanks[h][i];
+      b.order.push_back(r);
+      b.seg[i] += sizes[r];
+    }
+  for (int h = 0; h < hosts; ++h) b.mine[h] = sizes[hostRanks[h][localRank]];
+  for (int h = 0; h < myHost; ++h) b.at += b.mine[h];
+  return b;
+}
+
 Layout Layout::fromHostIds(const std::vector<std::string>& ids, int rank, bool shm) {
   Layout l;
   l.size = static_cast<int>(ids.size());

@@ -3,6 +3,7 @@
 // representatives of a rooted op, the rails of a uniform layout).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ struct Layout {
   // The ranks with local index `i` on every host (uniform layouts): the
   // ranks that exchange slice `i` in the hierarchical allreduce.
   std::vector<int> rail(int i) const;
+
+  // An op's blocks (sizes[r] for rank r) seen along the rails of a uniform
+  // layout, as the hierarchical allgather and reduce-scatter lay them out.
+  struct RailBlocks {
+    std::vector<int> order;    // the ranks in rail order: rail 0's in host order, then rail 1's, ...
+    std::vector<size_t> seg;   // seg[i]: the blocks of rail i together
+    std::vector<size_t> mine;  // mine[h]: the block of this rank's rail-mate on host h
+    size_t at = 0;             // where this rank's own block starts within its rail's blocks
+  };
+  RailBlocks railBlocks(const std::vector<size_t>& sizes) const;
 
   // Builds the layout from every rank's host id (ranks with the same id share
   // a host). With shared memory off every rank counts as its own host.
