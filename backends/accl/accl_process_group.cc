@@ -632,9 +632,18 @@ std::shared_ptr<Work> AcclProcessGroup::doReduceScatterv(Buffer in, Buffer out, 
 }
 
 void AcclProcessGroup::alltoallBody(Buffer in, const std::vector<size_t>& sb, Buffer out,
-                                    const std::vector<size_t>& rb, const OpDesc& d, Clock::time_point dl) {
-  noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
-  if (layout_.singleHost()) return host_->alltoallv(in.data, sb, out.data, rb, d, dl);
+                                    const std::vector<size_t>& rb, size_t uniformBlock, const OpDesc& d,
+                                    Clock::time_point dl) {
+  if (layout_.singleHost()) {
+    noteAlgo(Algo::Shm);
+    return host_->alltoallv(in.data, sb, out.data, rb, d, dl);
+  }
+  // Along rails only where every rank knows every block's size (alltoall's
+  // equal blocks): the segment step forwards blocks between other ranks.
+  Algo a = uniformBlock == kNotUniform ? Algo::Direct
+                                       : core::choose(Coll::Alltoall, uniformBlock * size(), layout_, algo_, model_.get());
+  noteAlgo(a == Algo::Hierarchical ? a : Algo::Direct);
+  if (a == Algo::Hierarchical) return alltoallHierarchical(in.data, out.data, uniformBlock, d, dl);
   const void* src = in.data;
   if (in.data == out.data) {  // in place: the input set aside first
     size_t n = 0;
@@ -646,6 +655,39 @@ void AcclProcessGroup::alltoallBody(Buffer in, const std::vector<size_t>& sb, Bu
   algo::alltoallvPairwise(flat(), src, sb, out.data, rb);
 }
 
+void AcclProcessGroup::alltoallHierarchical(const void* in, void* out, size_t b, const OpDesc& d,
+                                            Clock::time_point dl) {
+  // Rank (host h, local index i) sends its rail-mate on each other host h'
+  // the blocks for all of h's ranks at once (one message per host where the
+  // flat exchange sends one per rank there), then the host's ranks exchange
+  // on the segment what their rails brought: local rank j gets, from each,
+  // the blocks of that rank's rail for j.
+  const auto& hr = layout_.hostRanks;
+  const int H = layout_.hosts, L = static_cast<int>(layout_.local().size());
+  const size_t whole = b * static_cast<size_t>(size()), hostBlock = b * static_cast<size_t>(L);
+  const char* src = static_cast<const char*>(in);
+  char* a = scratch_.get(core::Scratch::kOpWhole, whole);
+  char* c = scratch_.get(core::Scratch::kTreeAcc, whole);
+  // Host-major: the blocks for host h' in its local-rank order (each of the
+  // rail exchange's blocks one piece).
+  for (int h = 0; h < H; ++h)
+    for (int j = 0; j < L; ++j)
+      if (b) std::memcpy(a + (static_cast<size_t>(h) * L + j) * b, src + static_cast<size_t>(hr[h][j]) * b, b);
+  const std::vector<size_t> railSizes(H, hostBlock), segSizes(L, b * static_cast<size_t>(H));
+  // c[h'][j]: from the rail-mate on h', for local rank j.
+  algo::alltoallvPairwise(members(layout_.rail(layout_.localRank)), a, railSizes, c, railSizes);
+  // a[j][h']: what goes to local rank j, in host order.
+  for (int h = 0; h < H; ++h)
+    for (int j = 0; j < L; ++j)
+      if (b) std::memcpy(a + (static_cast<size_t>(j) * H + h) * b, c + (static_cast<size_t>(h) * L + j) * b, b);
+  // c[j][h']: from rank hr[h'][j].
+  host_->alltoallv(a, segSizes, c, segSizes, d, dl);
+  char* dst = static_cast<char*>(out);
+  for (int j = 0; j < L; ++j)
+    for (int h = 0; h < H; ++h)
+      if (b) std::memcpy(dst + static_cast<size_t>(hr[h][j]) * b, c + (static_cast<size_t>(j) * H + h) * b, b);
+}
+
 std::shared_ptr<Work> AcclProcessGroup::doAlltoall(Buffer in, Buffer out, const AlltoallOptions& o) {
   // As alltoallv with every count in.count / size() both ways: one vector of
   // sizes for both, nothing allocated per op.
@@ -653,7 +695,7 @@ std::shared_ptr<Work> AcclProcessGroup::doAlltoall(Buffer in, Buffer out, const 
   return submit(OpType::Alltoallv, 0, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes](const OpDesc& d, Clock::time_point dl) {
                   const auto& b = uniformBytes(bytes);
-                  alltoallBody(in, b, out, b, d, dl);
+                  alltoallBody(in, b, out, b, bytes, d, dl);
                 });
 }
 
@@ -663,8 +705,8 @@ std::shared_ptr<Work> AcclProcessGroup::doAlltoallv(Buffer in, const std::vector
   size_t es = dataTypeSize(in.dtype), total = in.count * es;
   return submit(OpType::Alltoallv, 0, in.dtype, ReduceKind::Sum, -1, total, effectiveTimeout(o), o.blocking,
                 [this, in, out, sendCounts, recvCounts, es](const OpDesc& d, Clock::time_point dl) {
-                  alltoallBody(in, scaledBytes(sizesA_, sendCounts, es), out, scaledBytes(sizesB_, recvCounts, es), d,
-                               dl);
+                  alltoallBody(in, scaledBytes(sizesA_, sendCounts, es), out, scaledBytes(sizesB_, recvCounts, es),
+                               kNotUniform, d, dl);
                 });
 }
 

@@ -142,8 +142,16 @@ class AcclProcessGroup : public ProcessGroup {
   // order first), then one among each rail between hosts.
   void reduceScatterHierarchical(const void* in, void* out, const std::vector<size_t>& counts, DataType t,
                                  ReduceKind k, const core::OpDesc& d, core::Clock::time_point dl);
+  // uniformBlock: every block's size where the op says so on every rank
+  // (alltoall), else kNotUniform (alltoallv: a rank knows only its own sizes).
+  static constexpr size_t kNotUniform = ~size_t(0);
   void alltoallBody(Buffer in, const std::vector<size_t>& sendBytes, Buffer out, const std::vector<size_t>& recvBytes,
-                    const core::OpDesc& d, core::Clock::time_point deadline);
+                    size_t uniformBlock, const core::OpDesc& d, core::Clock::time_point deadline);
+  // Across hosts of as many ranks each, blocks of `block` bytes: along the
+  // rails first (each rank's blocks for a host in one message to its
+  // rail-mate there), then on the segment.
+  void alltoallHierarchical(const void* in, void* out, size_t block, const core::OpDesc& d,
+                            core::Clock::time_point dl);
 };
 
 }  // namespace accl

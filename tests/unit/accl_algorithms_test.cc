@@ -486,7 +486,14 @@ TEST(Selection, ByLayoutSizeAndOverride) {
   EXPECT_EQ(choose(Coll::ReduceScatter, 64, three, none), Algo::Hierarchical);
   EXPECT_EQ(choose(Coll::ReduceScatter, 1 << 20, uneven, none), Algo::Ring);
   EXPECT_EQ(choose(Coll::ReduceScatter, 64, uneven, none), Algo::RecursiveDoubling);
-  EXPECT_EQ(choose(Coll::Alltoall, 64, three, none), Algo::Direct);  // flat: no rails
+  // Alltoall along rails on even hosts up to kHierarchicalAlltoallMax.
+  EXPECT_EQ(choose(Coll::Alltoall, 64, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Alltoall, kHierarchicalAlltoallMax, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Alltoall, kHierarchicalAlltoallMax + 1, three, none), Algo::Direct);
+  EXPECT_EQ(choose(Coll::Alltoall, 64 << 20, three, parseAlgoSpec("alltoall:hier")), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Alltoall, 64, three, parseAlgoSpec("alltoall:direct")), Algo::Direct);
+  EXPECT_EQ(choose(Coll::Alltoall, 64, uneven, none), Algo::Direct);  // flat: no rails
+  EXPECT_EQ(choose(Coll::Alltoall, 64, uneven, parseAlgoSpec("alltoall:hier")), Algo::Direct);
   Layout flat;  // tcp only: every rank its own host
   flat.size = flat.hosts = 5;
   EXPECT_EQ(choose(Coll::Allreduce, 64, flat, none), Algo::RecursiveDoubling);

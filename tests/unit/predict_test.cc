@@ -159,15 +159,16 @@ TEST(Predict, HostModeIsTheCostModel) {
   auto m = buildNodeModel(a, nullptr, cm, true);
   EXPECT_TRUE(m.hostMode);
   for (size_t b : {size_t{8}, size_t{1} << 20, size_t{64} << 20}) {
-    for (Coll c : {Coll::Allreduce, Coll::Allgather}) {
+    for (Coll c : {Coll::Allreduce, Coll::Allgather, Coll::Alltoall}) {
       std::string plan;
       EXPECT_DOUBLE_EQ(predictOp(m, c, b, 3).us, cm.predictLayoutUs(c, b, 6, 3, &plan));
       EXPECT_EQ(predictOp(m, c, b, 3).plan, plan);
     }
   }
-  // 3 hosts x 2: allreduce is hierarchical, allgather too (along its rails),
-  // alltoall flat.
+  // 3 hosts x 2: allreduce is hierarchical, allgather and small alltoall
+  // too (along their rails), large alltoall flat.
   EXPECT_EQ(predictOp(m, Coll::Allreduce, 8, 3).plan.rfind("hierarchical(shm+", 0), 0u);
   EXPECT_EQ(predictOp(m, Coll::Allgather, 8, 3).plan.rfind("hierarchical(shm+", 0), 0u);
-  EXPECT_EQ(predictOp(m, Coll::Alltoall, 8, 3).plan.find("hierarchical"), std::string::npos);
+  EXPECT_EQ(predictOp(m, Coll::Alltoall, 8, 3).plan.rfind("hierarchical(shm+", 0), 0u);
+  EXPECT_EQ(predictOp(m, Coll::Alltoall, 64 << 20, 3).plan.find("hierarchical"), std::string::npos);
 }

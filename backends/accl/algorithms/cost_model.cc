@@ -306,9 +306,10 @@ size_t CostModel::hierarchicalSlice(Coll c, size_t bytes, int p, int hosts) {
 
 double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const {
   CostModel shared = *this;
-  // Every local rank's slice (allreduce) or rail (allgather, reduce_scatter)
-  // crosses at once: they share the link.
-  if ((c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter) && p % hosts == 0) {
+  // Every local rank's slice (allreduce) or rail (allgather, reduce_scatter,
+  // alltoall) crosses at once: they share the link.
+  if ((c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter || c == Coll::Alltoall) &&
+      p % hosts == 0) {
     int L = p / hosts;
     if (L > 1 && sharedRanks_ > 1) {
       shared.net_ = sharedLink(L);
@@ -317,8 +318,10 @@ double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int ho
     }
   }
   // An allgather's blocks are then copied into rank order, a reduce_scatter's
-  // input into rail order first: one more pass.
-  double copy = c == Coll::Allgather || c == Coll::ReduceScatter ? static_cast<double>(bytes) * segment_.betaUsPerB : 0;
+  // input into rail order first: one more pass; an alltoall's blocks are
+  // copied into host order, segment order and rank order: three.
+  double passes = c == Coll::Allgather || c == Coll::ReduceScatter ? 1 : c == Coll::Alltoall ? 3 : 0;
+  double copy = passes * static_cast<double>(bytes) * segment_.betaUsPerB;
   return segmentUs(c, bytes, true) + copy +
          shared.predictUs(c, inter, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);
 }
@@ -332,11 +335,13 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     if (plan) *plan = "shm";
     return segmentUs(c, bytes, false);
   }
-  // Allgather (up to kHierarchicalAllgatherMax) and reduce_scatter:
+  // Allgather (up to kHierarchicalAllgatherMax), reduce_scatter and alltoall
+  // (up to kHierarchicalAlltoallMax):
   // hierarchical on hosts of as many ranks each (their rails).
   const bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier ||
                       (c == Coll::Allgather && p % hosts == 0 && bytes <= kHierarchicalAllgatherMax) ||
-                      (c == Coll::ReduceScatter && p % hosts == 0);
+                      (c == Coll::ReduceScatter && p % hosts == 0) ||
+                      (c == Coll::Alltoall && p % hosts == 0 && bytes <= kHierarchicalAlltoallMax);
   if (hierOp && hosts < p) {
     // As the accl backend runs them: allreduce on even hosts reduce-scatters
     // on the segment, exchanges each local rank's slice with its peers on
@@ -347,7 +352,8 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     // allgather exchanges each rank's block along its rail (all rails at
     // once), then allgathers on the segment and copies into rank order;
     // reduce_scatter permutes its input into rail order, reduce-scatters on
-    // the segment, then along the rails.
+    // the segment, then along the rails; alltoall sends each rail-mate the
+    // blocks for its whole host, then exchanges on the segment.
     Algo a = best(c, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);  // as the backend picks it
     if (plan) *plan = std::string("hierarchical(shm+") + toString(a) + ")";
     return hierarchicalUs(c, a, bytes, p, hosts);

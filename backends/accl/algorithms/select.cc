@@ -32,7 +32,7 @@ std::vector<Algo> accepted(Coll c) {
     case Coll::Reduce: return {Algo::Tree, Algo::Hierarchical};
     case Coll::Allgather: return {Algo::Ring, Algo::Direct, Algo::Hierarchical};
     case Coll::ReduceScatter: return {Algo::Ring, Algo::RecursiveDoubling, Algo::Hierarchical};
-    case Coll::Alltoall: return {Algo::Direct};
+    case Coll::Alltoall: return {Algo::Direct, Algo::Hierarchical};
     case Coll::Gather: return {Algo::Direct};
     case Coll::Scatter: return {Algo::Direct};
     case Coll::Barrier: return {Algo::RecursiveDoubling, Algo::Hierarchical};
@@ -107,15 +107,17 @@ Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, co
 Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const CostModel* m) {
   if (l.singleHost()) return Algo::Shm;
   Algo forced = o.algo[static_cast<int>(c)];
-  const bool railed = c == Coll::Allgather || c == Coll::ReduceScatter;
+  const bool railed = c == Coll::Allgather || c == Coll::ReduceScatter || c == Coll::Alltoall;
   bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier || railed;
-  // The hierarchical allgather and reduce-scatter need every host to hold
-  // as many ranks (their rails).
+  // The hierarchical allgather, reduce-scatter and alltoall need every host
+  // to hold as many ranks (their rails).
   bool hier = l.hierarchical() && (!railed || l.uniform);
   if (forced == Algo::Hierarchical)
     return hier ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m, l.hosts);
   if (forced != Algo::Auto) return forced;
-  if (hierOp && hier && !(c == Coll::Allgather && bytes > kHierarchicalAllgatherMax)) return Algo::Hierarchical;
+  if (hierOp && hier && !(c == Coll::Allgather && bytes > kHierarchicalAllgatherMax) &&
+      !(c == Coll::Alltoall && bytes > kHierarchicalAlltoallMax))
+    return Algo::Hierarchical;
   return chooseInterHost(c, bytes, l.size, o, m, l.hosts);
 }
 

@@ -50,6 +50,12 @@ AlgoOverrides parseAlgoSpec(const std::string& spec);
 // namespace hosts x 2 ranks on 2 cores, 128 MiB: 2.3x the ring's time;
 // 1-16 MiB: as fast or faster).
 constexpr size_t kHierarchicalAllgatherMax = size_t(16) << 20;
+// Above this many bytes (all a rank sends) an alltoall goes flat: along
+// rails each block also crosses the segment and is copied three times more
+// (2 namespace hosts x 2 ranks on 2 cores, forced both ways in 2 runs: along
+// rails 0.3 of the flat exchange's time at 128 B - 32 KiB, 0.34-0.87 at
+// 64-128 KiB, 0.81-1.09 at 256 KiB, 1.1-1.3 at 512 KiB, 1.4-2.4 at 1-4 MiB).
+constexpr size_t kHierarchicalAlltoallMax = size_t(256) << 10;
 
 // The algorithm for `c` with `bytes` of payload per rank (total for
 // allgather/reduce_scatter/alltoall). Returns Shm for single-host groups.
