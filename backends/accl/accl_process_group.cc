@@ -715,8 +715,10 @@ std::shared_ptr<Work> AcclProcessGroup::doGather(Buffer in, Buffer out, const Ga
   return submit(OpType::Gather, in.count, in.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   const auto& b = uniformBytes(bytes);
-                  noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
-                  if (layout_.singleHost()) return host_->gatherv(in.data, out.data, b, root, d, dl);
+                  Algo a = core::choose(Coll::Gather, bytes, layout_, algo_, model_.get());
+                  noteAlgo(a);
+                  if (a == Algo::Shm) return host_->gatherv(in.data, out.data, b, root, d, dl);
+                  if (a == Algo::Hierarchical) return gatherHierarchical(in.data, out.data, bytes, root, d, dl);
                   algo::gathervDirect(flat(), in.data, out.data, b, root);
                 });
 }
@@ -726,10 +728,78 @@ std::shared_ptr<Work> AcclProcessGroup::doScatter(Buffer in, Buffer out, const S
   return submit(OpType::Scatter, out.count, out.dtype, ReduceKind::Sum, o.root, bytes * size(), effectiveTimeout(o), o.blocking,
                 [this, in, out, bytes, root = o.root](const OpDesc& d, Clock::time_point dl) {
                   const auto& b = uniformBytes(bytes);
-                  noteAlgo(layout_.singleHost() ? Algo::Shm : Algo::Direct);
-                  if (layout_.singleHost()) return host_->scatterv(in.data, out.data, b, root, d, dl);
+                  Algo a = core::choose(Coll::Scatter, bytes, layout_, algo_, model_.get());
+                  noteAlgo(a);
+                  if (a == Algo::Shm) return host_->scatterv(in.data, out.data, b, root, d, dl);
+                  if (a == Algo::Hierarchical) return scatterHierarchical(in.data, out.data, bytes, root, d, dl);
                   algo::scattervDirect(flat(), in.data, out.data, b, root);
                 });
+}
+
+std::vector<size_t> AcclProcessGroup::hostBlocks(size_t block) const {
+  std::vector<size_t> v;
+  for (const auto& h : layout_.hostRanks) v.push_back(h.size() * block);
+  return v;
+}
+
+void AcclProcessGroup::gatherHierarchical(const void* in, void* out, size_t b, int root, const OpDesc& d,
+                                          Clock::time_point dl) {
+  // Each host's ranks gather on the segment at their representative (the
+  // root on its host), and the representatives send the root one message
+  // per host: the root receives from each other host once, not once per
+  // rank there. The root's buffer holds the blocks in host order.
+  const auto& hr = layout_.hostRanks;
+  const std::vector<int> reps = layout_.reps(root);
+  const int myRep = reps[layout_.myHost], rootHost = layout_.hostOf[root];
+  const std::vector<size_t> hostSizes = hostBlocks(b), local(layout_.local().size(), b);
+  size_t at = 0;
+  for (int h = 0; h < layout_.myHost; ++h) at += hostSizes[h];
+  // The root's buffer holds every host's blocks, its own host's at `at`; a
+  // representative's, its host's.
+  char* all = rank() == root ? scratch_.get(core::Scratch::kOpWhole, b * static_cast<size_t>(size())) : nullptr;
+  char* mine = all ? all + at
+                   : rank() == myRep ? scratch_.get(core::Scratch::kOpWhole, hostSizes[layout_.myHost]) : nullptr;
+  host_->gatherv(in, mine, local, layout_.localIndex(myRep), d, dl);
+  if (rank() != myRep) return;
+  algo::gathervDirect(members(reps), mine, all, hostSizes, rootHost);
+  if (rank() != root) return;
+  char* o = static_cast<char*>(out);
+  const char* from = all;
+  for (const auto& h : hr)
+    for (int r : h) {
+      if (b) std::memcpy(o + static_cast<size_t>(r) * b, from, b);
+      from += b;
+    }
+}
+
+void AcclProcessGroup::scatterHierarchical(const void* in, void* out, size_t b, int root, const OpDesc& d,
+                                           Clock::time_point dl) {
+  // The gather's steps backwards: the root sends each other host's
+  // representative the blocks of that host's ranks in one message, and the
+  // representatives scatter them on the segment.
+  const auto& hr = layout_.hostRanks;
+  const std::vector<int> reps = layout_.reps(root);
+  const int myRep = reps[layout_.myHost], rootHost = layout_.hostOf[root];
+  const std::vector<size_t> hostSizes = hostBlocks(b), local(layout_.local().size(), b);
+  size_t at = 0;
+  for (int h = 0; h < layout_.myHost; ++h) at += hostSizes[h];
+  char* all = nullptr;
+  char* mine = nullptr;
+  if (rank() == root) {
+    all = scratch_.get(core::Scratch::kOpWhole, b * static_cast<size_t>(size()));
+    const char* i = static_cast<const char*>(in);
+    char* to = all;
+    for (const auto& h : hr)
+      for (int r : h) {
+        if (b) std::memcpy(to, i + static_cast<size_t>(r) * b, b);
+        to += b;
+      }
+    mine = all + at;
+  } else if (rank() == myRep) {
+    mine = scratch_.get(core::Scratch::kOpWhole, hostSizes[layout_.myHost]);
+  }
+  if (rank() == myRep) algo::scattervDirect(members(reps), all, mine, hostSizes, rootHost);
+  host_->scatterv(mine, out, local, layout_.localIndex(myRep), d, dl);
 }
 
 std::shared_ptr<Work> AcclProcessGroup::doBarrier(const BarrierOptions& o) {

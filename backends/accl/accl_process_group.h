@@ -150,6 +150,15 @@ class AcclProcessGroup : public ProcessGroup {
   // Across hosts of as many ranks each, blocks of `block` bytes: along the
   // rails first (each rank's blocks for a host in one message to its
   // rail-mate there), then on the segment.
+  // Gather and scatter through one rank per host (the root on its host):
+  // the segment's gather or scatter there, one message per host between
+  // them. `block`: every rank's bytes.
+  void gatherHierarchical(const void* in, void* out, size_t block, int root, const core::OpDesc& d,
+                          core::Clock::time_point dl);
+  void scatterHierarchical(const void* in, void* out, size_t block, int root, const core::OpDesc& d,
+                           core::Clock::time_point dl);
+  // Each host's ranks' blocks together: hostRanks[h].size() * block.
+  std::vector<size_t> hostBlocks(size_t block) const;
   void alltoallHierarchical(const void* in, void* out, size_t block, const core::OpDesc& d,
                             core::Clock::time_point dl);
 };

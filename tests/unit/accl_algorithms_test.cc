@@ -494,8 +494,20 @@ TEST(Selection, ByLayoutSizeAndOverride) {
   EXPECT_EQ(choose(Coll::Alltoall, 64, three, parseAlgoSpec("alltoall:direct")), Algo::Direct);
   EXPECT_EQ(choose(Coll::Alltoall, 64, uneven, none), Algo::Direct);  // flat: no rails
   EXPECT_EQ(choose(Coll::Alltoall, 64, uneven, parseAlgoSpec("alltoall:hier")), Algo::Direct);
+  // Scatter through one rank per host up to kHierarchicalGatherMax, on
+  // uneven hosts too (no rails); gather only where forced.
+  EXPECT_EQ(choose(Coll::Scatter, 64, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Scatter, 64, uneven, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Scatter, kHierarchicalGatherMax, three, none), Algo::Hierarchical);
+  EXPECT_EQ(choose(Coll::Scatter, kHierarchicalGatherMax + 1, three, none), Algo::Direct);
+  EXPECT_EQ(choose(Coll::Scatter, 64, three, parseAlgoSpec("scatter:direct")), Algo::Direct);
+  EXPECT_EQ(choose(Coll::Gather, 64, three, none), Algo::Direct);
+  for (Coll c : {Coll::Gather, Coll::Scatter})
+    EXPECT_EQ(choose(c, 64 << 20, uneven, parseAlgoSpec("gather:hier;scatter:hier")), Algo::Hierarchical);
   Layout flat;  // tcp only: every rank its own host
   flat.size = flat.hosts = 5;
+  EXPECT_EQ(choose(Coll::Gather, 64, flat, none), Algo::Direct);
+  EXPECT_EQ(choose(Coll::Scatter, 64, flat, parseAlgoSpec("scatter:hier")), Algo::Direct);
   EXPECT_EQ(choose(Coll::Allreduce, 64, flat, none), Algo::RecursiveDoubling);
   EXPECT_EQ(choose(Coll::Allreduce, 64 << 20, flat, none), Algo::Ring);
   Layout pair;  // two hosts, one rank each: the whole vector in one exchange up to 16 MiB

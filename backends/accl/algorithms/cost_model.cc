@@ -299,6 +299,8 @@ double CostModel::segmentUs(Coll c, size_t bytes, bool hierarchical) const {
 size_t CostModel::hierarchicalSlice(Coll c, size_t bytes, int p, int hosts) {
   // Allreduce: each local rank's slice; allgather and reduce_scatter (bytes:
   // the whole vector): what one rail gathers or reduces, a block of each host.
+  // Gather and scatter (bytes: one rank's block): a host's blocks together.
+  if ((c == Coll::Gather || c == Coll::Scatter) && hosts > 0) return bytes * static_cast<size_t>((p + hosts - 1) / hosts);
   return (c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter) && hosts > 0 && p % hosts == 0
              ? bytes / static_cast<size_t>(p / hosts)
              : bytes;
@@ -322,8 +324,14 @@ double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int ho
   // copied into host order, segment order and rank order: three.
   double passes = c == Coll::Allgather || c == Coll::ReduceScatter ? 1 : c == Coll::Alltoall ? 3 : 0;
   double copy = passes * static_cast<double>(bytes) * segment_.betaUsPerB;
-  return segmentUs(c, bytes, true) + copy +
-         shared.predictUs(c, inter, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);
+  const size_t slice = hierarchicalSlice(c, bytes, p, hosts);
+  if (c == Coll::Gather || c == Coll::Scatter) {
+    // The segment's step moves a host's blocks; the root copies all of them
+    // between rank order and host order.
+    return segmentUs(c, slice, true) + static_cast<double>(bytes) * p * segment_.betaUsPerB +
+           predictUs(c, inter, slice, hosts, hosts);
+  }
+  return segmentUs(c, bytes, true) + copy + shared.predictUs(c, inter, slice, hosts, hosts);
 }
 
 double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan) const {
@@ -335,13 +343,15 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     if (plan) *plan = "shm";
     return segmentUs(c, bytes, false);
   }
-  // Allgather (up to kHierarchicalAllgatherMax), reduce_scatter and alltoall
-  // (up to kHierarchicalAlltoallMax):
+  // Allgather (up to kHierarchicalAllgatherMax), reduce_scatter, alltoall
+  // (up to kHierarchicalAlltoallMax) and scatter (up to
+  // kHierarchicalGatherMax):
   // hierarchical on hosts of as many ranks each (their rails).
   const bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier ||
                       (c == Coll::Allgather && p % hosts == 0 && bytes <= kHierarchicalAllgatherMax) ||
                       (c == Coll::ReduceScatter && p % hosts == 0) ||
-                      (c == Coll::Alltoall && p % hosts == 0 && bytes <= kHierarchicalAlltoallMax);
+                      (c == Coll::Alltoall && p % hosts == 0 && bytes <= kHierarchicalAlltoallMax) ||
+                      (c == Coll::Scatter && bytes <= kHierarchicalGatherMax);
   if (hierOp && hosts < p) {
     // As the accl backend runs them: allreduce on even hosts reduce-scatters
     // on the segment, exchanges each local rank's slice with its peers on
@@ -353,7 +363,8 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     // once), then allgathers on the segment and copies into rank order;
     // reduce_scatter permutes its input into rail order, reduce-scatters on
     // the segment, then along the rails; alltoall sends each rail-mate the
-    // blocks for its whole host, then exchanges on the segment.
+    // blocks for its whole host, then exchanges on the segment; scatter goes
+    // through one rank per host, a host's blocks in one message.
     Algo a = best(c, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);  // as the backend picks it
     if (plan) *plan = std::string("hierarchical(shm+") + toString(a) + ")";
     return hierarchicalUs(c, a, bytes, p, hosts);

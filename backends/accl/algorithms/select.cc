@@ -33,8 +33,8 @@ std::vector<Algo> accepted(Coll c) {
     case Coll::Allgather: return {Algo::Ring, Algo::Direct, Algo::Hierarchical};
     case Coll::ReduceScatter: return {Algo::Ring, Algo::RecursiveDoubling, Algo::Hierarchical};
     case Coll::Alltoall: return {Algo::Direct, Algo::Hierarchical};
-    case Coll::Gather: return {Algo::Direct};
-    case Coll::Scatter: return {Algo::Direct};
+    case Coll::Gather: return {Algo::Direct, Algo::Hierarchical};
+    case Coll::Scatter: return {Algo::Direct, Algo::Hierarchical};
     case Coll::Barrier: return {Algo::RecursiveDoubling, Algo::Hierarchical};
   }
   return {};
@@ -108,7 +108,11 @@ Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const
   if (l.singleHost()) return Algo::Shm;
   Algo forced = o.algo[static_cast<int>(c)];
   const bool railed = c == Coll::Allgather || c == Coll::ReduceScatter || c == Coll::Alltoall;
-  bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier || railed;
+  // Scatter through one rank per host by default; gather only where forced
+  // (kHierarchicalGatherMax says why).
+  const bool rooted = c == Coll::Scatter;
+  bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier || railed ||
+                rooted;
   // The hierarchical allgather, reduce-scatter and alltoall need every host
   // to hold as many ranks (their rails).
   bool hier = l.hierarchical() && (!railed || l.uniform);
@@ -116,7 +120,7 @@ Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const
     return hier ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m, l.hosts);
   if (forced != Algo::Auto) return forced;
   if (hierOp && hier && !(c == Coll::Allgather && bytes > kHierarchicalAllgatherMax) &&
-      !(c == Coll::Alltoall && bytes > kHierarchicalAlltoallMax))
+      !(c == Coll::Alltoall && bytes > kHierarchicalAlltoallMax) && !(rooted && bytes > kHierarchicalGatherMax))
     return Algo::Hierarchical;
   return chooseInterHost(c, bytes, l.size, o, m, l.hosts);
 }

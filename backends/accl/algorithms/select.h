@@ -56,6 +56,16 @@ constexpr size_t kHierarchicalAllgatherMax = size_t(16) << 20;
 // rails 0.3 of the flat exchange's time at 128 B - 32 KiB, 0.34-0.87 at
 // 64-128 KiB, 0.81-1.09 at 256 KiB, 1.1-1.3 at 512 KiB, 1.4-2.4 at 1-4 MiB).
 constexpr size_t kHierarchicalAlltoallMax = size_t(256) << 10;
+// Above this many bytes (one rank's block) a scatter goes flat: through one
+// rank per host, each block crosses the segment once more after its host's
+// message. 2 namespace hosts x 2 ranks, forced both ways (accl time / Open
+// MPI's): scatter 0.71-1.26 through the hosts' ranks against 1.00-1.83
+// direct at 16 B - 8 KiB blocks; at 512 KiB blocks direct was faster. A
+// gather through them was slower at blocks up to 1 KiB (6.7-13 us against
+// 2.9-9.3 us: the host's representative waits for its local ranks before it
+// sends, where each rank sent at once), as fast at 8 KiB, faster at 64 KiB:
+// it goes through them only where ACCL_ALGO says gather:hier.
+constexpr size_t kHierarchicalGatherMax = size_t(64) << 10;
 
 // The algorithm for `c` with `bytes` of payload per rank (total for
 // allgather/reduce_scatter/alltoall). Returns Shm for single-host groups.
