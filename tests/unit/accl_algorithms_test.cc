@@ -528,6 +528,16 @@ TEST(Selection, ByLayoutSizeAndOverride) {
   auto h = parseAlgoSpec("allreduce:hier");
   EXPECT_EQ(choose(Coll::Allreduce, 8, flat, h), Algo::RecursiveDoubling);  // not applicable: default
   EXPECT_NE(describeSelection(three, none).find("allreduce:"), std::string::npos);
+  // Each fixed bound shows where the choice changes: alltoall along rails
+  // below 256 KiB + 1, flat from there; scatter through the hosts up to 64 KiB.
+  const std::string sel = describeSelection(three, none);
+  const std::string a2a = sel.substr(sel.find("alltoall:"), sel.find("; gather:") - sel.find("alltoall:"));
+  EXPECT_NE(a2a.find("<" + std::to_string(kHierarchicalAlltoallMax + 1) + "B hierarchical(shm+direct)"),
+            std::string::npos)
+      << a2a;
+  EXPECT_NE(a2a.find(">=" + std::to_string(kHierarchicalAlltoallMax + 1) + "B direct"), std::string::npos) << a2a;
+  EXPECT_NE(sel.find("scatter: <" + std::to_string(kHierarchicalGatherMax + 1) + "B hierarchical"), std::string::npos)
+      << sel;
 }
 
 TEST(Layout, HostsListsAndLeadersFromHostIds) {

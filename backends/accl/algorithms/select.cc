@@ -1,5 +1,6 @@
 #include "algorithms/select.h"
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -126,7 +127,20 @@ Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const
 }
 
 static std::vector<size_t> selectionProbes(const CostModel* m) {
-  if (!m) return {0, 1, kSmallGather + 1, kSmallBroadcast + 1, kTwoRankRing + 1};
+  if (!m) {
+    // Every fixed threshold's first byte past it.
+    std::vector<size_t> p{0,
+                          1,
+                          kSmallGather + 1,
+                          kSmallBroadcast + 1,
+                          kTwoRankRing + 1,
+                          kHierarchicalGatherMax + 1,
+                          kHierarchicalAlltoallMax + 1,
+                          kHierarchicalAllgatherMax + 1};
+    std::sort(p.begin(), p.end());
+    p.erase(std::unique(p.begin(), p.end()), p.end());
+    return p;
+  }
   std::vector<size_t> p{0};
   for (size_t b = 1; b <= (size_t(1) << 30); b *= 2) p.push_back(b);
   return p;
@@ -146,7 +160,8 @@ std::string describeSelection(const Layout& l, const AlgoOverrides& o, const Cos
       std::string name = toString(a);
       if (a == Algo::Hierarchical) {
         name += "(shm+";
-        name += toString(chooseInterHost(c, b / std::max(1, l.maxLocal), l.hosts, o, m));
+        // What the exchange between hosts carries, as the backend sizes it.
+        name += toString(chooseInterHost(c, CostModel::hierarchicalSlice(c, b, l.size, l.hosts), l.hosts, o, m));
         name += ")";
       }
       if (name != last) {
