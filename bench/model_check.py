@@ -42,11 +42,13 @@ CANDIDATES = {"allreduce": ["recursive_doubling", "ring"], "broadcast": ["tree",
 # data is handed over): their figure is a rate, not one op's time, which the model predicts.
 ROOTED = {"broadcast", "reduce", "gather", "scatter"}
 SHORT = {"recursive_doubling": "rd", "hierarchical": "hier"}
-# Ops the backend runs hierarchically (segment phases on each host, the rest
-# between hosts) where hosts have several ranks: with --ranks-per-host 2 or
-# more, forced too, and the model's choice is the hierarchical op (the model
-# picks its algorithm between hosts).
-HIERARCHICAL = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"}
+# Ops the backend can run hierarchically (segment phases on each host, the
+# rest between hosts) where hosts have several ranks: with --ranks-per-host 2
+# or more, forced too. The model's choice is the hierarchical op where the
+# backend's bounds take it (allgather up to 16 MiB, alltoall up to 256 KiB
+# per rank, scatter up to 64 KiB per rank, gather never by itself), and the
+# model picks its algorithm between hosts.
+HIERARCHICAL = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "scatter", "gather"}
 
 
 def sh(*cmd, **kw):
