@@ -736,9 +736,23 @@ std::shared_ptr<Work> AcclProcessGroup::doScatter(Buffer in, Buffer out, const S
                 });
 }
 
-std::vector<size_t> AcclProcessGroup::hostBlocks(size_t block) const {
-  std::vector<size_t> v;
-  for (const auto& h : layout_.hostRanks) v.push_back(h.size() * block);
+AcclProcessGroup::ViaHosts AcclProcessGroup::viaHosts(size_t block, int root) {
+  ViaHosts v;
+  const std::vector<int> reps = layout_.reps(root);
+  v.reps = members(reps);
+  v.myRep = reps[layout_.myHost];
+  v.rootHost = layout_.hostOf[root];
+  for (const auto& h : layout_.hostRanks) v.hostSizes.push_back(h.size() * block);
+  v.local.assign(layout_.local().size(), block);
+  for (int h = 0; h < layout_.myHost; ++h) v.at += v.hostSizes[h];
+  // The root's buffer holds every host's blocks, its own host's at `at`; a
+  // representative's, its host's.
+  if (rank() == root) {
+    v.all = scratch_.get(core::Scratch::kOpWhole, block * static_cast<size_t>(size()));
+    v.mine = v.all + v.at;
+  } else if (rank() == v.myRep) {
+    v.mine = scratch_.get(core::Scratch::kOpWhole, v.hostSizes[layout_.myHost]);
+  }
   return v;
 }
 
@@ -748,24 +762,14 @@ void AcclProcessGroup::gatherHierarchical(const void* in, void* out, size_t b, i
   // root on its host), and the representatives send the root one message
   // per host: the root receives from each other host once, not once per
   // rank there. The root's buffer holds the blocks in host order.
-  const auto& hr = layout_.hostRanks;
-  const std::vector<int> reps = layout_.reps(root);
-  const int myRep = reps[layout_.myHost], rootHost = layout_.hostOf[root];
-  const std::vector<size_t> hostSizes = hostBlocks(b), local(layout_.local().size(), b);
-  size_t at = 0;
-  for (int h = 0; h < layout_.myHost; ++h) at += hostSizes[h];
-  // The root's buffer holds every host's blocks, its own host's at `at`; a
-  // representative's, its host's.
-  char* all = rank() == root ? scratch_.get(core::Scratch::kOpWhole, b * static_cast<size_t>(size())) : nullptr;
-  char* mine = all ? all + at
-                   : rank() == myRep ? scratch_.get(core::Scratch::kOpWhole, hostSizes[layout_.myHost]) : nullptr;
-  host_->gatherv(in, mine, local, layout_.localIndex(myRep), d, dl);
-  if (rank() != myRep) return;
-  algo::gathervDirect(members(reps), mine, all, hostSizes, rootHost);
+  ViaHosts v = viaHosts(b, root);
+  host_->gatherv(in, v.mine, v.local, layout_.localIndex(v.myRep), d, dl);
+  if (rank() != v.myRep) return;
+  algo::gathervDirect(v.reps, v.mine, v.all, v.hostSizes, v.rootHost);
   if (rank() != root) return;
   char* o = static_cast<char*>(out);
-  const char* from = all;
-  for (const auto& h : hr)
+  const char* from = v.all;
+  for (const auto& h : layout_.hostRanks)
     for (int r : h) {
       if (b) std::memcpy(o + static_cast<size_t>(r) * b, from, b);
       from += b;
@@ -777,29 +781,18 @@ void AcclProcessGroup::scatterHierarchical(const void* in, void* out, size_t b, 
   // The gather's steps backwards: the root sends each other host's
   // representative the blocks of that host's ranks in one message, and the
   // representatives scatter them on the segment.
-  const auto& hr = layout_.hostRanks;
-  const std::vector<int> reps = layout_.reps(root);
-  const int myRep = reps[layout_.myHost], rootHost = layout_.hostOf[root];
-  const std::vector<size_t> hostSizes = hostBlocks(b), local(layout_.local().size(), b);
-  size_t at = 0;
-  for (int h = 0; h < layout_.myHost; ++h) at += hostSizes[h];
-  char* all = nullptr;
-  char* mine = nullptr;
+  ViaHosts v = viaHosts(b, root);
   if (rank() == root) {
-    all = scratch_.get(core::Scratch::kOpWhole, b * static_cast<size_t>(size()));
     const char* i = static_cast<const char*>(in);
-    char* to = all;
-    for (const auto& h : hr)
+    char* to = v.all;
+    for (const auto& h : layout_.hostRanks)
       for (int r : h) {
         if (b) std::memcpy(to, i + static_cast<size_t>(r) * b, b);
         to += b;
       }
-    mine = all + at;
-  } else if (rank() == myRep) {
-    mine = scratch_.get(core::Scratch::kOpWhole, hostSizes[layout_.myHost]);
   }
-  if (rank() == myRep) algo::scattervDirect(members(reps), all, mine, hostSizes, rootHost);
-  host_->scatterv(mine, out, local, layout_.localIndex(myRep), d, dl);
+  if (rank() == v.myRep) algo::scattervDirect(v.reps, v.all, v.mine, v.hostSizes, v.rootHost);
+  host_->scatterv(v.mine, out, v.local, layout_.localIndex(v.myRep), d, dl);
 }
 
 std::shared_ptr<Work> AcclProcessGroup::doBarrier(const BarrierOptions& o) {

@@ -157,8 +157,20 @@ class AcclProcessGroup : public ProcessGroup {
                           core::Clock::time_point dl);
   void scatterHierarchical(const void* in, void* out, size_t block, int root, const core::OpDesc& d,
                            core::Clock::time_point dl);
-  // Each host's ranks' blocks together: hostRanks[h].size() * block.
-  std::vector<size_t> hostBlocks(size_t block) const;
+  // What gather and scatter through one rank per host share: the
+  // representatives (reps(root)), each host's ranks' blocks together
+  // (hostSizes), this host's offset among them (at), and the buffers: `all`
+  // (the root's: every host's blocks, in host order) and `mine` (this
+  // host's blocks, on the root and the representatives; else nullptr).
+  struct ViaHosts {
+    core::Peers reps;
+    int myRep = 0, rootHost = 0;
+    std::vector<size_t> hostSizes, local;
+    size_t at = 0;
+    char* all = nullptr;
+    char* mine = nullptr;
+  };
+  ViaHosts viaHosts(size_t block, int root);
   void alltoallHierarchical(const void* in, void* out, size_t block, const core::OpDesc& d,
                             core::Clock::time_point dl);
 };
