@@ -147,9 +147,6 @@ class AcclProcessGroup : public ProcessGroup {
   static constexpr size_t kNotUniform = ~size_t(0);
   void alltoallBody(Buffer in, const std::vector<size_t>& sendBytes, Buffer out, const std::vector<size_t>& recvBytes,
                     size_t uniformBlock, const core::OpDesc& d, core::Clock::time_point deadline);
-  // Across hosts of as many ranks each, blocks of `block` bytes: along the
-  // rails first (each rank's blocks for a host in one message to its
-  // rail-mate there), then on the segment.
   // Gather and scatter through one rank per host (the root on its host):
   // the segment's gather or scatter there, one message per host between
   // them. `block`: every rank's bytes.
@@ -171,6 +168,9 @@ class AcclProcessGroup : public ProcessGroup {
     char* mine = nullptr;
   };
   ViaHosts viaHosts(size_t block, int root);
+  // Across hosts of as many ranks each, blocks of `block` bytes: along the
+  // rails first (each rank's blocks for a host in one message to its
+  // rail-mate there), then on the segment.
   void alltoallHierarchical(const void* in, void* out, size_t block, const core::OpDesc& d,
                             core::Clock::time_point dl);
 };

@@ -343,16 +343,9 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     if (plan) *plan = "shm";
     return segmentUs(c, bytes, false);
   }
-  // Allgather (up to kHierarchicalAllgatherMax), reduce_scatter, alltoall
-  // (up to kHierarchicalAlltoallMax) and scatter (up to
-  // kHierarchicalGatherMax):
-  // hierarchical on hosts of as many ranks each (their rails).
-  const bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier ||
-                      (c == Coll::Allgather && p % hosts == 0 && bytes <= kHierarchicalAllgatherMax) ||
-                      (c == Coll::ReduceScatter && p % hosts == 0) ||
-                      (c == Coll::Alltoall && p % hosts == 0 && bytes <= kHierarchicalAlltoallMax) ||
-                      (c == Coll::Scatter && bytes <= kHierarchicalGatherMax);
-  if (hierOp && hosts < p) {
+  // Through the hosts' ranks where the backend's selection takes it (its
+  // bounds; the ops along rails on hosts of as many ranks each).
+  if (hierarchicalByDefault(c, bytes, p % hosts == 0) && hosts < p) {
     // As the accl backend runs them: allreduce on even hosts reduce-scatters
     // on the segment, exchanges each local rank's slice with its peers on
     // the other hosts (all slices at once), and allgathers on the segment;

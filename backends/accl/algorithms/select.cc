@@ -108,22 +108,32 @@ Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, co
 Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const CostModel* m) {
   if (l.singleHost()) return Algo::Shm;
   Algo forced = o.algo[static_cast<int>(c)];
-  const bool railed = c == Coll::Allgather || c == Coll::ReduceScatter || c == Coll::Alltoall;
-  // Scatter through one rank per host by default; gather only where forced
-  // (kHierarchicalGatherMax says why).
-  const bool rooted = c == Coll::Scatter;
-  bool hierOp = c == Coll::Allreduce || c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Barrier || railed ||
-                rooted;
   // The hierarchical allgather, reduce-scatter and alltoall need every host
   // to hold as many ranks (their rails).
+  const bool railed = c == Coll::Allgather || c == Coll::ReduceScatter || c == Coll::Alltoall;
   bool hier = l.hierarchical() && (!railed || l.uniform);
   if (forced == Algo::Hierarchical)
     return hier ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m, l.hosts);
   if (forced != Algo::Auto) return forced;
-  if (hierOp && hier && !(c == Coll::Allgather && bytes > kHierarchicalAllgatherMax) &&
-      !(c == Coll::Alltoall && bytes > kHierarchicalAlltoallMax) && !(rooted && bytes > kHierarchicalGatherMax))
-    return Algo::Hierarchical;
+  if (l.hierarchical() && hierarchicalByDefault(c, bytes, l.uniform)) return Algo::Hierarchical;
   return chooseInterHost(c, bytes, l.size, o, m, l.hosts);
+}
+
+bool hierarchicalByDefault(Coll c, size_t bytes, bool uniform) {
+  switch (c) {
+    case Coll::Allreduce:
+    case Coll::Broadcast:
+    case Coll::Reduce:
+    case Coll::Barrier: return true;
+    case Coll::Allgather: return uniform && bytes <= kHierarchicalAllgatherMax;
+    case Coll::ReduceScatter: return uniform;
+    case Coll::Alltoall: return uniform && bytes <= kHierarchicalAlltoallMax;
+    // Scatter through one rank per host; gather only where forced
+    // (kHierarchicalGatherMax says why).
+    case Coll::Scatter: return bytes <= kHierarchicalGatherMax;
+    case Coll::Gather: return false;
+  }
+  return false;
 }
 
 static std::vector<size_t> selectionProbes(const CostModel* m) {

@@ -67,6 +67,12 @@ constexpr size_t kHierarchicalAlltoallMax = size_t(256) << 10;
 // it goes through them only where ACCL_ALGO says gather:hier.
 constexpr size_t kHierarchicalGatherMax = size_t(64) << 10;
 
+// Whether `c` with `bytes` (as choose() counts them) goes through the hosts'
+// ranks by default where some host has several ranks (uniform: every host
+// has as many, which the ops along rails need), within the bounds above.
+// choose() and the cost model's plan both ask this.
+bool hierarchicalByDefault(Coll c, size_t bytes, bool uniform);
+
 // The algorithm for `c` with `bytes` of payload per rank (total for
 // allgather/reduce_scatter/alltoall). Returns Shm for single-host groups.
 // Between hosts, ACCL_ALGO's choice first; then, given a cost model (a
