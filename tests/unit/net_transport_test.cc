@@ -316,8 +316,8 @@ TEST_P(NetTransport, MessagesNoOneWaitsForStillArriveWhileWaitersPoll) {
 
 // A send never waits long for its receive, whatever its size: over the
 // shared-memory link a large message with no receive posted stays in the
-// sender's memory only a bounded while (ShmLink::deferNs, at most 2 ms), then
-// is held, and the send completes. A receive posted later takes it intact,
+// sender's memory (over TCP: in the socket's buffers) only a bounded while
+// (holdForReceiveNs, at most 2 ms), then is held, and the send completes. A receive posted later takes it intact,
 // and so does one posted while it waits (read once, straight into it). A
 // small message behind a waiting one, taken first, arrives too.
 TEST_P(NetTransport, ASendCompletesBeforeItsReceiveIsPostedAndTheMessageArrivesIntact) {
@@ -460,6 +460,65 @@ TEST_P(NetTransport, AnOpsWaiterReadsSmallMessagesItselfAndTheLoopGetsTheSocketB
     }
     p.t[0]->endOp("the op failed");
   }
+}
+
+// Over TCP, a large op step that comes before its receive (here: before the
+// receiving rank even began the op, as when its peer runs ahead) is left in
+// the socket's buffers, and the receive posted while it waits takes it with
+// no held copy. Each round watches for the frame to be left waiting, then
+// posts; a round where the receive came too late (the wait is up to 2 ms:
+// a loaded machine) is retried, and at least one of 20 must show it.
+TEST(NetTransportTcp, ALargeStepThatComesBeforeItsReceiveWaitsInItsSocketAndLandsWithNoHeldCopy) {
+  Pair p;
+  connect(p, "tcp");
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t len = size_t(4) << 20;
+  std::vector<unsigned char> src(len), dst(len);
+  int direct = 0;
+  for (uint64_t seq = 1; seq <= 20 && direct == 0; ++seq) {
+    SCOPED_TRACE("op " + std::to_string(seq));
+    for (size_t i = 0; i < len; ++i) src[i] = static_cast<unsigned char>(i * 7 + seq);
+    std::fill(dst.begin(), dst.end(), 0);
+    auto d = op(seq, len);
+    auto before = p.t[1]->holding();
+    p.t[0]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[0]->send(1, 0, src.data(), len);
+    auto until = Clock::now() + 10s;
+    net::NetTransport::Holding now;
+    do {
+      now = p.t[1]->holding();
+    } while (now.framesLeftInSocket == before.framesLeftInSocket && now.messagesHeld == before.messagesHeld &&
+             Clock::now() < until);
+    ASSERT_TRUE(now.framesLeftInSocket > before.framesLeftInSocket || now.messagesHeld > before.messagesHeld)
+        << "the frame never arrived";
+    EXPECT_LE(now.framesLeftInSocket, before.framesLeftInSocket + 1) << "one frame of 4 MiB, left once";
+    p.t[1]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[1]->recv(0, 0, dst.data(), len);
+    ASSERT_NO_THROW(p.t[1]->wait());
+    ASSERT_NO_THROW(p.t[0]->wait());
+    p.t[0]->endOp();
+    p.t[1]->endOp();
+    EXPECT_TRUE(dst == src) << "a step left in its socket arrived changed";
+    auto after = p.t[1]->holding();
+    if (now.framesLeftInSocket > before.framesLeftInSocket && after.messagesHeld == before.messagesHeld) ++direct;
+  }
+  EXPECT_GT(direct, 0) << "in no round was the step left in its socket and taken by its receive without a held copy";
+  // Below SocketLink::kDeferMin a step is read at once (and held).
+  auto before = p.t[1]->holding();
+  std::vector<unsigned char> small(net::SocketLink::kDeferMin - 1, 5), got(small.size());
+  auto d = op(100, small.size());
+  p.t[0]->beginOp(d, Clock::now() + 20s, 20s);
+  p.t[0]->send(1, 0, small.data(), small.size());
+  ASSERT_NO_THROW(p.t[0]->wait());
+  auto until = Clock::now() + 10s;
+  while (p.t[1]->holding().messagesHeld == before.messagesHeld && Clock::now() < until) std::this_thread::yield();
+  EXPECT_EQ(p.t[1]->holding().framesLeftInSocket, before.framesLeftInSocket);
+  p.t[1]->beginOp(d, Clock::now() + 20s, 20s);
+  p.t[1]->recv(0, 0, got.data(), got.size());
+  ASSERT_NO_THROW(p.t[1]->wait());
+  p.t[0]->endOp();
+  p.t[1]->endOp();
+  EXPECT_TRUE(got == small);
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm", "shm_cma"),

@@ -200,8 +200,8 @@ TEST(ShmLink, ASingleCopyMessageWithoutAReceiveWaitsInItsSendersMemoryForABounde
   PairOfLinks p;
   ASSERT_TRUE(p.link[0] && p.link[1]) << p.why[0] << " / " << p.why[1];
   if (!p.link[0]->singleCopyTo(1)) GTEST_SKIP() << "process_vm_readv is not allowed here";
-  EXPECT_EQ(ShmLink::deferNs(size_t(4) << 20), 2000000);  // its size at 2 GB/s, at most 2 ms
-  EXPECT_EQ(ShmLink::deferNs(size_t(16) << 10), 20000);    // and at least 20 us
+  EXPECT_EQ(holdForReceiveNs(size_t(4) << 20), 2000000);  // its size at 2 GB/s, at most 2 ms
+  EXPECT_EQ(holdForReceiveNs(size_t(16) << 10), 20000);    // and at least 20 us
   const size_t big = size_t(256) << 10;
   std::vector<char> a(big, 'a'), b(100, 'b');
   Sink& in = p.sink[1];
@@ -235,7 +235,7 @@ TEST(ShmLink, ASingleCopyMessageWithoutAReceiveWaitsInItsSendersMemoryForABounde
   auto until = Clock::now() + std::chrono::seconds(10);
   while (in.done.size() < 3 && Clock::now() < until) p.link[1]->poll();
   ASSERT_EQ(in.done.size(), 3u);
-  EXPECT_GE(in.firstHeader - in.firstAsk, std::chrono::nanoseconds(ShmLink::deferNs(big)))
+  EXPECT_GE(in.firstHeader - in.firstAsk, std::chrono::nanoseconds(holdForReceiveNs(big)))
       << "read before its time was up";
   EXPECT_TRUE(in.done[2].second == a);
   ASSERT_TRUE(p.pump([&] { return mc->framesLeft == 0; })) << "the send was never acknowledged";

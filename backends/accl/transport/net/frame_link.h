@@ -16,6 +16,8 @@
 // NetTransport's lock held (on the caller's thread or its progress thread).
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,6 +64,16 @@ struct ProtocolError {
 
 class FrameLink;
 
+// How long a link leaves a message that no receive wants yet where it is
+// (in the sender's memory, in the socket's buffers) before it reads it into
+// a held copy: as long as reading it there and copying it once more into
+// the receive would take (its size at 2 GB/s, 20 us - 2 ms), so that a
+// receive posted meanwhile takes it with one copy, while a send never waits
+// for its receive for long. Steady-clock nanoseconds.
+inline int64_t holdForReceiveNs(size_t bytes) {
+  return std::clamp<int64_t>(static_cast<int64_t>(bytes / 2), 20000, 2000000);
+}
+
 // What a link reports to (implemented by NetTransport).
 class FrameSink {
  public:
@@ -77,12 +89,14 @@ class FrameSink {
   // `link` can no longer reach `peer` (connection closed or reset, queue
   // pair in error, protocol error): nothing more comes from it that way.
   virtual void onPeerFailed(FrameLink* link, int peer, const std::string& why) = 0;
-  // Whether a message that starts with header h from `peer` is wanted now:
-  // it would land in a receive posted already (else it is held until one
-  // is), or messages from `peer` are held already (its receives lag behind
-  // its sends: waiting for them gains nothing). A link that can leave a
-  // message in the sender's memory for a while (single copy) asks, to read
-  // it once into its receive rather than into a held copy first.
+  // Whether a data frame (an op's step or a point-to-point message) with
+  // header h from `peer` is wanted now: it would land in a receive posted
+  // already or in a message under way, or be discarded (else it is held
+  // until a receive takes it), or messages from `peer` are held already (its
+  // receives lag behind its sends: waiting for them gains nothing). A link
+  // that can leave a message where it is for a while (single copy, a
+  // socket's buffers) asks, to read it once into its receive rather than
+  // into a held copy first (holdForReceiveNs).
   virtual bool readNow(int /*peer*/, const FrameHeader& /*h*/) { return true; }
   // A frame that is a whole message (offset 0, len == total), which
   // validateHeader and the link's own checks passed, with its payload

@@ -73,6 +73,7 @@ InboundPtr Matcher::arrive(int peer, Space s, const FrameHeader& h) {
     in->base = in->held.get();
     in->heldFrames.emplace_back(h.offset, h.len);
     held_.push_back(in);
+    ++heldEver_;
   }
   if (in->total > 0) active_.push_back({Key{peer, s, h.key}, in});  // not there: found above
   return in;

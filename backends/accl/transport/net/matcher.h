@@ -99,12 +99,20 @@ class Matcher {
     return std::any_of(posted_.begin(), posted_.end(),
                        [&](const RequestPtr& r) { return matches(*r, peer, s, key); });
   }
+  // Whether a message from `peer` with this key has frames still to come
+  // (its first frames arrived: the rest lands where they did).
+  bool underWay(int peer, Space s, uint64_t key) const {
+    Key k{peer, s, key};
+    return std::any_of(active_.begin(), active_.end(), [&](const Active& a) { return a.key == k; });
+  }
   // Whether a message from `peer` is held (arrived, no receive took it yet).
   bool holds(int peer, Space s) const {
     return std::any_of(held_.begin(), held_.end(),
                        [&](const InboundPtr& u) { return u->peer == peer && u->space == s; });
   }
   size_t postedCount() const { return posted_.size(); }
+  // Messages held (arrived before their receive) since the matcher was made.
+  uint64_t heldEver() const { return heldEver_; }
   size_t heldCount() const { return held_.size(); }
 
  private:
@@ -133,6 +141,7 @@ class Matcher {
   static constexpr size_t kSpares = 2;
 
   size_t spareLimit_ = kDefaultSpareLimit;
+  uint64_t heldEver_ = 0;
   std::vector<std::pair<std::unique_ptr<char[]>, size_t>> spares_;
   std::deque<RequestPtr> posted_;  // in order of posting
   std::deque<InboundPtr> held_;    // in order of arrival

@@ -422,6 +422,14 @@ void NetTransport::progressLoop() {
         waitMs = std::min<int>(waitMs, left <= 0 ? 0 : static_cast<int>((left + 999999) / 1000000));
       }
     }
+    // And one left in a socket's buffers (SocketLink::kDeferMin).
+    if (sockets_->deferring()) {
+      sockets_->expireDeferred(now);
+      if (int64_t until = sockets_->deferredUntil()) {
+        int64_t left = until - now.time_since_epoch().count();
+        waitMs = std::min<int>(waitMs, left <= 0 ? 0 : static_cast<int>((left + 999999) / 1000000));
+      }
+    }
     if (!tagged_.empty()) reapTagged(completions, now);
     cv_.notify_all();
     lk.unlock();
@@ -502,9 +510,20 @@ bool NetTransport::landWhole(int peer, const FrameHeader& h, const char* payload
 }
 
 bool NetTransport::readNow(int peer, const FrameHeader& h) {
-  // An op's steps are received as the op runs: never held for long.
-  return static_cast<FrameType>(h.type) != FrameType::Tagged || matcher_.hasPosted(peer, Space::Tagged, h.key) ||
-         matcher_.holds(peer, Space::Tagged);
+  Space s;
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::Data:
+      if (session_.isPast(h.key >> 32)) return true;  // discarded
+      session_.noteDesc(peer, h.desc);  // a mismatch is seen now, not once the frame is read
+      s = Space::Op;
+      break;
+    case FrameType::Tagged:
+      s = Space::Tagged;
+      break;
+    default:
+      return true;
+  }
+  return matcher_.hasPosted(peer, s, h.key) || matcher_.underWay(peer, s, h.key) || matcher_.holds(peer, s);
 }
 
 void NetTransport::onFrame(int peer, const FrameHeader& h, const LandingPtr& l) {

@@ -129,6 +129,14 @@ class NetTransport : public Transport, private FrameSink {
   // How many frames from peers over TCP waiters read themselves (above, and
   // an op's waits: pollForOpWaiter), not the progress thread.
   uint64_t framesReadByWaiters() const { return waiterFrames_.load(std::memory_order_relaxed); }
+  // How many messages arrived before their receive and were held (copied
+  // once more when it was posted), and how many frames over TCP were left in
+  // their socket a while instead (SocketLink::kDeferMin), since the
+  // transport was made.
+  struct Holding {
+    uint64_t messagesHeld = 0, framesLeftInSocket = 0;
+  };
+  Holding holding() const;
   // Where the ranks of this host share CPUs (or this machine's, across the
   // hosts its namespaces or containers make): a waiter then gives its core up
   // between polls rather than spin, the progress thread does not spin on the

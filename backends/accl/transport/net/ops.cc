@@ -91,10 +91,17 @@ void NetTransport::recv(int peer, uint32_t step, void* buf, size_t len) {
   session_.requests().push_back(r);
   countOp(peer, len, false);
   matcher_.post(r);
+  // A frame from the peer left in its socket waits no longer (the loop reads it).
+  if (sockets_->deferring()) sockets_->resumeDeferred(peer);
   if (!r->done && !peerFailed_[peer].empty()) {
     matcher_.withdraw(r);
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
   }
+}
+
+NetTransport::Holding NetTransport::holding() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return {matcher_.heldEver(), sockets_->framesDeferred()};
 }
 
 void NetTransport::countOp(int peer, size_t len, bool sent) {
@@ -363,6 +370,7 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
                         FrameLink::Route::Ordered);
   } else {
     matcher_.post(r);
+    if (sockets_->deferring()) sockets_->resumeDeferred(peer);
     // A message from a local peer that came before this receive may have
     // been left in its sender's memory: it lands here now, in one copy (as
     // a held copy would have been copied into it now).

@@ -662,11 +662,12 @@ int ShmLink::readRemote(int peer, const FrameHeader& h, uint64_t pos) {
   }
   std::atomic<uint64_t>& slot = r->slots[d.seq % kSlots];
   uint64_t want = d.seq << 2 | kPosted;
-  // No receive for it yet: left in the sender's memory a while (deferNs).
+  // No receive for it yet: left in the sender's memory a while (holdForReceiveNs).
   bool unread = i.remoteOff == 0 && slot.load(std::memory_order_relaxed) == want;
-  if (unread && !draining_ && h.total >= deferMin_.load(std::memory_order_relaxed) && !sink_->readNow(peer, h)) {
+  if (unread && !draining_ && h.total >= deferMin_.load(std::memory_order_relaxed) &&
+      static_cast<FrameType>(h.type) == FrameType::Tagged && !sink_->readNow(peer, h)) {
     Clock::rep now = Clock::now().time_since_epoch().count();
-    if (i.deferUntil == 0) i.deferUntil = now + deferNs(h.total), ++deferred_;
+    if (i.deferUntil == 0) i.deferUntil = now + holdForReceiveNs(h.total), ++deferred_;
     if (now < i.deferUntil) return 2;
   }
   if (i.deferUntil != 0) i.deferUntil = 0, --deferred_;

@@ -29,7 +29,7 @@
 // whether the reader is copying, so that a withdrawn send is never read
 // after withdraw() returns (it waits out a piece being copied). A message
 // that no receive wants yet is left in the sender's memory a while
-// (deferNs), so that a receive posted meanwhile takes it in one copy.
+// (holdForReceiveNs), so that a receive posted meanwhile takes it in one copy.
 //
 // Set-up is collective among the ranks of a host; a rank that cannot make its
 // segment (no /dev/shm space, no FIFO support) publishes why, and its peers
@@ -108,13 +108,9 @@ class ShmLink : public FrameLink, public EventHandler {
   void onEvents(uint32_t) override;  // the doorbell: drained; the loop then polls
   // Reads what `peer` wrote to this rank up to now (before it is failed).
   void drain(int peer);
-  // A single-copy message that arrives before its receive is posted stays
-  // in its sender's memory for as long as reading it into a held copy and
-  // then copying that into the receive would take (its size at 2 GB/s,
-  // 20 us - 2 ms), so that a receive posted meanwhile takes it with one copy.
-  // Then it is held, so that a send never waits for its receive for long.
-  static Clock::rep deferNs(size_t bytes) { return std::clamp<Clock::rep>(bytes / 2, 20000, 2000000); }
-  // From this size. Where the host's ranks have a CPU each, a receiver is
+  // A single-copy point-to-point message that arrives before its receive is
+  // posted stays in its sender's memory for holdForReceiveNs (frame_link.h),
+  // from this size (an op's steps are received as the op runs: never left). Where the host's ranks have a CPU each, a receiver is
   // seldom far behind, and below 64 KiB the wait cost more than the copy
   // it saves (2 ranks, sendrecv of 16 KiB: 1.15-1.17x Open MPI's time
   // without it, 1.26-1.34x with it); where they share CPUs, from any size
@@ -208,7 +204,7 @@ class ShmLink : public FrameLink, public EventHandler {
   // The single-copy message whose descriptor is at `pos` of the ring from
   // `peer`: copies its next piece. 1: done (acknowledged or skipped, the
   // descriptor may go); 0: more to copy; -1: the peer was failed; 2: left
-  // in the sender's memory for now (no receive wants it yet: deferNs).
+  // in the sender's memory for now (no receive wants it yet: holdForReceiveNs).
   int readRemote(int peer, const FrameHeader& h, uint64_t pos);
   void ack(int peer, uint64_t seq);
   bool onAck(int peer, const FrameHeader& h);  // false: the peer was failed

@@ -24,6 +24,10 @@ constexpr size_t kSplitBytes = 256u << 10;   // messages at least this big use e
 
 void SocketLink::Conn::onEvents(uint32_t events) {
   if (closed) return;
+  // A connection left waiting that fails or ends: read now (what it brought
+  // before its end lands first).
+  if (deferUntil && (events & (EPOLLHUP | EPOLLERR))) link->resume(*this);
+  if (closed) return;
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) link->readConn(*this);
   if (!closed && (events & EPOLLOUT)) link->writeConn(*this);
 }
@@ -31,6 +35,7 @@ void SocketLink::Conn::onEvents(uint32_t events) {
 void SocketLink::closeConn(Conn& c, const std::string& why, bool cleanEnd) {
   if (c.closed) return;
   c.closed = true;
+  if (c.deferUntil) c.deferUntil = 0, --deferred_;
   loop_->remove(c.fd);
   ::close(c.fd);
   c.out.clear();
@@ -56,7 +61,7 @@ size_t SocketLink::readSome(Conn& c, char* dst, size_t len, const char* atEof, b
 
 void SocketLink::readConn(Conn& c) {
   static thread_local std::vector<char> discard(1 << 16);
-  for (int iter = 0; iter < 64 && !c.closed; ++iter) {
+  for (int iter = 0; iter < 64 && !c.closed && !c.deferUntil; ++iter) {
     if (c.hdrGot < sizeof(FrameHeader)) {
       size_t n = readSome(c, reinterpret_cast<char*>(&c.hdr) + c.hdrGot, sizeof(FrameHeader) - c.hdrGot,
                           c.hdrGot == 0 ? "connection closed by the peer (process exited or was killed?)"
@@ -91,6 +96,19 @@ bool SocketLink::headerArrived(Conn& c) {
     closeConn(c, "protocol error: " + bad);
     return false;
   }
+  auto type = static_cast<FrameType>(c.hdr.type);
+  if (c.hdr.total >= deferMin_ && c.hdr.len > 0 && (type == FrameType::Data || type == FrameType::Tagged) &&
+      !sink_->readNow(c.peer, c.hdr)) {
+    c.deferUntil = Clock::now().time_since_epoch().count() + holdForReceiveNs(c.hdr.total);
+    ++deferred_;
+    ++framesDeferred_;
+    rearm(c);
+    return false;
+  }
+  return admitHeader(c);
+}
+
+bool SocketLink::admitHeader(Conn& c) {
   c.pos = 0;
   try {
     c.land = sink_->onHeader(c.peer, c.hdr);
@@ -109,6 +127,50 @@ void SocketLink::frameArrived(Conn& c) {
   sink_->onFrame(c.peer, c.hdr, l);
 }
 
+void SocketLink::resume(Conn& c) {
+  if (c.closed || !c.deferUntil) return;
+  c.deferUntil = 0;
+  --deferred_;
+  if (admitHeader(c)) rearm(c);
+}
+
+int64_t SocketLink::deferredUntil() const {
+  if (!deferred_) return 0;
+  int64_t first = 0;
+  for (auto& v : conns_)
+    for (auto& c : v)
+      if (c && c->deferUntil && (!first || c->deferUntil < first)) first = c->deferUntil;
+  return first;
+}
+
+void SocketLink::resumeDeferred(int peer) {
+  if (!deferred_) return;
+  for (int p = 0; p < static_cast<int>(conns_.size()); ++p)
+    if (peer < 0 || p == peer)
+      for (auto& c : conns_[p])
+        if (c && c->deferUntil) resume(*c);
+}
+
+void SocketLink::expireDeferred(Clock::time_point now) {
+  if (!deferred_) return;
+  int64_t t = now.time_since_epoch().count();
+  for (auto& v : conns_)
+    for (auto& c : v)
+      if (c && c->deferUntil && c->deferUntil <= t) {
+        resume(*c);
+        if (!c->closed) readConn(*c);  // the loop's thread: read what is there now
+      }
+}
+
+bool SocketLink::rearm(Conn& c) {
+  if (c.closed) return false;
+  uint32_t ev = (c.polled || c.deferUntil ? 0u : static_cast<uint32_t>(EPOLLIN)) |
+                (c.armedOut ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+  if (loop_->modify(c.fd, &c, ev)) return true;
+  closeConn(c, errnoMessage("epoll_ctl(MOD) on the connection", errno));
+  return false;
+}
+
 uint64_t SocketLink::pollPeer(int peer) {
   if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer].empty()) return 0;
   Conn& c = *conns_[peer][0];
@@ -123,10 +185,7 @@ bool SocketLink::setPolled(int peer, bool polled) {
   Conn& c = *conns_[peer][0];
   if (c.closed || c.polled == polled) return true;
   c.polled = polled;
-  uint32_t ev = (polled ? 0u : static_cast<uint32_t>(EPOLLIN)) | (c.armedOut ? static_cast<uint32_t>(EPOLLOUT) : 0u);
-  if (loop_->modify(c.fd, &c, ev)) return true;
-  closeConn(c, errnoMessage("epoll_ctl(MOD) on the connection", errno));
-  return false;
+  return rearm(c);
 }
 
 // ---------------------------------------------------------------- send
@@ -208,11 +267,8 @@ void SocketLink::writeConn(Conn& c) {
   }
   bool want = !c.out.empty() && !c.closed;
   if (want != c.armedOut && !c.closed) {
-    if (!loop_->modify(c.fd, &c, (c.polled ? 0u : static_cast<uint32_t>(EPOLLIN)) | (want ? static_cast<uint32_t>(EPOLLOUT) : 0u))) {
-      closeConn(c, errnoMessage("epoll_ctl(MOD) on the connection", errno));
-      return;
-    }
     c.armedOut = want;
+    rearm(c);
   }
 }
 

@@ -74,6 +74,29 @@ class SocketLink : public FrameLink {
   // connection is then closed and its peer failed).
   bool setPolled(int peer, bool polled);
 
+  // A data frame of a message of at least deferMin bytes that no receive
+  // wants yet (FrameSink::readNow) is left in the socket's buffers, its
+  // connection not read, for holdForReceiveNs of its size: a receive posted
+  // meanwhile takes it with no held copy, and the sender, whose socket
+  // fills, waits for its receiver as over shared memory and verbs. Then it
+  // is read as before (held). Frames behind it on that connection wait too:
+  // any receive from the peer posted meanwhile (resumeDeferred), a closed or
+  // failing connection, and the time limit end the wait.
+  static constexpr size_t kDeferMin = size_t(64) << 10;
+  void setDeferMin(size_t bytes) { deferMin_ = bytes; }
+  bool deferring() const { return deferred_ > 0; }
+  // When the first connection left waiting should be read anyway (steady
+  // clock ns; 0: none waits). The loop does not sleep past it.
+  int64_t deferredUntil() const;
+  // A receive from `peer` (-1: any) was posted: the connections from it left
+  // waiting are read again (the loop reads them; the frame lands in the
+  // receive, or is held if it is not for it).
+  void resumeDeferred(int peer);
+  // From the loop: those whose time is up at `now` are read again.
+  void expireDeferred(Clock::time_point now);
+  // How many frames were left waiting since the link was made.
+  uint64_t framesDeferred() const { return framesDeferred_; }
+
  private:
   struct OutFrame {
     FrameHeader hdr{};
@@ -91,6 +114,7 @@ class SocketLink : public FrameLink {
     std::deque<OutFrame> out;
     bool armedOut = false;
     bool polled = false;  // setPolled: EPOLLIN is off
+    int64_t deferUntil = 0;  // > 0: its frame was left waiting until then (EPOLLIN is off)
     FrameHeader hdr{};  // the frame being read
     size_t hdrGot = 0;
     size_t pos = 0;  // of its payload
@@ -119,7 +143,16 @@ class SocketLink : public FrameLink {
   // `atEof` names an end of the stream here; `betweenFrames`: such an end is
   // clean (closeConn's `cleanEnd`).
   size_t readSome(Conn& c, char* dst, size_t len, const char* atEof, bool betweenFrames);
+  // The header read whole: refused (closes, false), left waiting (false,
+  // deferUntil set), or admitted (true; its landing set).
   bool headerArrived(Conn& c);
+  bool admitHeader(Conn& c);
+  // The connection's frame left waiting is admitted and read again.
+  void resume(Conn& c);
+  // The epoll events the connection wants now (EPOLLIN unless polled or
+  // left waiting, EPOLLOUT while its queue is not empty); false if epoll
+  // refused (the connection is then closed, its peer failed).
+  bool rearm(Conn& c);
   void frameArrived(Conn& c);
   void writeConn(Conn& c);
   void queue(Conn& c, OutFrame f);
@@ -140,6 +173,9 @@ class SocketLink : public FrameLink {
   std::vector<std::vector<std::unique_ptr<Conn>>> conns_;  // [peer][stream]
   std::map<int, std::unique_ptr<LateConn>> late_;         // fd -> connection accepted after set-up
   uint64_t framesIn_ = 0;                                  // frames read whole, for pollPeer
+  size_t deferMin_ = kDeferMin;
+  int deferred_ = 0;                                       // connections left waiting
+  uint64_t framesDeferred_ = 0;
 };
 
 }  // namespace net
