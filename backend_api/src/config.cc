@@ -375,7 +375,8 @@ const std::vector<CoreRow>& coreRows() {
     v.push_back(field("ACCL_STATS", config::intRange(0, 1, "1: on"), 0, nullptr,
                       "At the destruction of each process group, prints (to stderr) a table per op and size "
                       "bucket: count, bytes, mean/p50/p99 time, bus bandwidth, and what this rank received from "
-                      "each peer, naming the slowest link.",
+                      "each peer (and how much of it came before its receive: held and copied twice), naming the "
+                      "slowest link.",
                       &Config::stats));
     v.push_back(field("ACCL_TORCH_BACKEND", config::oneOf({"accl", "gloo", "mpi", "nccl"}), std::string("accl"), nullptr,
                       "Which ACCL backend runs the ops of torch's backend=\"accl\" (torch_accl). Other values "

@@ -619,6 +619,10 @@ std::string FlightRecorder::statsTable() const {
         snprintf(line, sizeof(line), ", %.3f GB/s", rate);
         os << line;
       }
+      if (p.bytesHeld) {
+        snprintf(line, sizeof(line), ", %s of it before its receive (held, copied twice)", sizeText(double(p.bytesHeld)).c_str());
+        os << line;
+      }
       os << "\n";
     }
   }
@@ -965,6 +969,7 @@ std::string traceDumpJson(const std::string& reason, size_t maxEntries, int inde
                                                     {"bytes_received", p.bytesReceived},
                                                     {"receive_busy_us", p.receiveBusyUs},
                                                     {"bytes_timed", p.bytesTimed},
+                                                    {"bytes_held", p.bytesHeld},
                                                     {"idle_ms", p.idleMs}});
     }
     TraceEntry first = r->firstFailure();

@@ -475,6 +475,7 @@ TEST(NetTransportTcp, ALargeStepThatComesBeforeItsReceiveWaitsInItsSocketAndLand
   const size_t len = size_t(4) << 20;
   std::vector<unsigned char> src(len), dst(len);
   int direct = 0;
+  uint64_t heldBytes = 0;  // what ACCL_STATS shows as received before its receive
   for (uint64_t seq = 1; seq <= 20 && direct == 0; ++seq) {
     SCOPED_TRACE("op " + std::to_string(seq));
     for (size_t i = 0; i < len; ++i) src[i] = static_cast<unsigned char>(i * 7 + seq);
@@ -500,7 +501,11 @@ TEST(NetTransportTcp, ALargeStepThatComesBeforeItsReceiveWaitsInItsSocketAndLand
     p.t[1]->endOp();
     EXPECT_TRUE(dst == src) << "a step left in its socket arrived changed";
     auto after = p.t[1]->holding();
-    if (now.framesLeftInSocket > before.framesLeftInSocket && after.messagesHeld == before.messagesHeld) ++direct;
+    if (now.framesLeftInSocket > before.framesLeftInSocket && after.messagesHeld == before.messagesHeld) {
+      ++direct;
+      EXPECT_EQ(p.t[1]->traffic()[0].bytesHeld, heldBytes) << "bytes counted as held where none was";
+    }
+    heldBytes = p.t[1]->traffic()[0].bytesHeld;
   }
   EXPECT_GT(direct, 0) << "in no round was the step left in its socket and taken by its receive without a held copy";
   // Below SocketLink::kDeferMin a step is read at once (and held).
@@ -519,6 +524,7 @@ TEST(NetTransportTcp, ALargeStepThatComesBeforeItsReceiveWaitsInItsSocketAndLand
   p.t[0]->endOp();
   p.t[1]->endOp();
   EXPECT_TRUE(got == small);
+  EXPECT_EQ(p.t[1]->traffic()[0].bytesHeld, heldBytes + small.size()) << "a held message's bytes were not counted";
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm", "shm_cma"),

@@ -67,6 +67,7 @@ struct PeerTraffic {
   uint64_t bytesSent = 0, bytesReceived = 0;
   int64_t receiveBusyUs = 0;  // time during which data from the peer was arriving
   uint64_t bytesTimed = 0;    // of bytesReceived, what receiveBusyUs covers (frames of 16 KiB and up)
+  uint64_t bytesHeld = 0;     // of bytesReceived, what came before its receive: held, copied once more
   int64_t idleMs = -1;        // since the last data from the peer; -1: none yet
 };
 

@@ -463,14 +463,14 @@ LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
         return nullptr;
       }
       session_.noteDesc(peer, h.desc);
-      LandingPtr l = matcher_.arrive(peer, Space::Op, h);
-      if (l) noteArriving(peer, h.len);
-      return l;
+      InboundPtr in = matcher_.arrive(peer, Space::Op, h);
+      if (in) noteArriving(peer, h.len, *in);
+      return in;
     }
     case FrameType::Tagged: {
-      LandingPtr l = matcher_.arrive(peer, Space::Tagged, h);
-      if (l) noteArriving(peer, h.len);
-      return l;
+      InboundPtr in = matcher_.arrive(peer, Space::Tagged, h);
+      if (in) noteArriving(peer, h.len, *in);
+      return in;
     }
     case FrameType::Query:
       sendControl(peer, FrameType::Reply, Arrivals::replyKey(session_.entered(), session_.active()), nullptr, nullptr);
@@ -564,6 +564,13 @@ void NetTransport::onPeerFailed(FrameLink* link, int peer, const std::string& wh
   failPeer(peer, why);
 }
 
+void NetTransport::noteArriving(int peer, size_t len, const Inbound& in) {
+  // A frame that lands in a held copy (its message came before its receive)
+  // is copied once more when the receive is posted.
+  if (!in.req && !in.dropped) traffic_[peer].held += len;
+  noteArriving(peer, len);
+}
+
 void NetTransport::noteArriving(int peer, size_t len) {
   // When the peer was last heard from is kept for a stall's message, in
   // tenths of a second: the coarse clock. Only frames of kTimedFrameBytes
@@ -593,6 +600,7 @@ std::vector<PeerTraffic> NetTransport::traffic() const {
     out[p].bytesSent = traffic_[p].sent;
     out[p].bytesReceived = traffic_[p].received;
     out[p].bytesTimed = traffic_[p].timed;
+    out[p].bytesHeld = traffic_[p].held;
     out[p].receiveBusyUs = busy / 1000;
     out[p].idleMs = lastHeard_[p] == Clock::time_point{} ? -1 : ns(now - lastHeard_[p]) / 1000000;
   }

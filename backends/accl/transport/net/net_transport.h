@@ -209,6 +209,7 @@ class NetTransport : public Transport, private FrameSink {
   // Statistics (mu_ held): a data frame of `len` bytes from `peer` started
   // arriving / landed.
   void noteArriving(int peer, size_t len);
+  void noteArriving(int peer, size_t len, const Inbound& in);  // a data frame (counts held bytes)
   void noteLanded(int peer, size_t len);
   static constexpr size_t kTimedFrameBytes = size_t(16) << 10;
 
@@ -331,6 +332,7 @@ class NetTransport : public Transport, private FrameSink {
   // the peer whose header arrived and payload did not yet.
   struct Counters {
     uint64_t sent = 0, received = 0, timed = 0;  // timed: of received, in frames busyNs covers
+    uint64_t held = 0;                           // of received, landed in a held copy
     int64_t busyNs = 0;
   };
   std::vector<Counters> traffic_;
