@@ -442,7 +442,7 @@ def slowlink(tmp):
         check(r.returncode == 0, f"the job ran (exit {r.returncode})")
         rate = {}
         for l in r.stdout.splitlines():
-            m = re.match(r"^\[(\d)\] +rank (\d) \([^)]*\): received .*, ([\d.]+) GB/s$", l)
+            m = re.match(r"^\[(\d)\] +rank (\d) \([^)]*\): received .*, ([\d.]+) GB/s(?:, .* before its receive \(held, copied twice\))?$", l)
             if m:
                 rate[(int(m.group(2)), int(m.group(1)))] = float(m.group(3))
         print(f"link rates from the statistics (src, dst): {rate}")
