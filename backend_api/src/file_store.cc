@@ -31,6 +31,7 @@ struct FileStore::Impl {
   std::mutex mu;  // serializes threads of this process
   off_t pos = 0;
   std::map<std::string, Bytes> data;
+  int leaveAs = -1, leaveOf = 0;  // removeOnceLeftBy
 
   struct Lock {
     int fd;
@@ -112,7 +113,22 @@ FileStore::FileStore(const std::string& path) : impl_(new Impl) {
 }
 
 FileStore::~FileStore() {
+  if (impl_->fd >= 0 && impl_->leaveAs >= 0) {
+    try {
+      set("accl/left/" + std::to_string(impl_->leaveAs), Bytes{1});
+      std::vector<std::string> all;
+      for (int r = 0; r < impl_->leaveOf; ++r) all.push_back("accl/left/" + std::to_string(r));
+      if (check(all)) unlink(impl_->path.c_str());
+    } catch (const std::exception&) {
+      // A store that can no longer be written is left as it is.
+    }
+  }
   if (impl_->fd >= 0) close(impl_->fd);
+}
+
+void FileStore::removeOnceLeftBy(int rank, int size) {
+  impl_->leaveAs = rank;
+  impl_->leaveOf = size;
 }
 
 const std::string& FileStore::path() const { return impl_->path; }

@@ -1,5 +1,7 @@
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -46,6 +48,25 @@ int slurmTasksOnNode(const std::string& spec, int nodeId) {
     node += repeat;
   }
   return -1;
+}
+
+// Open MPI's job ids repeat (a hash of the host and mpirun's process id,
+// which the kernel reuses): a file named after the job id alone can be one
+// that an earlier job left, with its ranks' stale addresses in it. What
+// mpirun makes anew for each launch, and passes to all its ranks alike,
+// tells the launches apart: "-" and a hash of it, "" where none is set.
+std::string launchId() {
+  for (const char* v : {"OMPI_MCA_orte_precondition_transports", "OMPI_MCA_orte_hnp_uri", "PMIX_SERVER_URI41",
+                        "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI21", "PMIX_SERVER_URI2"}) {
+    const char* s = env(v);
+    if (!s || !*s) continue;
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (const char* c = s; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+    char buf[24];
+    snprintf(buf, sizeof(buf), "-%016llx", static_cast<unsigned long long>(h));
+    return buf;
+  }
+  return "";
 }
 
 }  // namespace
@@ -113,8 +134,10 @@ Rendezvous rendezvousFromEnv() {
       problems.push_back("MASTER_ADDR is not set and Open MPI's job id is unknown");
       fail();
     }
-    std::string path = "/tmp/accl-rdzv-" + std::to_string(getuid()) + "-" + job;
-    r.store = std::make_shared<FileStore>(path);
+    std::string path = "/tmp/accl-rdzv-" + std::to_string(getuid()) + "-" + job + launchId();
+    auto fs = std::make_shared<FileStore>(path);
+    fs->removeOnceLeftBy(r.rank, r.size);
+    r.store = fs;
   } else {
     const char* addr = env("MASTER_ADDR");
     if (!addr) problems.push_back("MASTER_ADDR is not set (the host of rank 0)");

@@ -527,5 +527,32 @@ TEST(NetTransportTcp, ALargeStepThatComesBeforeItsReceiveWaitsInItsSocketAndLand
   EXPECT_EQ(p.t[1]->traffic()[0].bytesHeld, heldBytes + small.size()) << "a held message's bytes were not counted";
 }
 
+// A receive from the peer already waits for another message, which may come
+// behind the large one on the same connection: the large one is read at once
+// (held), not left in its socket, so the waiting receive is not held up.
+TEST(NetTransportTcp, ALargeMessageIsNotLeftInItsSocketWhileAReceiveFromItsPeerWaitsForAnother) {
+  Pair p;
+  connect(p, "tcp");
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t len = size_t(4) << 20;
+  std::vector<char> big(len), got(len, 0);
+  for (size_t i = 0; i < len; ++i) big[i] = static_cast<char>(i * 11 + 3);
+  int small = 7, smallGot = 0;
+  auto before = p.t[1]->holding();
+  auto rSmall = postTaggedWork(p, 1, false, &smallGot, sizeof(smallGot), 2);
+  auto sBig = postTaggedWork(p, 0, true, big.data(), len, 1);
+  auto sSmall = postTaggedWork(p, 0, true, &small, sizeof(small), 2);
+  ASSERT_NO_THROW(rSmall->wait());
+  EXPECT_EQ(smallGot, 7);
+  auto mid = p.t[1]->holding();
+  EXPECT_EQ(mid.framesLeftInSocket, before.framesLeftInSocket) << "left in its socket while a receive waited behind it";
+  EXPECT_EQ(mid.messagesHeld, before.messagesHeld + 1);
+  auto rBig = postTaggedWork(p, 1, false, got.data(), len, 1);
+  ASSERT_NO_THROW(rBig->wait());
+  ASSERT_NO_THROW(sBig->wait());
+  ASSERT_NO_THROW(sSmall->wait());
+  EXPECT_TRUE(got == big);
+}
+
 INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm", "shm_cma"),
                          [](const auto& info) { return info.param; });

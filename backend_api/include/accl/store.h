@@ -82,6 +82,12 @@ class FileStore : public Store {
   bool deleteKey(const std::string& key) override;
   int64_t numKeys() override;
   const std::string& path() const;
+  // For a file named after one job (the store that mpirun's ranks share on
+  // one host): when this store is destroyed, this rank marks that it left,
+  // and the last of `size` ranks to leave removes the file (each keeps its
+  // open descriptor meanwhile), so that no stale file is left for a later
+  // job that happens to get the same name.
+  void removeOnceLeftBy(int rank, int size);
 
  private:
   struct Impl;

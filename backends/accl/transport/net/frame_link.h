@@ -92,8 +92,10 @@ class FrameSink {
   // Whether a data frame (an op's step or a point-to-point message) with
   // header h from `peer` is wanted now: it would land in a receive posted
   // already or in a message under way, or be discarded (else it is held
-  // until a receive takes it), or messages from `peer` are held already (its
-  // receives lag behind its sends: waiting for them gains nothing). A link
+  // until a receive takes it), or a receive from `peer` waits for another
+  // message (which may come behind it), or messages from `peer` are held
+  // already (its receives lag behind its sends: waiting for them gains
+  // nothing). A link
   // that can leave a message where it is for a while (single copy, a
   // socket's buffers) asks, to read it once into its receive rather than
   // into a held copy first (holdForReceiveNs).

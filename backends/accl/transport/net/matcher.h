@@ -99,6 +99,12 @@ class Matcher {
     return std::any_of(posted_.begin(), posted_.end(),
                        [&](const RequestPtr& r) { return matches(*r, peer, s, key); });
   }
+  // Whether a receive that a message from `peer` could match (any key) is
+  // posted and waits for its first frame.
+  bool hasPostedFrom(int peer, Space s) const {
+    return std::any_of(posted_.begin(), posted_.end(),
+                       [&](const RequestPtr& r) { return r->space == s && (r->peer == peer || r->peer == -1); });
+  }
   // Whether a message from `peer` with this key has frames still to come
   // (its first frames arrived: the rest lands where they did).
   bool underWay(int peer, Space s, uint64_t key) const {

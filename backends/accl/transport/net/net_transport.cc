@@ -523,7 +523,10 @@ bool NetTransport::readNow(int peer, const FrameHeader& h) {
     default:
       return true;
   }
-  return matcher_.hasPosted(peer, s, h.key) || matcher_.underWay(peer, s, h.key) || matcher_.holds(peer, s);
+  // A receive from the peer that waits for its first frame (for this message
+  // or another, which may come behind it on the same connection) wants the
+  // peer's frames read now.
+  return matcher_.hasPostedFrom(peer, s) || matcher_.underWay(peer, s, h.key) || matcher_.holds(peer, s);
 }
 
 void NetTransport::onFrame(int peer, const FrameHeader& h, const LandingPtr& l) {

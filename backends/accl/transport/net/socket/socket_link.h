@@ -75,7 +75,8 @@ class SocketLink : public FrameLink {
   bool setPolled(int peer, bool polled);
 
   // A data frame of a message of at least deferMin bytes that no receive
-  // wants yet (FrameSink::readNow) is left in the socket's buffers, its
+  // wants yet (FrameSink::readNow: none posted from that peer, none of its
+  // messages under way or held) is left in the socket's buffers, its
   // connection not read, for holdForReceiveNs of its size: a receive posted
   // meanwhile takes it with no held copy, and the sender, whose socket
   // fills, waits for its receiver as over shared memory and verbs. Then it
