@@ -40,7 +40,7 @@ void setNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-int connectTo(const std::string& host, int port, Clock::time_point deadline) {
+int connectTo(const std::string& host, int port, Clock::time_point deadline, Clock::duration refusedFor) {
   std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -52,7 +52,9 @@ int connectTo(const std::string& host, int port, Clock::time_point deadline) {
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(res, freeaddrinfo);
   int lastErr = 0;
   int delayMs = 10;
+  Clock::time_point refusedSince{};  // of the refusals in a row (epoch: none)
   for (;;) {
+    bool allRefused = true;
     for (addrinfo* ai = res; ai; ai = ai->ai_next) {
       int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
       if (fd < 0) {
@@ -81,7 +83,19 @@ int connectTo(const std::string& host, int port, Clock::time_point deadline) {
         return fd;
       }
       lastErr = errno;
+      allRefused = allRefused && lastErr == ECONNREFUSED;
       close(fd);
+    }
+    auto now = Clock::now();
+    if (!allRefused) {
+      refusedSince = Clock::time_point{};
+    } else if (refusedSince == Clock::time_point{}) {
+      refusedSince = now;
+    } else if (refusedFor != Clock::duration::max() && now - refusedSince >= refusedFor) {
+      throw ConnectionRefused(errnoMessage("accl: nothing listens at " + where + " (refused for " +
+                                               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - refusedSince).count()) +
+                                               " s)",
+                                           ECONNREFUSED));
     }
     if (Clock::now() >= deadline)
       throw Timeout(errnoMessage("accl: could not connect to " + where + " before the deadline", lastErr));

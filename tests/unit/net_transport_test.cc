@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "accl/errors.h"
+#include "accl/internal/net.h"
 #include "accl/process_group.h"
 #include "accl/store.h"
 #include "signal_snapshot.h"
@@ -552,6 +553,37 @@ TEST(NetTransportTcp, ALargeMessageIsNotLeftInItsSocketWhileAReceiveFromItsPeerW
   ASSERT_NO_THROW(sBig->wait());
   ASSERT_NO_THROW(sSmall->wait());
   EXPECT_TRUE(got == big);
+}
+
+// A store that holds an address where nothing listens (a rank that exited,
+// an earlier job's file store): set-up fails within seconds, naming the rank
+// and the address, instead of retrying until its timeout.
+TEST(NetTransportTcp, SetUpFailsSoonWhenAPeersPublishedAddressRefusesConnections) {
+  auto store = std::make_shared<HashStore>();
+  int port = 0;
+  int fd = internal::listenOn("127.0.0.1", 0, &port);
+  ::close(fd);
+  store->set("tcp/0", toBytes("127.0.0.1 " + std::to_string(port)));
+  net::NetTransport::Options o;
+  o.rank = 1;
+  o.size = 2;
+  o.nstreams = {1, 1};
+  o.token = 99;
+  o.ifSpec = "lo";
+  o.timeout = 120s;
+  o.store = store;
+  o.where = "net test rank 1";
+  o.remote = {true, false};
+  auto t0 = Clock::now();
+  try {
+    net::NetTransport t(o);
+    ADD_FAILURE() << "set-up succeeded against an address where nothing listens";
+  } catch (const RemoteError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("rank 0 published 127.0.0.1:" + std::to_string(port)), std::string::npos) << m;
+    EXPECT_NE(m.find("earlier job"), std::string::npos) << m;
+  }
+  EXPECT_LT(Clock::now() - t0, 60s) << "set-up waited for its timeout";
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, NetTransport, ::testing::Values("tcp", "ib", "shm", "shm_cma"),

@@ -401,3 +401,24 @@ TEST(TcpStore, ServerBindsTheAddressClientsUse) {
     break;
   }
 }
+
+// Where something should listen already (a peer's published address),
+// connections refused for `refusedFor` end the retries with
+// ConnectionRefused, long before the deadline; without it they go on until
+// the deadline (Timeout).
+TEST(ConnectTo, RefusalsThatLastEndTheRetriesOnlyWhenAsked) {
+  int port = 0;
+  int fd = internal::listenOn("127.0.0.1", 0, &port);
+  ::close(fd);  // nothing listens there now
+  auto t0 = internal::Clock::now();
+  EXPECT_THROW(internal::connectTo("127.0.0.1", port, t0 + 20s, 300ms), internal::ConnectionRefused);
+  EXPECT_LT(internal::Clock::now() - t0, 5s) << "the refusals were retried until the deadline";
+  try {
+    internal::connectTo("127.0.0.1", port, internal::Clock::now() + 20s, 300ms);
+  } catch (const internal::ConnectionRefused& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+  }
+  t0 = internal::Clock::now();
+  EXPECT_THROW(internal::connectTo("127.0.0.1", port, t0 + 400ms), Timeout);
+  EXPECT_GE(internal::Clock::now() - t0, 400ms);
+}

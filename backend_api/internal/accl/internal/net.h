@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "accl/errors.h"
+
 namespace accl {
 namespace internal {
 
@@ -15,8 +17,15 @@ using Clock = std::chrono::steady_clock;
 int msLeft(Clock::time_point deadline);
 
 // Connects to host:port, retrying refused connections until `deadline`.
-// Throws Timeout / SystemError naming the address.
-int connectTo(const std::string& host, int port, Clock::time_point deadline);
+// Throws Timeout / SystemError naming the address. `refusedFor`: where
+// something should listen there already (an address its owner published
+// after it listened), connections refused for that long end the retries
+// (ConnectionRefused) rather than waiting out the deadline.
+struct ConnectionRefused : SystemError {
+  using SystemError::SystemError;
+};
+int connectTo(const std::string& host, int port, Clock::time_point deadline,
+              Clock::duration refusedFor = Clock::duration::max());
 // Listens on host:port ("" = all addresses, port 0 = any); returns the fd and sets *boundPort.
 int listenOn(const std::string& host, int port, int* boundPort);
 void setNonBlocking(int fd, bool on);

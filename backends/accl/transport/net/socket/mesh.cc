@@ -23,6 +23,8 @@ namespace net {
 
 namespace {
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
+// A peer's published address that refuses connections this long: nobody listens there.
+constexpr auto kPublishedRefusedFor = std::chrono::seconds(10);
 
 std::string peerName(int fd) {
   sockaddr_storage ss{};
@@ -155,7 +157,17 @@ void SocketLink::connectMesh(Clock::time_point deadline) {
     std::string host = v.substr(0, sp);
     int port = std::stoi(v.substr(sp + 1));
     for (int s = 0; s < ns; ++s) {
-      int fd = internal::connectTo(host, port, deadline);
+      int fd;
+      try {
+        fd = internal::connectTo(host, port, deadline, kPublishedRefusedFor);
+      } catch (const internal::ConnectionRefused& e) {
+        // It listened before it published the address: a refusal that lasts
+        // means no process of this job listens there.
+        throw RemoteError(o_.where + ": rank " + std::to_string(p) + " published " + host + ":" +
+                          std::to_string(port) + " in the store, but " + e.what() +
+                          ": that rank exited, or the store holds an earlier job's addresses (a reused "
+                          "ACCL_STORE_FILE, or a store server that outlived its job)");
+      }
       conns_[p][s] = makeConn(fd, p, s);
       Hello h{kWireMagic, kWireVersion, static_cast<uint8_t>(FrameType::Hello), static_cast<uint8_t>(s), o_.token,
               o_.rank, static_cast<uint32_t>(hostId.size())};
