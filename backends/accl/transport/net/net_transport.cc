@@ -487,23 +487,26 @@ LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
   }
 }
 
-bool NetTransport::landWhole(int peer, const FrameHeader& h, const char* payload) {
-  // As onHeader and onFrame for a message of one frame that a posted
-  // receive takes; anything else goes that way (held, late, mismatched).
-  Space s;
+bool NetTransport::liveData(int peer, const FrameHeader& h, Space* s) {
   switch (static_cast<FrameType>(h.type)) {
     case FrameType::Data:
       if (session_.isPast(h.key >> 32)) return false;
       session_.noteDesc(peer, h.desc);
-      s = Space::Op;
-      break;
+      *s = Space::Op;
+      return true;
     case FrameType::Tagged:
-      s = Space::Tagged;
-      break;
+      *s = Space::Tagged;
+      return true;
     default:
       return false;
   }
-  if (!matcher_.arriveWhole(peer, s, h, payload)) return false;
+}
+
+bool NetTransport::landWhole(int peer, const FrameHeader& h, const char* payload) {
+  // As onHeader and onFrame for a message of one frame that a posted
+  // receive takes; anything else goes that way (held, late, mismatched).
+  Space s;
+  if (!liveData(peer, h, &s) || !matcher_.arriveWhole(peer, s, h, payload)) return false;
   noteArriving(peer, h.len);
   noteLanded(peer, h.len);
   return true;
@@ -511,18 +514,7 @@ bool NetTransport::landWhole(int peer, const FrameHeader& h, const char* payload
 
 bool NetTransport::readNow(int peer, const FrameHeader& h) {
   Space s;
-  switch (static_cast<FrameType>(h.type)) {
-    case FrameType::Data:
-      if (session_.isPast(h.key >> 32)) return true;  // discarded
-      session_.noteDesc(peer, h.desc);  // a mismatch is seen now, not once the frame is read
-      s = Space::Op;
-      break;
-    case FrameType::Tagged:
-      s = Space::Tagged;
-      break;
-    default:
-      return true;
-  }
+  if (!liveData(peer, h, &s)) return true;  // not data, or discarded
   // A receive from the peer that waits for its first frame (for this message
   // or another, which may come behind it on the same connection) wants the
   // peer's frames read now.

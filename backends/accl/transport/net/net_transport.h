@@ -205,6 +205,10 @@ class NetTransport : public Transport, private FrameSink {
   void onSent(const OutPtr& m) override { m->frameSent(); }
   bool landWhole(int peer, const FrameHeader& h, const char* payload) override;
   bool readNow(int peer, const FrameHeader& h) override;
+  // A data frame (an op's step, a point-to-point message) that is not left
+  // over from an op this rank completed: its matching space in *s, and its
+  // op's descriptor noted (a mismatch is seen as soon as a header is).
+  bool liveData(int peer, const FrameHeader& h, Space* s);
   void onPeerFailed(FrameLink* link, int peer, const std::string& why) override;
   // Statistics (mu_ held): a data frame of `len` bytes from `peer` started
   // arriving / landed.
