@@ -95,10 +95,9 @@ class FrameSink {
   // until a receive takes it), or a receive from `peer` waits for another
   // message (which may come behind it), or messages from `peer` are held
   // already (its receives lag behind its sends: waiting for them gains
-  // nothing). A link
-  // that can leave a message where it is for a while (single copy, a
-  // socket's buffers) asks, to read it once into its receive rather than
-  // into a held copy first (holdForReceiveNs).
+  // nothing). A link that can leave a message where it is for a while
+  // (single copy, a socket's buffers) asks, to read it once into its
+  // receive rather than into a held copy first (holdForReceiveNs).
   virtual bool readNow(int /*peer*/, const FrameHeader& /*h*/) { return true; }
   // A frame that is a whole message (offset 0, len == total), which
   // validateHeader and the link's own checks passed, with its payload

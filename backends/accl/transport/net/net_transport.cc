@@ -391,6 +391,12 @@ void NetTransport::progressLoop() {
     auto now = Clock::now();
     sockets_->expireHandshakes(now);
     waitMs = 50;
+    // The loop does not sleep past `until` (steady-clock ns; 0: no limit).
+    auto wakeBy = [&](int64_t until) {
+      if (!until) return;
+      int64_t left = until - now.time_since_epoch().count();
+      waitMs = std::min<int>(waitMs, left <= 0 ? 0 : static_cast<int>((left + 999999) / 1000000));
+    };
     if (verbs_) {
       if (verbs_->poll()) lastIb = now;
       if (now - lastIb < kSpin) waitMs = 0;
@@ -417,18 +423,12 @@ void NetTransport::progressLoop() {
         lastShm = now, waitMs = 0;
       }
       // A message left in its sender's memory is read by its deadline.
-      if (Clock::rep until = shm_->deferredUntil()) {
-        Clock::rep left = until - now.time_since_epoch().count();
-        waitMs = std::min<int>(waitMs, left <= 0 ? 0 : static_cast<int>((left + 999999) / 1000000));
-      }
+      wakeBy(shm_->deferredUntil());
     }
     // And one left in a socket's buffers (SocketLink::kDeferMin).
     if (sockets_->deferring()) {
       sockets_->expireDeferred(now);
-      if (int64_t until = sockets_->deferredUntil()) {
-        int64_t left = until - now.time_since_epoch().count();
-        waitMs = std::min<int>(waitMs, left <= 0 ? 0 : static_cast<int>((left + 999999) / 1000000));
-      }
+      wakeBy(sockets_->deferredUntil());
     }
     if (!tagged_.empty()) reapTagged(completions, now);
     cv_.notify_all();
