@@ -97,7 +97,7 @@ int connectTo(const std::string& host, int port, Clock::time_point deadline, Clo
                                                " s)",
                                            ECONNREFUSED));
     }
-    if (Clock::now() >= deadline)
+    if (now >= deadline)
       throw Timeout(errnoMessage("accl: could not connect to " + where + " before the deadline", lastErr));
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(delayMs, msLeft(deadline) + 1)));
     delayMs = std::min(delayMs * 2, 500);

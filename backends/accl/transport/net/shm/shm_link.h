@@ -110,11 +110,12 @@ class ShmLink : public FrameLink, public EventHandler {
   void drain(int peer);
   // A single-copy point-to-point message that arrives before its receive is
   // posted stays in its sender's memory for holdForReceiveNs (frame_link.h),
-  // from this size (an op's steps are received as the op runs: never left). Where the host's ranks have a CPU each, a receiver is
-  // seldom far behind, and below 64 KiB the wait cost more than the copy
-  // it saves (2 ranks, sendrecv of 16 KiB: 1.15-1.17x Open MPI's time
-  // without it, 1.26-1.34x with it); where they share CPUs, from any size
-  // (4 ranks on 2 cores, 16 KiB: 1.42-1.82x without, 1.30-1.38x with).
+  // from this size (an op's steps are received as the op runs: never left).
+  // Where the host's ranks have a CPU each, a receiver is seldom far
+  // behind, and below 64 KiB the wait cost more than the copy it saves (2
+  // ranks, sendrecv of 16 KiB: 1.15-1.17x Open MPI's time without it,
+  // 1.26-1.34x with it); where they share CPUs, from any size (4 ranks on 2
+  // cores, 16 KiB: 1.42-1.82x without, 1.30-1.38x with).
   static constexpr size_t kDeferMinOwnCpus = size_t(64) << 10;
   static constexpr size_t kDeferMinSharedCpus = 0;
   void setDeferMin(size_t bytes) { deferMin_.store(bytes, std::memory_order_relaxed); }

@@ -97,7 +97,7 @@ bool SocketLink::headerArrived(Conn& c) {
     return false;
   }
   auto type = static_cast<FrameType>(c.hdr.type);
-  if (c.hdr.total >= deferMin_ && c.hdr.len > 0 && (type == FrameType::Data || type == FrameType::Tagged) &&
+  if (c.hdr.total >= kDeferMin && c.hdr.len > 0 && (type == FrameType::Data || type == FrameType::Tagged) &&
       !sink_->readNow(c.peer, c.hdr)) {
     c.deferUntil = Clock::now().time_since_epoch().count() + holdForReceiveNs(c.hdr.total);
     ++deferred_;

@@ -74,7 +74,7 @@ class SocketLink : public FrameLink {
   // connection is then closed and its peer failed).
   bool setPolled(int peer, bool polled);
 
-  // A data frame of a message of at least deferMin bytes that no receive
+  // A data frame of a message of at least kDeferMin bytes that no receive
   // wants yet (FrameSink::readNow: none posted from that peer, none of its
   // messages under way or held) is left in the socket's buffers, its
   // connection not read, for holdForReceiveNs of its size: a receive posted
@@ -84,7 +84,6 @@ class SocketLink : public FrameLink {
   // any receive from the peer posted meanwhile (resumeDeferred), a closed or
   // failing connection, and the time limit end the wait.
   static constexpr size_t kDeferMin = size_t(64) << 10;
-  void setDeferMin(size_t bytes) { deferMin_ = bytes; }
   bool deferring() const { return deferred_ > 0; }
   // When the first connection left waiting should be read anyway (steady
   // clock ns; 0: none waits). The loop does not sleep past it.
@@ -174,7 +173,6 @@ class SocketLink : public FrameLink {
   std::vector<std::vector<std::unique_ptr<Conn>>> conns_;  // [peer][stream]
   std::map<int, std::unique_ptr<LateConn>> late_;         // fd -> connection accepted after set-up
   uint64_t framesIn_ = 0;                                  // frames read whole, for pollPeer
-  size_t deferMin_ = kDeferMin;
   int deferred_ = 0;                                       // connections left waiting
   uint64_t framesDeferred_ = 0;
 };
