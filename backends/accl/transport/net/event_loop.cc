@@ -4,10 +4,21 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdint>
+#include <ctime>
 
 #include "accl/errors.h"
 #include "accl/logging.h"
+
+#if defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 35)
+#define ACCL_HAVE_EPOLL_PWAIT2 1
+#endif
+#endif
+#ifndef ACCL_HAVE_EPOLL_PWAIT2
+#define ACCL_HAVE_EPOLL_PWAIT2 0
+#endif
 
 namespace accl {
 namespace core {
@@ -26,7 +37,7 @@ class EventLoop::Waker : public EventHandler {
   int fd_;
 };
 
-EventLoop::EventLoop(std::string where) : where_(std::move(where)) {
+EventLoop::EventLoop(std::string where) : where_(std::move(where)), fine_(ACCL_HAVE_EPOLL_PWAIT2) {
   epollFd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epollFd_ < 0) throw SystemError(where_ + ": " + errnoMessage("epoll_create1", errno));
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -80,8 +91,31 @@ void EventLoop::wake() {
     ACCL_WARN("NET", where_ << ": " << errnoMessage("waking the progress thread", errno));
 }
 
-int EventLoop::wait(int timeoutMs) {
-  int n = epoll_wait(epollFd_, events_, 64, timeoutMs);
+int EventLoop::wait(int64_t timeoutNs) {
+  if (timeoutNs < 0) timeoutNs = 0;
+  int n = -1;
+  bool done = false;
+#if ACCL_HAVE_EPOLL_PWAIT2
+  // The loop's deadlines (a message left in a socket or a sender's memory
+  // for 20 us - 2 ms) fall between milliseconds.
+  if (fine_ && timeoutNs > 0) {
+    timespec ts{static_cast<time_t>(timeoutNs / 1000000000), static_cast<long>(timeoutNs % 1000000000)};
+    n = epoll_pwait2(epollFd_, events_, 64, &ts, nullptr);
+    // Not in this kernel (ENOSYS), or refused by a container's seccomp
+    // filter (EPERM): milliseconds from now on.
+    if (n < 0 && (errno == ENOSYS || errno == EPERM)) {
+      fine_ = false;
+      ACCL_INFO("NET", where_ << ": epoll_pwait2 unavailable (" << errnoMessage("epoll_pwait2", errno)
+                              << "): the progress thread's timers round up to milliseconds");
+    } else {
+      done = true;
+    }
+  }
+#endif
+  if (!done) {
+    int ms = static_cast<int>(std::min<int64_t>((timeoutNs + 999999) / 1000000, 1 << 30));
+    n = epoll_wait(epollFd_, events_, 64, ms);
+  }
   ready_ = n < 0 ? 0 : n;  // EINTR: nothing ready; the caller loops
   return ready_;
 }

@@ -36,8 +36,13 @@ class EventLoop {
   void remove(int fd);
   // From any thread: the current or next wait() returns at once.
   void wake();
-  // Waits up to `timeoutMs` (0: poll) for events; returns how many.
-  int wait(int timeoutMs);
+  // Waits up to `timeoutNs` (0: poll) for events; returns how many. To the
+  // microsecond where the kernel has epoll_pwait2 (Linux 5.11) and lets the
+  // process call it; else rounded up to the next millisecond (epoll_wait).
+  int wait(int64_t timeoutNs);
+  // Whether wait() has the microsecond timer (false once the kernel or a
+  // seccomp filter refused epoll_pwait2).
+  bool fineTimeouts() const { return fine_; }
   // Calls the handlers of the events the last wait() returned. A handler may
   // remove (and destroy) itself, but no other handler with events pending.
   void dispatch();
@@ -50,6 +55,7 @@ class EventLoop {
   Waker* waker_ = nullptr;
   epoll_event events_[64];
   int ready_ = 0;
+  bool fine_;
 };
 
 }  // namespace net

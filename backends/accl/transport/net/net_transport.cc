@@ -377,30 +377,31 @@ void NetTransport::progressLoop() {
   constexpr auto kSpin = std::chrono::microseconds(200);
   constexpr auto kSpinShm = std::chrono::microseconds(50);
   auto lastIb = Clock::now(), lastShm = lastIb;
-  int waitMs = 50;
+  constexpr int64_t kMs = 1000000;
+  int64_t waitNs = 50 * kMs;
   bool lazy = false;
   std::vector<Completion> completions;  // kept: no allocation per pass
   while (!stop_) {
-    int events = loop_->wait(waitMs);
+    int events = loop_->wait(waitNs);
     // A lazy look (a millisecond slept, nothing signalled) while a waiter
     // polls: that waiter does it (and holds the lock).
-    if (lazy && waitMs > 0 && events == 0 && shm_->guestsActive()) continue;
+    if (lazy && waitNs > 0 && events == 0 && shm_->guestsActive()) continue;
     completions.clear();
     std::unique_lock<std::mutex> lk(mu_);
     loop_->dispatch();
     auto now = Clock::now();
     sockets_->expireHandshakes(now);
-    waitMs = 50;
+    waitNs = 50 * kMs;
     // The loop does not sleep past `until` (steady-clock ns; 0: no limit).
     auto wakeBy = [&](int64_t until) {
       if (!until) return;
       int64_t left = until - now.time_since_epoch().count();
-      waitMs = std::min<int>(waitMs, left <= 0 ? 0 : static_cast<int>((left + 999999) / 1000000));
+      waitNs = std::min<int64_t>(waitNs, std::max<int64_t>(left, 0));
     };
     if (verbs_) {
       if (verbs_->poll()) lastIb = now;
-      if (now - lastIb < kSpin) waitMs = 0;
-      else if (verbs_->arm()) lastIb = now, waitMs = 0;
+      if (now - lastIb < kSpin) waitNs = 0;
+      else if (verbs_->arm()) lastIb = now, waitNs = 0;
     }
     if (shm_) {
       // Rings are polled while frames come, and a short while after (a
@@ -412,15 +413,15 @@ void NetTransport::progressLoop() {
       // for what no waiter took. Not while a collective runs here.
       lazy = !session_.active() && shm_->guestsServed(now);
       if (lazy) {
-        if (shm_->arm(true)) lastShm = now, waitMs = 0;
-        else waitMs = 1;
+        if (shm_->arm(true)) lastShm = now, waitNs = 0;
+        else waitNs = kMs;
       } else if (spinningWaiters_.load(std::memory_order_relaxed) && now - lastShm < kSpinShm) {
         // Not where the ranks share cores: the spin would hold the core a
         // peer needs (2 namespace hosts x 2 ranks on 2 cores: allgather and
         // reduce_scatter of 64 B - 64 KiB took 1.3-1.6x the time with it).
-        waitMs = 0;
+        waitNs = 0;
       } else if (shm_->arm(false)) {
-        lastShm = now, waitMs = 0;
+        lastShm = now, waitNs = 0;
       }
       // A message left in its sender's memory is read by its deadline.
       wakeBy(shm_->deferredUntil());
