@@ -431,6 +431,8 @@ void NetTransport::progressLoop() {
       sockets_->expireDeferred(now);
       wakeBy(sockets_->deferredUntil());
     }
+    // Frames in a connection's read buffer that no epoll event announces.
+    if (sockets_->pendingReads()) sockets_->readPending();
     if (!tagged_.empty()) reapTagged(completions, now);
     cv_.notify_all();
     lk.unlock();

@@ -135,6 +135,7 @@ class NetTransport : public Transport, private FrameSink {
   // transport was made.
   struct Holding {
     uint64_t messagesHeld = 0, framesLeftInSocket = 0;
+    uint64_t socketReads = 0;  // recv calls on the connections (SocketLink::reads)
   };
   Holding holding() const;
   // Where the ranks of this host share CPUs (or this machine's, across the

@@ -101,7 +101,7 @@ void NetTransport::recv(int peer, uint32_t step, void* buf, size_t len) {
 
 NetTransport::Holding NetTransport::holding() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return {matcher_.heldEver(), sockets_->framesDeferred()};
+  return {matcher_.heldEver(), sockets_->framesDeferred(), sockets_->reads()};
 }
 
 void NetTransport::countOp(int peer, size_t len, bool sent) {

@@ -113,6 +113,7 @@ std::unique_ptr<SocketLink::Conn> SocketLink::makeConn(int fd, int peer, int str
   c->fd = fd;
   c->peer = peer;
   c->stream = stream;
+  if (stream == 0) c->ahead.reset(new char[kReadAhead]);
   return c;
 }
 

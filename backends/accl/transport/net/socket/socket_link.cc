@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 
 #include "accl/errors.h"
 #include "accl/logging.h"
@@ -36,6 +37,8 @@ void SocketLink::closeConn(Conn& c, const std::string& why, bool cleanEnd) {
   if (c.closed) return;
   c.closed = true;
   if (c.deferUntil) c.deferUntil = 0, --deferred_;
+  if (c.readPending) c.readPending = false, --pendingReads_;
+  c.aheadPos = c.aheadEnd = 0;
   loop_->remove(c.fd);
   ::close(c.fd);
   c.out.clear();
@@ -52,8 +55,35 @@ void SocketLink::closeConn(Conn& c, const std::string& why, bool cleanEnd) {
 // 0 when there is nothing to do now (no data yet, or the connection closed:
 // `atEof` names how).
 size_t SocketLink::readSome(Conn& c, char* dst, size_t len, const char* atEof, bool betweenFrames) {
+  if (c.buffered()) {
+    size_t n = std::min(len, c.aheadEnd - c.aheadPos);
+    std::memcpy(dst, c.ahead.get() + c.aheadPos, n);
+    c.aheadPos += n;
+    return n;
+  }
+  // A read that got less than it asked for emptied the socket: another now
+  // would find nothing (EAGAIN), and what comes later raises an epoll event
+  // or is found by a waiter's next poll (each readConn asks again).
+  if (c.drained) return 0;
+  if (c.ahead && len < kReadAhead) {
+    ++reads_;
+    ssize_t n = ::recv(c.fd, c.ahead.get(), kReadAhead, MSG_DONTWAIT);
+    if (n > 0) {
+      c.aheadPos = 0;
+      c.aheadEnd = static_cast<size_t>(n);
+      c.drained = c.aheadEnd < kReadAhead;
+      return readSome(c, dst, len, atEof, betweenFrames);
+    }
+    if (n == 0) closeConn(c, atEof, betweenFrames);
+    else if (errno != EAGAIN && errno != EINTR) closeConn(c, errnoMessage("connection failed", errno));
+    return 0;
+  }
+  ++reads_;
   ssize_t n = ::recv(c.fd, dst, len, MSG_DONTWAIT);
-  if (n > 0) return static_cast<size_t>(n);
+  if (n > 0) {
+    c.drained = static_cast<size_t>(n) < len;
+    return static_cast<size_t>(n);
+  }
   if (n == 0) closeConn(c, atEof, betweenFrames);
   else if (errno != EAGAIN && errno != EINTR) closeConn(c, errnoMessage("connection failed", errno));
   return 0;
@@ -61,15 +91,23 @@ size_t SocketLink::readSome(Conn& c, char* dst, size_t len, const char* atEof, b
 
 void SocketLink::readConn(Conn& c) {
   static thread_local std::vector<char> discard(1 << 16);
-  for (int iter = 0; iter < 64 && !c.closed && !c.deferUntil; ++iter) {
+  if (c.readPending) c.readPending = false, --pendingReads_;
+  c.drained = false;
+  // 64 reads of the socket at most; what the buffer holds is read whole (no
+  // epoll event would tell of it again).
+  for (int iter = 0; (iter < 64 || c.buffered()) && !c.closed && !c.deferUntil; ++iter) {
     if (c.hdrGot < sizeof(FrameHeader)) {
+      bool fromBuffer = c.buffered();  // a short read there says nothing of the socket
       size_t n = readSome(c, reinterpret_cast<char*>(&c.hdr) + c.hdrGot, sizeof(FrameHeader) - c.hdrGot,
                           c.hdrGot == 0 ? "connection closed by the peer (process exited or was killed?)"
                                         : "connection closed by the peer in the middle of a frame header",
                           c.hdrGot == 0);
       if (n == 0) return;
       c.hdrGot += n;
-      if (c.hdrGot < sizeof(FrameHeader)) return;
+      if (c.hdrGot < sizeof(FrameHeader)) {
+        if (fromBuffer) continue;
+        return;
+      }
       if (!headerArrived(c)) return;
       if (c.hdr.len == 0) {
         frameArrived(c);
@@ -131,7 +169,21 @@ void SocketLink::resume(Conn& c) {
   if (c.closed || !c.deferUntil) return;
   c.deferUntil = 0;
   --deferred_;
-  if (admitHeader(c)) rearm(c);
+  if (!admitHeader(c) || !rearm(c)) return;
+  // Its payload, or frames behind it, in the read buffer: no epoll event
+  // tells of them, so the loop is asked to read them.
+  if (c.buffered() && !c.readPending) {
+    c.readPending = true;
+    ++pendingReads_;
+    loop_->wake();
+  }
+}
+
+void SocketLink::readPending() {
+  if (!pendingReads_) return;
+  for (auto& v : conns_)
+    for (auto& c : v)
+      if (c && c->readPending && !c->closed) readConn(*c);
 }
 
 int64_t SocketLink::deferredUntil() const {
