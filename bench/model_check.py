@@ -135,7 +135,7 @@ def calibrate(build, tuning, ranks_per_host=1):
                           "--master-addr", f"{SUBNET}.1", os.path.join(build, "bin", "accl-perf"), "--backend",
                           "accl", "--calibrate", tuning], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
-    print("\n".join(l[4:] for l in cal.stdout.splitlines() if l.startswith("[0] ") and "alpha" in l))
+    print("\n".join(l[4:] for l in cal.stdout.splitlines() if l.startswith("[0] ") and ("alpha" in l or l.startswith("[0] cpu:"))))
     if cal.returncode != 0:
         raise RuntimeError("calibration failed: " + cal.stdout[-2000:])
 

@@ -358,3 +358,119 @@ TEST(CostModel, ALinkMeasuredWithEveryPairAtOnceSetsTheStepsWhereAHostsRanksAllC
             }).find("link_shared.alpha_us"),
             std::string::npos);
 }
+
+// The messages each algorithm's host handles, counted by hand (4 ranks on 2
+// hosts in blocks: ranks 0,1 on one, 2,3 on the other; each message once on
+// its sending and once on its receiving side), and the CPU floor they put
+// under the prediction only where a host's ranks outnumber its cores.
+TEST(CostModel, HostsWithMoreRanksThanCoresTakeAtLeastTheCpuTimeOfTheirMessages) {
+  auto msgs = [](Coll c, Algo a, size_t bytes, int p, int hosts) {
+    HostMessages m = CostModel::hostMessages(c, a, bytes, p, hosts);
+    return std::make_pair(m.net, m.local);
+  };
+  using P = std::pair<double, double>;
+  // Recursive doubling: distance 1 within the host (each of its 2 ranks sends
+  // and receives one), distance 2 across: 4 local, then 4 between hosts.
+  EXPECT_EQ(msgs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 2), P(4, 4));
+  // One rank per host: both steps cross (a host's one rank, 2 messages each).
+  EXPECT_EQ(msgs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 0), P(4, 0));
+  // Ring 0-1-2-3: per step one message leaves each host and one comes in, the
+  // other two stay; 2 (p - 1) = 6 steps.
+  EXPECT_EQ(msgs(Coll::Allreduce, Algo::Ring, 8, 4, 2), P(12, 12));
+  EXPECT_EQ(msgs(Coll::Allgather, Algo::Ring, 8, 4, 2), P(6, 6));
+  // Direct: each of the host's 2 ranks sends to and receives from the 2 of the
+  // other host (8 between hosts) and its neighbour (4 within).
+  EXPECT_EQ(msgs(Coll::Allgather, Algo::Direct, 8, 4, 2), P(8, 4));
+  EXPECT_EQ(msgs(Coll::Alltoall, Algo::Direct, 8, 4, 2), P(8, 4));
+  // Gather: the root's 2 messages from the other host, and 1 from its
+  // neighbour (sent and received on the root's host).
+  EXPECT_EQ(msgs(Coll::Gather, Algo::Direct, 8, 4, 2), P(2, 2));
+  // A binomial tree over 4 single-rank hosts: 1, then 2 pairs: 3 messages sent
+  // and 3 received over 4 hosts.
+  EXPECT_EQ(msgs(Coll::Broadcast, Algo::Tree, 8, 4, 0), P(1.5, 0));
+  // Five ranks one per host: recursive doubling among 4, the fifth folds in
+  // and gets the result (4 messages) - over 5 hosts.
+  EXPECT_EQ(msgs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 5, 0), P((8.0 + 8.0) / 5 + 4.0 / 5, 0));
+
+  // 10 us of CPU per message between hosts, 1 within, on 1 core per host.
+  CostModel m = fixed();
+  CostModel none = m;  // the same model without the CPU's parameters
+  m.cpu() = CpuParams{1, 10, 1};
+  // 2 ranks on 1 core: the floor, 4 x 10 + 4 x 1 = 44 us, is above the
+  // network's 25 us (15 within the host, then 10 across).
+  double net = none.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 2);
+  EXPECT_NEAR(net, 25.0, 0.1);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 2), 44.0);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::Ring, 8, 4, 2), 12 * 10.0 + 12 * 1.0);
+  // Large vectors: the network's time is above the floor, which then changes nothing.
+  size_t big = 64u << 20;
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::Ring, big, 4, 2), none.predictUs(Coll::Allreduce, Algo::Ring, big, 4, 2));
+  // As many cores as ranks (or unknown cores): no floor.
+  for (double cores : {2.0, 0.0}) {
+    m.cpu().coresPerHost = cores;
+    EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 2), net) << cores;
+  }
+  // Half a core per host (one core, two hosts of one rank each): the floor
+  // doubles the messages' time.
+  m.cpu().coresPerHost = 0.5;
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 2, 0), 2 * 10.0 / 0.5);
+  // The floor moves the choice: where the direct allgather's messages cost the
+  // CPUs more than the ring's network time, the ring wins.
+  m.cpu().coresPerHost = 1;
+  m.cpu().usPerMessage = 100;
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Direct, 64, 4, 2), 8 * 100.0 + 4 * 1.0);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Ring, 64, 4, 2), 6 * 100.0 + 6 * 1.0);
+  EXPECT_EQ(m.best(Coll::Allgather, 64, 4, 2), Algo::Ring);
+}
+
+TEST(CostModel, TheCpuFloorCoversAHierarchicalOpsExchangeAndSegmentPhases) {
+  CostModel m = fixed();
+  CostModel none = m;
+  m.cpu() = CpuParams{1, 10, 1};
+  // A hierarchical allreduce of 8 B on 2 hosts x 2 ranks: each local rank's
+  // slice is exchanged by recursive doubling with its peer on the other host
+  // (2 ranks x 2 messages between hosts), and each rank takes part in the
+  // segment's two phases (4 within): 4 x 10 + 4 x 1.
+  std::string plan;
+  double t = m.predictLayoutUs(Coll::Allreduce, 8, 4, 2, &plan);
+  EXPECT_EQ(plan, "hierarchical(shm+recursive_doubling)");
+  EXPECT_DOUBLE_EQ(t, 44.0);
+  EXPECT_LT(none.predictLayoutUs(Coll::Allreduce, 8, 4, 2), 44.0);
+  // A broadcast through the hosts: one rank per host crosses (2 messages over
+  // 2 hosts: 1 per host), each rank in one segment phase (2 within).
+  EXPECT_DOUBLE_EQ(m.hierarchicalUs(Coll::Broadcast, Algo::Tree, 8, 4, 2), 1 * 10.0 + 2 * 1.0);
+  // One host of 4 ranks on 1 core: the segment's two phases, each rank's part.
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, 8, 4, 1), 8 * 1.0);
+  m.cpu().coresPerHost = 4;
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, 8, 4, 1), none.predictLayoutUs(Coll::Allreduce, 8, 4, 1));
+}
+
+TEST(CostModel, TheTuningFilesCpuPartRoundTripsAndEachMalformedFieldIsNamed) {
+  CostModel m = fixed();
+  EXPECT_EQ(m.toJson().find("\"cpu\""), std::string::npos);  // not known: not written
+  m.cpu() = CpuParams{0.5, 7.5, 0.25};
+  CostModel back = CostModel::fromJson(m.toJson(), "t");
+  EXPECT_DOUBLE_EQ(back.cpu().coresPerHost, 0.5);
+  EXPECT_DOUBLE_EQ(back.cpu().usPerMessage, 7.5);
+  EXPECT_DOUBLE_EQ(back.cpu().usPerLocalMessage, 0.25);
+  std::string link = "\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, \"gamma_us_per_byte\": 0, "
+                     "\"overhead_us\": 0}";
+  EXPECT_NE(what([&] { CostModel::fromJson("{" + link + ", \"cpu\": 3}", "f"); }).find("\"cpu\" must be an object"),
+            std::string::npos);
+  EXPECT_NE(what([&] {
+              CostModel::fromJson("{" + link + ", \"cpu\": {\"cores_per_host\": 1, \"us_per_message\": 2}}", "f");
+            }).find("f: cpu.us_per_local_message is missing"),
+            std::string::npos);
+  EXPECT_NE(what([&] {
+              CostModel::fromJson(
+                  "{" + link + ", \"cpu\": {\"cores_per_host\": -1, \"us_per_message\": 2, \"us_per_local_message\": 1}}",
+                  "f");
+            }).find("cpu.cores_per_host = -1"),
+            std::string::npos);
+  EXPECT_NE(what([&] {
+              CostModel::fromJson(
+                  "{" + link + ", \"cpu\": {\"cores_per_host\": 1, \"us_per_message\": \"x\", \"us_per_local_message\": 1}}",
+                  "f");
+            }).find("cpu.us_per_message is missing or not a number"),
+            std::string::npos);
+}

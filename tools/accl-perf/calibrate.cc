@@ -4,6 +4,8 @@
 // (ACCL_TUNING_FILE).
 #include "calibrate.h"
 
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -60,6 +62,15 @@ double pingPong(accl::ProcessGroup& pg, Pairing pr, std::vector<char>& buf, size
   return best;
 }
 
+// `iters` exchanges of one 8-byte word each way within this rank's pair.
+void exchangeLoop(accl::ProcessGroup& pg, Pairing pr, uint64_t* out, uint64_t* in, int iters) {
+  for (int i = 0; i < iters && pr.other >= 0; ++i) {
+    auto rw = pg.recv(Buffer(in, 1, DataType::Uint64), pr.other, accl::RecvOptions{});
+    pg.send(Buffer(out, 1, DataType::Uint64), pr.other, accl::SendOptions{})->wait();
+    rw->wait();
+  }
+}
+
 // Time (us) of an exchange of `bytes` each way within this rank's pair (both
 // send and receive at once, as the steps of ring and recursive doubling do):
 // the best of `reps` blocks of `iters`.
@@ -77,6 +88,26 @@ double exchange(accl::ProcessGroup& pg, Pairing pr, std::vector<char>& out, std:
     best = std::min(best, seconds(t0, Clock::now()) / iters * 1e6);
   }
   return best;
+}
+
+// CPU time (us) this process (every thread: the caller's and the progress
+// thread) spends per message in `iters` exchanges of 8 bytes with its pair,
+// each a message sent and one received; the mean over the ranks that have a
+// pair. Every rank calls it.
+double cpuPerMessage(accl::ProcessGroup& pg, Pairing pr, int iters) {
+  auto cpuUs = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  uint64_t out = 1, in = 0;
+  exchangeLoop(pg, pr, &out, &in, 20);  // warm-up
+  pg.barrier()->wait();
+  double t0 = cpuUs();
+  exchangeLoop(pg, pr, &out, &in, iters);
+  double mine[2] = {pr.other >= 0 ? (cpuUs() - t0) / (2.0 * iters) : 0.0, pr.other >= 0 ? 1.0 : 0.0};
+  pg.allreduce(Buffer(mine, 2, DataType::Float64))->wait();
+  return mine[1] > 0 ? mine[0] / mine[1] : 0;
 }
 
 // Time (us) for rank 0 to have `k` 8-byte messages to `peer` acknowledged
@@ -235,6 +266,14 @@ std::string hostKey() {
   return std::string(name) + "/" + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "");
 }
 
+// The kernel's boot id: ranks with the same one run on one machine.
+std::string readBootId() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
 nlohmann::json pointsJson(const Measured& m) {
   nlohmann::json pts = nlohmann::json::array();
   for (size_t i = 0; i < sizes().size(); ++i)
@@ -309,6 +348,61 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   }
   SegmentMeasured seg;
   if (hostRanks.size() >= 2) seg = measureSegment(pg, hostRanks);
+  // The CPUs the ranks of a host share: rank 0's machine (its kernel's boot
+  // id) and the CPUs its affinity allows, divided among the hosts whose ranks
+  // run on it (namespace hosts of one machine share its cores). Where the
+  // machine's ranks outnumber its CPUs, what a message costs them is
+  // measured (process CPU time over 8-byte exchanges, every pair at once);
+  // elsewhere the per-message overheads stand for it (waiting ranks spin
+  // there, so CPU time would count the spinning).
+  const size_t kBoot = 64;
+  std::string boot = readBootId();
+  boot.resize(kBoot, '\0');
+  std::vector<char> boots(kBoot * static_cast<size_t>(n));
+  pg.allgather(accl::Buffer(boot.data(), kBoot, accl::DataType::Uint8),
+               accl::Buffer(boots.data(), boots.size(), accl::DataType::Uint8))
+      ->wait();
+  auto sameMachine = [&](int r) { return std::memcmp(&boots[0], &boots[kBoot * static_cast<size_t>(r)], kBoot) == 0; };
+  int machineRanks = 0;
+  std::vector<std::string> machineHosts;
+  for (int r = 0; r < n; ++r) {
+    if (!sameMachine(r)) continue;
+    ++machineRanks;
+    std::string k(&keys[kKey * static_cast<size_t>(r)], kKey);
+    if (std::find(machineHosts.begin(), machineHosts.end(), k) == machineHosts.end()) machineHosts.push_back(k);
+  }
+  int cpus = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus <= 0) cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  double cpus0 = cpus;
+  pg.broadcast(accl::Buffer(&cpus0, 1, accl::DataType::Float64), accl::BroadcastOptions{})->wait();  // rank 0's figure for every rank
+  const bool oversubscribed = machineRanks > cpus0;
+  double cpuNet = 0, cpuLocal = 0;
+  if (oversubscribed) {
+    Pairing across = pairOf(me, 0, netPeer);
+    if (haveShared)
+      for (size_t k = 0; k < pairs; ++k) {
+        if (me == hostRanks[k]) across = Pairing{peerRanks[k], true};
+        if (me == peerRanks[k]) across = Pairing{hostRanks[k], false};
+      }
+    cpuNet = cpuPerMessage(pg, across, 2000);
+    // Within hosts: the ranks of each host in pairs, in rank order.
+    Pairing within;
+    int prev = -1;
+    for (int r = 0; r < n; ++r) {
+      if (std::memcmp(&keys[kKey * static_cast<size_t>(me)], &keys[kKey * static_cast<size_t>(r)], kKey) != 0) continue;
+      if (prev < 0) {
+        prev = r;
+      } else {
+        if (me == prev) within = Pairing{r, true};
+        if (me == r) within = Pairing{prev, false};
+        prev = -1;
+      }
+    }
+    if (haveLocal) cpuLocal = cpuPerMessage(pg, within, 2000);
+  }
   if (me != 0) {
     pg.barrier()->wait();
     return 0;
@@ -327,6 +421,9 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
     model.linkShared() = shared.params;
     model.setSharedRanks(static_cast<int>(pairs));
   }
+  model.cpu().coresPerHost = cpus0 / static_cast<double>(machineHosts.size());
+  model.cpu().usPerMessage = oversubscribed ? cpuNet : model.link().overheadUs;
+  model.cpu().usPerLocalMessage = oversubscribed && haveLocal ? cpuLocal : model.local().overheadUs;
   nlohmann::json j = nlohmann::json::parse(model.toJson());
   j["measured"] = {{"backend", pg.backendName()},
                    {"ranks", n},
@@ -337,6 +434,15 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
                               "sends over 1, per message; link_shared: alpha and beta so measured with every pair of ranks of the two "
                               "hosts at once (the k-th of each), overhead as the link's"}};
   if (haveLocal) j["measured"]["local"] = pointsJson(loc);
+  j["measured"]["cpu"] = {{"machine_cpus", cpus0},
+                          {"machine_ranks", machineRanks},
+                          {"machine_hosts", machineHosts.size()},
+                          {"method", oversubscribed
+                                         ? "the machine's ranks outnumber its CPUs: us_per_message and "
+                                           "us_per_local_message are process CPU time (getrusage) per message over "
+                                           "2000 exchanges of 8 B, every pair at once"
+                                         : "each rank has a CPU: us_per_message and us_per_local_message are the "
+                                           "links' per-message overheads"}};
   if (haveShared) {
     j["measured"]["link_shared"] = pointsJson(shared);
     j["measured"]["link_shared"]["pairs"] = pairs;
@@ -368,6 +474,11 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   else if (remote >= 0)
     std::printf("within a host: no other rank on rank 0's host; the default (alpha %.1f us, %.2f GB/s) stays\n",
                 model.local().alphaUs, 1e-3 / model.local().betaUsPerB);
+  std::printf("cpu: %.2f cores per host (%g CPUs, %d ranks, %zu hosts on rank 0's machine), %.2f us per message "
+              "between hosts, %.2f within (%s)\n",
+              model.cpu().coresPerHost, cpus0, machineRanks, machineHosts.size(), model.cpu().usPerMessage,
+              model.cpu().usPerLocalMessage, oversubscribed ? "CPU time measured: its ranks outnumber its CPUs"
+                                                            : "the overheads: every rank has a CPU");
   if (seg.ranks >= 2) {
     std::printf("# shared segment: allreduce among the %d ranks of rank 0's host\n#      bytes  measured us   model us\n",
                 seg.ranks);

@@ -132,6 +132,23 @@ CostModel CostModel::fromJson(const std::string& text, const std::string& where)
                                     "pairs of ranks that crossed the link at once when it was measured)");
     m.sharedRanks_ = static_cast<int>(j["shared_ranks"].get<int64_t>());
   }
+  if (j.contains("cpu")) {
+    const auto& cj = j["cpu"];
+    if (!cj.is_object())
+      throw InvalidArgument(where + ": \"cpu\" must be an object {\"cores_per_host\": ..., \"us_per_message\": ..., "
+                                    "\"us_per_local_message\": ...}");
+    const char* names[] = {"cores_per_host", "us_per_message", "us_per_local_message"};
+    double* dst[] = {&m.cpu_.coresPerHost, &m.cpu_.usPerMessage, &m.cpu_.usPerLocalMessage};
+    for (int i = 0; i < 3; ++i) {
+      if (!cj.contains(names[i]) || !cj[names[i]].is_number())
+        throw InvalidArgument(where + ": cpu." + names[i] + " is missing or not a number; accepted: a number >= 0");
+      double v = cj[names[i]].get<double>();
+      if (!std::isfinite(v) || v < 0)
+        throw InvalidArgument(where + ": cpu." + names[i] + " = " + std::to_string(v) +
+                              "; accepted: a finite number >= 0 (cores_per_host 0: not known)");
+      *dst[i] = v;
+    }
+  }
   m.source_ = where;
   return m;
 }
@@ -156,6 +173,10 @@ std::string CostModel::toJson() const {
     j["link_shared"] = linkJson(shared_);
     j["shared_ranks"] = sharedRanks_;
   }
+  if (cpu_.coresPerHost > 0)
+    j["cpu"] = {{"cores_per_host", cpu_.coresPerHost},
+                {"us_per_message", cpu_.usPerMessage},
+                {"us_per_local_message", cpu_.usPerLocalMessage}};
   return j.dump(2) + "\n";
 }
 
@@ -187,6 +208,89 @@ LinkParams CostModel::sharedLink(int ranksPerHost) const {
 }
 
 double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) const {
+  double t = networkUs(c, a, bytes, p, hosts);
+  if (p <= 1) return t;
+  const int L = hosts <= 0 || hosts >= p ? 1 : (p + hosts - 1) / hosts;
+  return std::max(t, cpuFloorUs(hostMessages(c, a, bytes, p, hosts), L));
+}
+
+double CostModel::cpuFloorUs(const HostMessages& m, int ranksPerHost) const {
+  if (cpu_.coresPerHost <= 0 || ranksPerHost <= cpu_.coresPerHost) return 0;
+  return (m.net * cpu_.usPerMessage + m.local * cpu_.usPerLocalMessage) / cpu_.coresPerHost;
+}
+
+HostMessages CostModel::hostMessages(Coll c, Algo a, size_t bytes, int p, int hosts) {
+  HostMessages m;
+  if (p <= 1) return m;
+  const int L = hosts <= 0 || hosts >= p ? 1 : (p + hosts - 1) / hosts;
+  const double H = std::ceil(static_cast<double>(p) / L), P = p, Ld = L;
+  // `n` steps in which every rank sends to one neighbour and receives from
+  // another, the ranks in host blocks (rings): per host and step, one
+  // message leaves the block and one comes in; the rest stay.
+  auto ringSteps = [&](double n) {
+    double net = H > 1 ? 2 : 0;
+    m.net += n * net;
+    m.local += n * (2 * Ld - net);
+  };
+  // Pairwise steps by distance 1, 2, 4, ... < q among the first q ranks,
+  // `perPair` messages a pair each (2: recursive doubling's exchange; 1: a
+  // tree's send), over `pairs(mask)` pairs spread over the hosts.
+  auto pairSteps = [&](int q, bool exchange) {
+    for (int mask = 1; mask < q; mask <<= 1) {
+      // Recursive doubling: every one of the q ranks exchanges; a binomial
+      // tree: the mask ranks that have the data send to mask others (those
+      // below p).
+      double msgs = exchange ? 2.0 * q : 2.0 * std::min(mask, std::max(0, p - mask));
+      (mask < L ? m.local : m.net) += msgs / H;
+    }
+  };
+  switch (c) {
+    case Coll::Allreduce:
+    case Coll::ReduceScatter:
+      if (a == Algo::Ring) {
+        ringSteps(c == Coll::Allreduce ? 2 * (P - 1) : P - 1);
+      } else {  // recursive doubling (reduce-scatter: the allreduce, then a copy)
+        int q = floorPow2(p);
+        pairSteps(q, true);
+        // The ranks beyond q fold into a neighbour before and get the
+        // result after: two messages each way per folding pair.
+        (L > 1 ? m.local : m.net) += 4.0 * (p - q) / H;
+      }
+      break;
+    case Coll::Broadcast:
+    case Coll::Reduce:
+      if (a == Algo::Ring) {  // a pipeline: each piece goes down the chain of p ranks
+        size_t piece = algo::broadcastRingPiece(bytes);
+        double k = bytes == 0 ? 1 : std::ceil(static_cast<double>(bytes) / static_cast<double>(piece));
+        m.net += 2 * k * (H - 1) / H;
+        m.local += 2 * k * (P - H) / H;
+      } else {
+        pairSteps(1 << ceilLog2(p), false);
+      }
+      break;
+    case Coll::Allgather:
+      if (a == Algo::Ring) {
+        ringSteps(P - 1);
+        break;
+      }
+      [[fallthrough]];
+    case Coll::Alltoall:  // every rank sends to and receives from every other
+      m.net += Ld * 2 * (P - Ld);
+      m.local += Ld * 2 * (Ld - 1);
+      break;
+    case Coll::Gather:
+    case Coll::Scatter:  // the root's host: the root's p - 1 messages, one for each other rank there
+      m.net += P - Ld;
+      m.local += 2 * (Ld - 1);
+      break;
+    case Coll::Barrier:
+      for (int mask = 1; mask < p; mask <<= 1) (mask < L ? m.local : m.net) += 2 * Ld;
+      break;
+  }
+  return m;
+}
+
+double CostModel::networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) const {
   if (p <= 1) return 0;
   // Ranks per host (blocks of consecutive ranks); 1: every rank on its own host.
   const int L = hosts <= 0 || hosts >= p ? 1 : (p + hosts - 1) / hosts;
@@ -268,7 +372,7 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
       if (a == Algo::Ring) return (P - 1) * (al + n / P * (be + ga));
       // The recursive-doubling variant is the whole allreduce, then a copy of
       // this rank's block (algorithms' reduce-scatter by recursive doubling).
-      if (a == Algo::RecursiveDoubling) return predictUs(Coll::Allreduce, Algo::RecursiveDoubling, bytes, p, hosts);
+      if (a == Algo::RecursiveDoubling) return networkUs(Coll::Allreduce, Algo::RecursiveDoubling, bytes, p, hosts);
       return bad();
     case Coll::Alltoall:  // n: all a rank sends
       // Small blocks go in one round, as an allgather's (every rank at once).
@@ -307,6 +411,25 @@ size_t CostModel::hierarchicalSlice(Coll c, size_t bytes, int p, int hosts) {
 }
 
 double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const {
+  // The exchange between hosts below is predicted without its own CPU floor;
+  // the floor of the whole op (the exchange's messages of every rank that
+  // takes part, and the segment's phases) is put under the sum at the end.
+  const int L = (p + hosts - 1) / hosts;
+  const bool perRank = (c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter ||
+                        c == Coll::Alltoall) && p % hosts == 0;
+  const size_t slice0 = hierarchicalSlice(c, bytes, p, hosts);
+  HostMessages msgs = hostMessages(c, inter, slice0, hosts, hosts);
+  const double instances = perRank ? L : 1;  // every local rank's slice or rail crosses, or one rank's
+  msgs.net *= instances;
+  msgs.local *= instances;
+  msgs.local += L * ((c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1);  // each rank's part in each phase
+  const double floor = cpuFloorUs(msgs, L);
+  CostModel noFloor = *this;
+  noFloor.cpu_.coresPerHost = 0;
+  return std::max(floor, noFloor.hierarchicalNoFloorUs(c, inter, bytes, p, hosts));
+}
+
+double CostModel::hierarchicalNoFloorUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const {
   CostModel shared = *this;
   // Every local rank's slice (allreduce) or rail (allgather, reduce_scatter,
   // alltoall) crosses at once: they share the link.
@@ -341,7 +464,9 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
   }
   if (hosts <= 1) {  // every op on the shared segment
     if (plan) *plan = "shm";
-    return segmentUs(c, bytes, false);
+    HostMessages msgs;
+    msgs.local = p * ((c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1);
+    return std::max(segmentUs(c, bytes, false), cpuFloorUs(msgs, p));
   }
   // Through the hosts' ranks where the backend's selection takes it (its
   // bounds; the ops along rails on hosts of as many ranks each).

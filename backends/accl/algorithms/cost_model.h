@@ -28,6 +28,25 @@ struct LinkParams {
   double overheadUs = 0;  // each further message posted at once by one rank
 };
 
+// The CPUs of a host and what a message costs them. Where a host's ranks
+// outnumber its cores (four ranks on two namespace hosts of one 2-core
+// machine), a step's rank waits for a core as well as for its message, and an
+// op takes at least the CPU time the host's ranks spend on its messages
+// divided by the cores (a roofline: the network's time or the CPUs', the
+// larger). coresPerHost 0: not known, and no such term.
+struct CpuParams {
+  double coresPerHost = 0;       // CPUs one host's ranks share (a machine's, divided among its hosts)
+  double usPerMessage = 0;       // CPU time one message between hosts costs a side (sender's or receiver's)
+  double usPerLocalMessage = 0;  // the same for a message within a host, or a rank's part in a segment phase
+};
+
+// Messages the ranks of one host handle in an op (each message counts once
+// on its sending and once on its receiving side), between hosts and within.
+struct HostMessages {
+  double net = 0;
+  double local = 0;
+};
+
 class CostModel {
  public:
   // Defaults for the link between hosts: "tcp" or "ib", at `linkGbps` (the
@@ -72,6 +91,17 @@ class CostModel {
   LinkParams& linkShared() { return shared_; }
   int sharedRanks() const { return sharedRanks_; }
   void setSharedRanks(int r) { sharedRanks_ = r; }
+  // The CPU term's parameters (tuning file "cpu"; accl-perf --calibrate
+  // writes them).
+  const CpuParams& cpu() const { return cpu_; }
+  CpuParams& cpu() { return cpu_; }
+  // What the ranks of the busiest host handle in algorithm `a` of `c` (the
+  // layout of predictUs), and the CPU time that costs them over the cores
+  // they share: the floor predictUs puts under its network time where the
+  // host's ranks outnumber coresPerHost (0 where they do not, or where it is
+  // not known).
+  static HostMessages hostMessages(Coll c, Algo a, size_t bytes, int p, int hosts = 0);
+  double cpuFloorUs(const HostMessages& m, int ranksPerHost) const;
   const std::string& source() const { return source_; }
   void setSource(std::string s) { source_ = std::move(s); }
   std::string transport;  // the link the parameters describe: "tcp" or "ib"
@@ -82,8 +112,9 @@ class CostModel {
   // counts them (per rank; total for allgather, reduce_scatter and
   // alltoall). A step between ranks of one host costs the local link's
   // time, one between hosts the link's; a step where any pair crosses hosts
-  // costs the latter. Throws InvalidArgument for an algorithm `c` does not
-  // have.
+  // costs the latter. Where the host's ranks outnumber cpu().coresPerHost,
+  // no less than the CPU time of the host's messages over its cores
+  // (cpuFloorUs). Throws InvalidArgument for an algorithm `c` does not have.
   double predictUs(Coll c, Algo a, size_t bytes, int p, int hosts = 0) const;
   // What the accl backend runs for `c` among `p` ranks on `hosts` hosts
   // (blocks of p / hosts consecutive ranks), and its predicted time: on one
@@ -122,6 +153,11 @@ class CostModel {
   int segmentRanks_ = 0;                                       // 0: not measured
   LinkParams shared_;
   int sharedRanks_ = 0;  // 0: not measured
+  CpuParams cpu_;
+  // predictUs without the CPU floor.
+  double networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) const;
+  // hierarchicalUs without the CPU floor.
+  double hierarchicalNoFloorUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const;
   // linkShared() as the model uses it with `ranksPerHost` ranks per host.
   LinkParams sharedLink(int ranksPerHost) const;
   std::string source_;
