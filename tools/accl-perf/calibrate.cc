@@ -92,8 +92,13 @@ double exchange(accl::ProcessGroup& pg, Pairing pr, std::vector<char>& out, std:
 
 // CPU time (us) this process (every thread: the caller's and the progress
 // thread) spends per message in `iters` exchanges of 8 bytes with its pair,
-// each a message sent and one received; the mean over the ranks that have a
-// pair. Every rank calls it.
+// each a message sent and one received and waited for, as a collective's
+// step does: the messages' work and each step's waiting (a waiting rank on
+// a machine whose ranks outnumber its CPUs yields, and its wake-ups and
+// yields take CPU time too). Posting many messages at once before waiting
+// halves the figure here (4 against 6-11 us between two namespace hosts):
+// what a message costs alone, not what a step costs. The mean over the ranks
+// that have a pair. Every rank calls it.
 double cpuPerMessage(accl::ProcessGroup& pg, Pairing pr, int iters) {
   auto cpuUs = [] {
     rusage u{};
