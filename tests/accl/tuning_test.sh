@@ -33,7 +33,14 @@ assert pp[-1]["one_way_us"] > pp[0]["one_way_us"], pp
 s, seg = j["segment"], j["measured"]["segment"]["allreduce"]
 assert j["segment_ranks"] == 2 and s["alpha_us"] > 0 and s["beta_us_per_byte"] > 0, j
 assert seg[-1]["allreduce_us"] > seg[0]["allreduce_us"], seg
-print("tuning file ok:", l, "segment:", s)
+# The CPUs: one machine, one host of 2 ranks: all the machine's CPUs are the
+# host's; with a CPU per rank the per-message CPU figures are the overheads.
+c, mc = j["cpu"], j["measured"]["cpu"]
+assert mc["machine_ranks"] == 2 and mc["machine_hosts"] == 1 and mc["machine_cpus"] >= 1, mc
+assert c["cores_per_host"] == mc["machine_cpus"], (c, mc)
+if mc["machine_cpus"] >= 2:
+    assert c["us_per_message"] == l["overhead_us"] and c["us_per_local_message"] == j["local"]["overhead_us"], (c, j)
+print("tuning file ok:", l, "segment:", s, "cpu:", c)
 PY
 
 echo "== accl-info --plan with it"
@@ -60,7 +67,16 @@ assert s["alpha_us"] > 0 and s["beta_us_per_byte"] > 0 and s["overhead_us"] == j
 assert m["between_ranks"] == [0, 2], m
 pp = m["ping_pong"]
 assert pp[-1]["one_way_us"] > pp[0]["one_way_us"] > 0, pp
-print("shared link ok:", s)
+# Two hosts of one machine share its CPUs; where their 4 ranks outnumber
+# them, what a message costs is measured (CPU time), else the overheads stand.
+c, mc = j["cpu"], j["measured"]["cpu"]
+assert mc["machine_ranks"] == 4 and mc["machine_hosts"] == 2, mc
+assert abs(c["cores_per_host"] - mc["machine_cpus"] / 2) < 1e-9, (c, mc)
+if mc["machine_cpus"] < 4:
+    assert "outnumber" in mc["method"] and c["us_per_message"] > 0 and c["us_per_local_message"] > 0, (c, mc)
+else:
+    assert c["us_per_message"] == j["link"]["overhead_us"], (c, j["link"])
+print("shared link ok:", s, "cpu:", c)
 PY
 ACCL_TUNING_FILE=$tmp/t4.json "$b/bin/accl-info" --plan --ranks 4 --hosts 2 > "$tmp/plan4.log" 2>&1 || fail "accl-info --plan (2 x 2) exited $?"
 for op in allgather reduce_scatter; do
