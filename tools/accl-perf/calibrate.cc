@@ -271,6 +271,16 @@ std::string hostKey() {
   return std::string(name) + "/" + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "");
 }
 
+// Every rank's `s`, cut or padded with zeros to `width` bytes, in rank order.
+std::vector<char> gatherFixed(accl::ProcessGroup& pg, std::string s, size_t width) {
+  s.resize(width, '\0');
+  std::vector<char> all(width * static_cast<size_t>(pg.size()));
+  pg.allgather(accl::Buffer(s.data(), width, accl::DataType::Uint8),
+               accl::Buffer(all.data(), all.size(), accl::DataType::Uint8))
+      ->wait();
+  return all;
+}
+
 // The kernel's boot id: ranks with the same one run on one machine.
 std::string readBootId() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
@@ -309,12 +319,7 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   // the last rank on another host (or --calibrate-peer), the link within a
   // host with the first other rank on rank 0's.
   const size_t kKey = 256;
-  std::string key = hostKey();
-  key.resize(kKey, '\0');
-  std::vector<char> keys(kKey * static_cast<size_t>(n));
-  pg.allgather(accl::Buffer(key.data(), kKey, accl::DataType::Uint8),
-               accl::Buffer(keys.data(), keys.size(), accl::DataType::Uint8))
-      ->wait();
+  std::vector<char> keys = gatherFixed(pg, hostKey(), kKey);
   auto sameHost = [&](int r) { return std::memcmp(&keys[0], &keys[kKey * static_cast<size_t>(r)], kKey) == 0; };
   int remote = -1, local = -1;
   for (int r = 1; r < n; ++r) {
@@ -342,13 +347,15 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
     if (peerHost(r)) peerRanks.push_back(r);
   size_t pairs = std::min(hostRanks.size(), peerRanks.size());
   bool haveShared = remote >= 0 && pairs >= 2;
+  // The k-th rank of rank 0's host with the k-th of the peer's (the others
+  // unpaired); with one rank per host, rank 0 and the peer.
+  Pairing across = haveShared ? Pairing{} : pairOf(me, 0, netPeer);
+  for (size_t k = 0; haveShared && k < pairs; ++k) {
+    if (me == hostRanks[k]) across = Pairing{peerRanks[k], true};
+    if (me == peerRanks[k]) across = Pairing{hostRanks[k], false};
+  }
   if (haveShared) {
-    Pairing pr;
-    for (size_t k = 0; k < pairs; ++k) {
-      if (me == hostRanks[k]) pr = Pairing{peerRanks[k], true};
-      if (me == peerRanks[k]) pr = Pairing{hostRanks[k], false};
-    }
-    shared = measure(pg, peerRanks[0], gamma, &pr);
+    shared = measure(pg, peerRanks[0], gamma, &across);
     shared.params.overheadUs = net.params.overheadUs;
   }
   SegmentMeasured seg;
@@ -361,12 +368,7 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   // elsewhere the per-message overheads stand for it (waiting ranks spin
   // there, so CPU time would count the spinning).
   const size_t kBoot = 64;
-  std::string boot = readBootId();
-  boot.resize(kBoot, '\0');
-  std::vector<char> boots(kBoot * static_cast<size_t>(n));
-  pg.allgather(accl::Buffer(boot.data(), kBoot, accl::DataType::Uint8),
-               accl::Buffer(boots.data(), boots.size(), accl::DataType::Uint8))
-      ->wait();
+  std::vector<char> boots = gatherFixed(pg, readBootId(), kBoot);
   auto sameMachine = [&](int r) { return std::memcmp(&boots[0], &boots[kBoot * static_cast<size_t>(r)], kBoot) == 0; };
   int machineRanks = 0;
   std::vector<std::string> machineHosts;
@@ -386,12 +388,6 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   const bool oversubscribed = machineRanks > cpus0;
   double cpuNet = 0, cpuLocal = 0;
   if (oversubscribed) {
-    Pairing across = pairOf(me, 0, netPeer);
-    if (haveShared)
-      for (size_t k = 0; k < pairs; ++k) {
-        if (me == hostRanks[k]) across = Pairing{peerRanks[k], true};
-        if (me == peerRanks[k]) across = Pairing{hostRanks[k], false};
-      }
     cpuNet = cpuPerMessage(pg, across, 2000);
     // Within hosts: the ranks of each host in pairs, in rank order.
     Pairing within;
