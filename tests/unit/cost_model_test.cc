@@ -392,10 +392,12 @@ TEST(CostModel, HostsWithMoreRanksThanCoresTakeAtLeastTheCpuTimeOfTheirMessages)
   // and gets the result (4 messages) - over 5 hosts.
   EXPECT_EQ(msgs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 5, 0), P((8.0 + 8.0) / 5 + 4.0 / 5, 0));
 
-  // 10 us of CPU per message between hosts, 1 within, on 1 core per host.
+  // 10 us of CPU per message between hosts, 1 within; 2 CPUs shared by the
+  // calibrated 2 hosts: 1 core per host on 2 hosts.
   CostModel m = fixed();
   CostModel none = m;  // the same model without the CPU's parameters
-  m.cpu() = CpuParams{1, 10, 1};
+  m.cpu() = CpuParams{2, 2, 10, 1};
+  EXPECT_DOUBLE_EQ(m.cpu().coresPerHost(2), 1.0);
   // 2 ranks on 1 core: the floor, 4 x 10 + 4 x 1 = 44 us, is above the
   // network's 25 us (15 within the host, then 10 across).
   double net = none.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 2);
@@ -405,19 +407,25 @@ TEST(CostModel, HostsWithMoreRanksThanCoresTakeAtLeastTheCpuTimeOfTheirMessages)
   // Large vectors: the network's time is above the floor, which then changes nothing.
   size_t big = 64u << 20;
   EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::Ring, big, 4, 2), none.predictUs(Coll::Allreduce, Algo::Ring, big, 4, 2));
-  // As many cores as ranks (or unknown cores): no floor.
-  for (double cores : {2.0, 0.0}) {
-    m.cpu().coresPerHost = cores;
-    EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 2), net) << cores;
+  // As many cores as ranks (4 CPUs over 2 hosts), or the CPUs not known: no floor.
+  for (double cpus : {4.0, 0.0}) {
+    m.cpu().machineCpus = cpus;
+    EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 2), net) << cpus;
   }
-  // Half a core per host (one core, two hosts of one rank each): the floor
-  // doubles the messages' time.
-  m.cpu().coresPerHost = 0.5;
-  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 2, 0), 2 * 10.0 / 0.5);
+  // Hosts that shared one machine when calibrated: a layout of more hosts is
+  // taken to share it too. 4 single-rank hosts on 2 CPUs have half a core
+  // each: recursive doubling's 2 steps, 2 messages each per host, take
+  // 4 x 10 / 0.5 us. Separate hosts (1 per machine) keep their 2 CPUs each.
+  m.cpu().machineCpus = 2;
+  EXPECT_DOUBLE_EQ(m.cpu().coresPerHost(4), 0.5);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 0), 4 * 10.0 / 0.5);
+  m.cpu().hostsPerMachine = 1;
+  EXPECT_DOUBLE_EQ(m.cpu().coresPerHost(4), 2.0);
+  EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 0),
+                   none.predictUs(Coll::Allreduce, Algo::RecursiveDoubling, 8, 4, 0));
   // The floor moves the choice: where the direct allgather's messages cost the
   // CPUs more than the ring's network time, the ring wins.
-  m.cpu().coresPerHost = 1;
-  m.cpu().usPerMessage = 100;
+  m.cpu() = CpuParams{2, 2, 100, 1};
   EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Direct, 64, 4, 2), 8 * 100.0 + 4 * 1.0);
   EXPECT_DOUBLE_EQ(m.predictUs(Coll::Allgather, Algo::Ring, 64, 4, 2), 6 * 100.0 + 6 * 1.0);
   EXPECT_EQ(m.best(Coll::Allgather, 64, 4, 2), Algo::Ring);
@@ -426,7 +434,7 @@ TEST(CostModel, HostsWithMoreRanksThanCoresTakeAtLeastTheCpuTimeOfTheirMessages)
 TEST(CostModel, TheCpuFloorCoversAHierarchicalOpsExchangeAndSegmentPhases) {
   CostModel m = fixed();
   CostModel none = m;
-  m.cpu() = CpuParams{1, 10, 1};
+  m.cpu() = CpuParams{2, 2, 10, 1};  // 1 core per host on 2 hosts
   // A hierarchical allreduce of 8 B on 2 hosts x 2 ranks: each local rank's
   // slice is exchanged by recursive doubling with its peer on the other host
   // (2 ranks x 2 messages between hosts), and each rank takes part in the
@@ -439,38 +447,39 @@ TEST(CostModel, TheCpuFloorCoversAHierarchicalOpsExchangeAndSegmentPhases) {
   // A broadcast through the hosts: one rank per host crosses (2 messages over
   // 2 hosts: 1 per host), each rank in one segment phase (2 within).
   EXPECT_DOUBLE_EQ(m.hierarchicalUs(Coll::Broadcast, Algo::Tree, 8, 4, 2), 1 * 10.0 + 2 * 1.0);
-  // One host of 4 ranks on 1 core: the segment's two phases, each rank's part.
+  // One host of 4 ranks on 1 CPU: the segment's two phases, each rank's part.
+  m.cpu().machineCpus = 1;
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, 8, 4, 1), 8 * 1.0);
-  m.cpu().coresPerHost = 4;
+  // One host of the machine that two shared: it has all 4 CPUs, no floor.
+  m.cpu().machineCpus = 4;
   EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, 8, 4, 1), none.predictLayoutUs(Coll::Allreduce, 8, 4, 1));
 }
 
 TEST(CostModel, TheTuningFilesCpuPartRoundTripsAndEachMalformedFieldIsNamed) {
   CostModel m = fixed();
   EXPECT_EQ(m.toJson().find("\"cpu\""), std::string::npos);  // not known: not written
-  m.cpu() = CpuParams{0.5, 7.5, 0.25};
+  m.cpu() = CpuParams{2, 3, 7.5, 0.25};
   CostModel back = CostModel::fromJson(m.toJson(), "t");
-  EXPECT_DOUBLE_EQ(back.cpu().coresPerHost, 0.5);
+  EXPECT_DOUBLE_EQ(back.cpu().machineCpus, 2);
+  EXPECT_EQ(back.cpu().hostsPerMachine, 3);
   EXPECT_DOUBLE_EQ(back.cpu().usPerMessage, 7.5);
   EXPECT_DOUBLE_EQ(back.cpu().usPerLocalMessage, 0.25);
   std::string link = "\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, \"gamma_us_per_byte\": 0, "
                      "\"overhead_us\": 0}";
-  EXPECT_NE(what([&] { CostModel::fromJson("{" + link + ", \"cpu\": 3}", "f"); }).find("\"cpu\" must be an object"),
+  auto parse = [&](const std::string& cpu) { return what([&] { CostModel::fromJson("{" + link + ", \"cpu\": " + cpu + "}", "f"); }); };
+  EXPECT_NE(parse("3").find("\"cpu\" must be an object"), std::string::npos);
+  EXPECT_NE(parse("{\"machine_cpus\": 1, \"hosts_per_machine\": 1, \"us_per_message\": 2}")
+                .find("f: cpu.us_per_local_message is missing"),
             std::string::npos);
-  EXPECT_NE(what([&] {
-              CostModel::fromJson("{" + link + ", \"cpu\": {\"cores_per_host\": 1, \"us_per_message\": 2}}", "f");
-            }).find("f: cpu.us_per_local_message is missing"),
+  EXPECT_NE(parse("{\"machine_cpus\": -1, \"hosts_per_machine\": 1, \"us_per_message\": 2, \"us_per_local_message\": 1}")
+                .find("cpu.machine_cpus = -1"),
             std::string::npos);
-  EXPECT_NE(what([&] {
-              CostModel::fromJson(
-                  "{" + link + ", \"cpu\": {\"cores_per_host\": -1, \"us_per_message\": 2, \"us_per_local_message\": 1}}",
-                  "f");
-            }).find("cpu.cores_per_host = -1"),
+  EXPECT_NE(parse("{\"machine_cpus\": 1, \"hosts_per_machine\": 1, \"us_per_message\": \"x\", \"us_per_local_message\": 1}")
+                .find("cpu.us_per_message is missing or not a number"),
             std::string::npos);
-  EXPECT_NE(what([&] {
-              CostModel::fromJson(
-                  "{" + link + ", \"cpu\": {\"cores_per_host\": 1, \"us_per_message\": \"x\", \"us_per_local_message\": 1}}",
-                  "f");
-            }).find("cpu.us_per_message is missing or not a number"),
-            std::string::npos);
+  for (std::string h : {"0", "1.5", "\"2\""})
+    EXPECT_NE(parse("{\"machine_cpus\": 1, \"hosts_per_machine\": " + h + ", \"us_per_message\": 2, \"us_per_local_message\": 1}")
+                  .find("cpu.hosts_per_machine must be an integer 1 - 4096"),
+              std::string::npos)
+        << h;
 }

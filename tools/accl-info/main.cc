@@ -108,10 +108,12 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
                 "every rank of a host crosses)\n",
                 model.sharedRanks(), sh.alphaUs, 1e-3 / sh.betaUsPerB);
   }
-  if (model.cpu().coresPerHost > 0)
-    std::printf("  CPUs: %.2f cores per host, %.2f us per message between hosts, %.2f within (where a host's ranks "
-                "outnumber its cores, an op takes at least its host's messages' CPU time over the cores)\n",
-                model.cpu().coresPerHost, model.cpu().usPerMessage, model.cpu().usPerLocalMessage);
+  if (model.cpu().machineCpus > 0)
+    std::printf("  CPUs: %g per machine, %d host(s) on it when calibrated (here %.2f cores per host), %.2f us per "
+                "message between hosts, %.2f within (where a host's ranks outnumber its cores, an op takes at least "
+                "its host's messages' CPU time over the cores)\n",
+                model.cpu().machineCpus, model.cpu().hostsPerMachine, model.cpu().coresPerHost(hosts),
+                model.cpu().usPerMessage, model.cpu().usPerLocalMessage);
   std::printf("Selection: %s\n", calibrated ? "by this model (ACCL_TUNING_FILE)"
                                             : "fixed size thresholds (no ACCL_TUNING_FILE); the predictions use "
                                               "the default model above");

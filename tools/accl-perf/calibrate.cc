@@ -422,7 +422,8 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
     model.linkShared() = shared.params;
     model.setSharedRanks(static_cast<int>(pairs));
   }
-  model.cpu().coresPerHost = cpus0 / static_cast<double>(machineHosts.size());
+  model.cpu().machineCpus = cpus0;
+  model.cpu().hostsPerMachine = static_cast<int>(machineHosts.size());
   model.cpu().usPerMessage = oversubscribed ? cpuNet : model.link().overheadUs;
   model.cpu().usPerLocalMessage = oversubscribed && haveLocal ? cpuLocal : model.local().overheadUs;
   nlohmann::json j = nlohmann::json::parse(model.toJson());
@@ -477,7 +478,7 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
                 model.local().alphaUs, 1e-3 / model.local().betaUsPerB);
   std::printf("cpu: %.2f cores per host (%g CPUs, %d ranks, %zu hosts on rank 0's machine), %.2f us per message "
               "between hosts, %.2f within (%s)\n",
-              model.cpu().coresPerHost, cpus0, machineRanks, machineHosts.size(), model.cpu().usPerMessage,
+              cpus0 / static_cast<double>(machineHosts.size()), cpus0, machineRanks, machineHosts.size(), model.cpu().usPerMessage,
               model.cpu().usPerLocalMessage, oversubscribed ? "CPU time measured: its ranks outnumber its CPUs"
                                                             : "the overheads: every rank has a CPU");
   if (seg.ranks >= 2) {

@@ -135,19 +135,24 @@ CostModel CostModel::fromJson(const std::string& text, const std::string& where)
   if (j.contains("cpu")) {
     const auto& cj = j["cpu"];
     if (!cj.is_object())
-      throw InvalidArgument(where + ": \"cpu\" must be an object {\"cores_per_host\": ..., \"us_per_message\": ..., "
-                                    "\"us_per_local_message\": ...}");
-    const char* names[] = {"cores_per_host", "us_per_message", "us_per_local_message"};
-    double* dst[] = {&m.cpu_.coresPerHost, &m.cpu_.usPerMessage, &m.cpu_.usPerLocalMessage};
+      throw InvalidArgument(where + ": \"cpu\" must be an object {\"machine_cpus\": ..., \"hosts_per_machine\": ..., "
+                                    "\"us_per_message\": ..., \"us_per_local_message\": ...}");
+    const char* names[] = {"machine_cpus", "us_per_message", "us_per_local_message"};
+    double* dst[] = {&m.cpu_.machineCpus, &m.cpu_.usPerMessage, &m.cpu_.usPerLocalMessage};
     for (int i = 0; i < 3; ++i) {
       if (!cj.contains(names[i]) || !cj[names[i]].is_number())
         throw InvalidArgument(where + ": cpu." + names[i] + " is missing or not a number; accepted: a number >= 0");
       double v = cj[names[i]].get<double>();
       if (!std::isfinite(v) || v < 0)
         throw InvalidArgument(where + ": cpu." + names[i] + " = " + std::to_string(v) +
-                              "; accepted: a finite number >= 0 (cores_per_host 0: not known)");
+                              "; accepted: a finite number >= 0 (machine_cpus 0: not known)");
       *dst[i] = v;
     }
+    if (!cj.contains("hosts_per_machine") || !cj["hosts_per_machine"].is_number_integer() ||
+        cj["hosts_per_machine"].get<int64_t>() < 1 || cj["hosts_per_machine"].get<int64_t>() > 4096)
+      throw InvalidArgument(where + ": cpu.hosts_per_machine must be an integer 1 - 4096 (the hosts that shared "
+                                    "the calibrated machine)");
+    m.cpu_.hostsPerMachine = static_cast<int>(cj["hosts_per_machine"].get<int64_t>());
   }
   m.source_ = where;
   return m;
@@ -173,8 +178,9 @@ std::string CostModel::toJson() const {
     j["link_shared"] = linkJson(shared_);
     j["shared_ranks"] = sharedRanks_;
   }
-  if (cpu_.coresPerHost > 0)
-    j["cpu"] = {{"cores_per_host", cpu_.coresPerHost},
+  if (cpu_.machineCpus > 0)
+    j["cpu"] = {{"machine_cpus", cpu_.machineCpus},
+                {"hosts_per_machine", cpu_.hostsPerMachine},
                 {"us_per_message", cpu_.usPerMessage},
                 {"us_per_local_message", cpu_.usPerLocalMessage}};
   return j.dump(2) + "\n";
@@ -211,12 +217,14 @@ double CostModel::predictUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   double t = networkUs(c, a, bytes, p, hosts);
   if (p <= 1) return t;
   const int L = hosts <= 0 || hosts >= p ? 1 : (p + hosts - 1) / hosts;
-  return std::max(t, cpuFloorUs(hostMessages(c, a, bytes, p, hosts), L));
+  const int H = (p + L - 1) / L;
+  return std::max(t, cpuFloorUs(hostMessages(c, a, bytes, p, hosts), L, H));
 }
 
-double CostModel::cpuFloorUs(const HostMessages& m, int ranksPerHost) const {
-  if (cpu_.coresPerHost <= 0 || ranksPerHost <= cpu_.coresPerHost) return 0;
-  return (m.net * cpu_.usPerMessage + m.local * cpu_.usPerLocalMessage) / cpu_.coresPerHost;
+double CostModel::cpuFloorUs(const HostMessages& m, int ranksPerHost, int hosts) const {
+  const double cores = cpu_.coresPerHost(hosts);
+  if (cores <= 0 || ranksPerHost <= cores) return 0;
+  return (m.net * cpu_.usPerMessage + m.local * cpu_.usPerLocalMessage) / cores;
 }
 
 HostMessages CostModel::hostMessages(Coll c, Algo a, size_t bytes, int p, int hosts) {
@@ -423,9 +431,9 @@ double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int ho
   msgs.net *= instances;
   msgs.local *= instances;
   msgs.local += L * ((c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1);  // each rank's part in each phase
-  const double floor = cpuFloorUs(msgs, L);
+  const double floor = cpuFloorUs(msgs, L, hosts);
   CostModel noFloor = *this;
-  noFloor.cpu_.coresPerHost = 0;
+  noFloor.cpu_.machineCpus = 0;
   return std::max(floor, noFloor.hierarchicalNoFloorUs(c, inter, bytes, p, hosts));
 }
 
@@ -466,7 +474,7 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
     if (plan) *plan = "shm";
     HostMessages msgs;
     msgs.local = p * ((c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1);
-    return std::max(segmentUs(c, bytes, false), cpuFloorUs(msgs, p));
+    return std::max(segmentUs(c, bytes, false), cpuFloorUs(msgs, p, 1));
   }
   // Through the hosts' ranks where the backend's selection takes it (its
   // bounds; the ops along rails on hosts of as many ranks each).

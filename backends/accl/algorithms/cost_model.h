@@ -33,11 +33,19 @@ struct LinkParams {
 // machine), a step's rank waits for a core as well as for its message, and an
 // op takes at least the CPU time the host's ranks spend on its messages
 // divided by the cores (a roofline: the network's time or the CPUs', the
-// larger). coresPerHost 0: not known, and no such term.
+// larger). machineCpus 0: not known, and no such term.
 struct CpuParams {
-  double coresPerHost = 0;       // CPUs one host's ranks share (a machine's, divided among its hosts)
+  double machineCpus = 0;        // CPUs of a calibrated host's machine (its ranks' affinity)
+  int hostsPerMachine = 1;       // hosts that shared that machine in the calibration (namespaces: 2 or more)
   double usPerMessage = 0;       // CPU time one message between hosts costs a side (sender's or receiver's)
   double usPerLocalMessage = 0;  // the same for a message within a host, or a rank's part in a segment phase
+  // The cores one host has in a layout of `hosts` hosts: the machine's, or,
+  // where the calibrated hosts shared one machine (namespace hosts), its
+  // CPUs divided among the layout's hosts, taken to share it too. 0: not known.
+  double coresPerHost(int hosts) const {
+    if (machineCpus <= 0) return 0;
+    return hostsPerMachine > 1 ? machineCpus / (hosts > 1 ? hosts : 1) : machineCpus;
+  }
 };
 
 // Messages the ranks of one host handle in an op (each message counts once
@@ -98,10 +106,10 @@ class CostModel {
   // What the ranks of the busiest host handle in algorithm `a` of `c` (the
   // layout of predictUs), and the CPU time that costs them over the cores
   // they share: the floor predictUs puts under its network time where the
-  // host's ranks outnumber coresPerHost (0 where they do not, or where it is
-  // not known).
+  // host's ranks outnumber its cores among `hosts` hosts (0 where they do
+  // not, or where the CPUs are not known).
   static HostMessages hostMessages(Coll c, Algo a, size_t bytes, int p, int hosts = 0);
-  double cpuFloorUs(const HostMessages& m, int ranksPerHost) const;
+  double cpuFloorUs(const HostMessages& m, int ranksPerHost, int hosts) const;
   const std::string& source() const { return source_; }
   void setSource(std::string s) { source_ = std::move(s); }
   std::string transport;  // the link the parameters describe: "tcp" or "ib"
@@ -112,7 +120,7 @@ class CostModel {
   // counts them (per rank; total for allgather, reduce_scatter and
   // alltoall). A step between ranks of one host costs the local link's
   // time, one between hosts the link's; a step where any pair crosses hosts
-  // costs the latter. Where the host's ranks outnumber cpu().coresPerHost,
+  // costs the latter. Where the host's ranks outnumber its cores (cpu()),
   // no less than the CPU time of the host's messages over its cores
   // (cpuFloorUs). Throws InvalidArgument for an algorithm `c` does not have.
   double predictUs(Coll c, Algo a, size_t bytes, int p, int hosts = 0) const;
