@@ -122,7 +122,8 @@ const config::Var<std::string> tuningFile(
     "(none: fixed size thresholds)",
     "Cost-model parameters (latency, bandwidth, reduction rate, per-message overhead of the link between "
     "hosts and within a host; the link between hosts with every pair of ranks crossing at once, where both hosts "
-    "had several; the shared segment's allreduce) measured by accl-perf --calibrate. With it, the accl backend picks each op's algorithm between "
+    "had several; the shared segment's allreduce; the machine's CPUs and the CPU time per message, for hosts "
+    "whose ranks outnumber their cores) measured by accl-perf --calibrate. With it, the accl backend picks each op's algorithm between "
     "hosts by the model's predicted time; ACCL_ALGO still overrides. accl-info --plan prints the choices "
     "and predicted times. An unreadable or malformed file fails the group's creation.");
 
