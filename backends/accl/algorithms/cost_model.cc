@@ -240,14 +240,13 @@ HostMessages CostModel::hostMessages(Coll c, Algo a, size_t bytes, int p, int ho
     m.net += n * net;
     m.local += n * (2 * Ld - net);
   };
-  // Pairwise steps by distance 1, 2, 4, ... < q among the first q ranks,
-  // `perPair` messages a pair each (2: recursive doubling's exchange; 1: a
-  // tree's send), over `pairs(mask)` pairs spread over the hosts.
+  // Pairwise steps by distance 1, 2, 4, ... < q, spread evenly over the
+  // hosts (a step within a host below distance L): recursive doubling's
+  // (`exchange`: each of the q ranks sends one message and receives one), or
+  // a binomial tree's (the `mask` ranks that have the data send to as many
+  // others, those below p).
   auto pairSteps = [&](int q, bool exchange) {
     for (int mask = 1; mask < q; mask <<= 1) {
-      // Recursive doubling: every one of the q ranks exchanges; a binomial
-      // tree: the mask ranks that have the data send to mask others (those
-      // below p).
       double msgs = exchange ? 2.0 * q : 2.0 * std::min(mask, std::max(0, p - mask));
       (mask < L ? m.local : m.net) += msgs / H;
     }
