@@ -62,15 +62,6 @@ double pingPong(accl::ProcessGroup& pg, Pairing pr, std::vector<char>& buf, size
   return best;
 }
 
-// `iters` exchanges of one 8-byte word each way within this rank's pair.
-void exchangeLoop(accl::ProcessGroup& pg, Pairing pr, uint64_t* out, uint64_t* in, int iters) {
-  for (int i = 0; i < iters && pr.other >= 0; ++i) {
-    auto rw = pg.recv(Buffer(in, 1, DataType::Uint64), pr.other, accl::RecvOptions{});
-    pg.send(Buffer(out, 1, DataType::Uint64), pr.other, accl::SendOptions{})->wait();
-    rw->wait();
-  }
-}
-
 // Time (us) of an exchange of `bytes` each way within this rank's pair (both
 // send and receive at once, as the steps of ring and recursive doubling do):
 // the best of `reps` blocks of `iters`.
@@ -105,11 +96,10 @@ double cpuPerMessage(accl::ProcessGroup& pg, Pairing pr, int iters) {
     getrusage(RUSAGE_SELF, &u);
     return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
   };
-  uint64_t out = 1, in = 0;
-  exchangeLoop(pg, pr, &out, &in, 20);  // warm-up
-  pg.barrier()->wait();
+  std::vector<char> out(8, 1), in(8);
+  exchange(pg, pr, out, in, 8, 20, 1);  // warm-up
   double t0 = cpuUs();
-  exchangeLoop(pg, pr, &out, &in, iters);
+  exchange(pg, pr, out, in, 8, iters, 1);  // a barrier, then the exchanges
   double mine[2] = {pr.other >= 0 ? (cpuUs() - t0) / (2.0 * iters) : 0.0, pr.other >= 0 ? 1.0 : 0.0};
   pg.allreduce(Buffer(mine, 2, DataType::Float64))->wait();
   return mine[1] > 0 ? mine[0] / mine[1] : 0;

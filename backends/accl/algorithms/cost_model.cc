@@ -28,6 +28,18 @@ int floorPow2(int p) {
   return q;
 }
 
+// Ops of which every local rank's slice (allreduce) or rail (allgather,
+// reduce_scatter, alltoall) crosses between hosts at once in a hierarchical
+// run on even hosts.
+bool slicesCrossAtOnce(Coll c, int p, int hosts) {
+  return (c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter || c == Coll::Alltoall) &&
+         p % hosts == 0;
+}
+
+// A rank's part in the segment's phases of an op, each counted as one message
+// within the host by the CPU floor: before and after for allreduce and barrier.
+double segmentPhases(Coll c) { return c == Coll::Allreduce || c == Coll::Barrier ? 2 : 1; }
+
 const char* kFields[] = {"alpha_us", "beta_us_per_byte", "gamma_us_per_byte", "overhead_us"};
 
 // The shared-memory link between ranks of a host, where not calibrated: a
@@ -422,26 +434,19 @@ double CostModel::hierarchicalUs(Coll c, Algo inter, size_t bytes, int p, int ho
   // the floor of the whole op (the exchange's messages of every rank that
   // takes part, and the segment's phases) is put under the sum at the end.
   const int L = (p + hosts - 1) / hosts;
-  const bool perRank = (c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter ||
-                        c == Coll::Alltoall) && p % hosts == 0;
-  const size_t slice0 = hierarchicalSlice(c, bytes, p, hosts);
-  HostMessages msgs = hostMessages(c, inter, slice0, hosts, hosts);
-  const double instances = perRank ? L : 1;  // every local rank's slice or rail crosses, or one rank's
+  HostMessages msgs = hostMessages(c, inter, hierarchicalSlice(c, bytes, p, hosts), hosts, hosts);
+  const double instances = slicesCrossAtOnce(c, p, hosts) ? L : 1;  // every local rank's slice or rail, or one rank's
   msgs.net *= instances;
   msgs.local *= instances;
-  msgs.local += L * ((c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1);  // each rank's part in each phase
-  const double floor = cpuFloorUs(msgs, L, hosts);
-  CostModel noFloor = *this;
-  noFloor.cpu_.machineCpus = 0;
-  return std::max(floor, noFloor.hierarchicalNoFloorUs(c, inter, bytes, p, hosts));
+  msgs.local += L * segmentPhases(c);
+  return std::max(cpuFloorUs(msgs, L, hosts), hierarchicalNoFloorUs(c, inter, bytes, p, hosts));
 }
 
 double CostModel::hierarchicalNoFloorUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const {
   CostModel shared = *this;
   // Every local rank's slice (allreduce) or rail (allgather, reduce_scatter,
   // alltoall) crosses at once: they share the link.
-  if ((c == Coll::Allreduce || c == Coll::Allgather || c == Coll::ReduceScatter || c == Coll::Alltoall) &&
-      p % hosts == 0) {
+  if (slicesCrossAtOnce(c, p, hosts)) {
     int L = p / hosts;
     if (L > 1 && sharedRanks_ > 1) {
       shared.net_ = sharedLink(L);
@@ -459,9 +464,9 @@ double CostModel::hierarchicalNoFloorUs(Coll c, Algo inter, size_t bytes, int p,
     // The segment's step moves a host's blocks; the root copies all of them
     // between rank order and host order.
     return segmentUs(c, slice, true) + static_cast<double>(bytes) * p * segment_.betaUsPerB +
-           predictUs(c, inter, slice, hosts, hosts);
+           networkUs(c, inter, slice, hosts, hosts);
   }
-  return segmentUs(c, bytes, true) + copy + shared.predictUs(c, inter, slice, hosts, hosts);
+  return segmentUs(c, bytes, true) + copy + shared.networkUs(c, inter, slice, hosts, hosts);
 }
 
 double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::string* plan) const {
@@ -472,7 +477,7 @@ double CostModel::predictLayoutUs(Coll c, size_t bytes, int p, int hosts, std::s
   if (hosts <= 1) {  // every op on the shared segment
     if (plan) *plan = "shm";
     HostMessages msgs;
-    msgs.local = p * ((c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1);
+    msgs.local = p * segmentPhases(c);
     return std::max(segmentUs(c, bytes, false), cpuFloorUs(msgs, p, 1));
   }
   // Through the hosts' ranks where the backend's selection takes it (its

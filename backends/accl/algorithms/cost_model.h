@@ -164,7 +164,8 @@ class CostModel {
   CpuParams cpu_;
   // predictUs without the CPU floor.
   double networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) const;
-  // hierarchicalUs without the CPU floor.
+  // hierarchicalUs without the CPU floor (the exchange between hosts by
+  // networkUs).
   double hierarchicalNoFloorUs(Coll c, Algo inter, size_t bytes, int p, int hosts) const;
   // linkShared() as the model uses it with `ranksPerHost` ranks per host.
   LinkParams sharedLink(int ranksPerHost) const;
