@@ -185,6 +185,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t(4), size_t(1) << 31));
   app.add_option("--factor", factor, "size multiplier")->check(CLI::Range(1.01, 1024.0));
   app.add_option("--reps", reps, "repetitions (the best counts)")->check(CLI::Range(1, 100));
+  bool perRank = false;
+  app.add_flag("--per-rank", perRank, "also print each rank's time of every repetition (rank 0 gathers them), "
+                                     "for ops whose ranks' times differ (a root that runs ahead)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -259,6 +262,15 @@ int main(int argc, char** argv) {
           for (int i = 0; i < iters; ++i) fn();
           double t = (now() - t0) / iters, sum = 0;
           MPI_Allreduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
+          if (perRank) {
+            std::vector<double> all(static_cast<size_t>(size));
+            MPI_Gather(&t, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, comm);
+            if (rank == 0) {
+              std::printf("#   per rank %-14s %12zu %-4s rep %d:", op.c_str(), bytes, which == 0 ? "mpi" : "accl", rp);
+              for (double x : all) std::printf(" %.2f", x * 1e6);
+              std::printf(" us\n");
+            }
+          }
           best[which] = std::min(best[which], sum / size);
         }
       }

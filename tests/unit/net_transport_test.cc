@@ -463,6 +463,104 @@ TEST_P(NetTransport, AnOpsWaiterReadsSmallMessagesItselfAndTheLoopGetsTheSocketB
   }
 }
 
+// Over TCP, an op's waiter that polled its peer's socket and got its message
+// leaves the socket polled for a while (SocketLink::linger): the next op's
+// waiter polls it again, and no byte sent meanwhile wakes the progress
+// thread. Nothing may be lost or stuck that way: a message that comes while
+// no op is posted is read by the loop once the time is up; a point-to-point
+// receive whose Work no one polls, and an op's receive above the poll's
+// size, are served by the loop as usual.
+TEST(NetTransportTcp, ASocketLeftPolledAfterAnOpLosesNothingAndHoldsNothingUp) {
+  Pair p;
+  connect(p, "tcp");
+  ASSERT_FALSE(HasFatalFailure());
+  // Both ranks' threads share this process's cores: the waiter gives its
+  // core up between polls (a spinning waiter could keep the sending thread
+  // off its core until the poll ends).
+  for (auto& t : p.t) t->setLocalRanksShareCpus(true);
+  uint64_t seq = 1;
+  // One op whose waiter polls: rank 1 waits first, rank 0 sends a little
+  // later. Returns whether rank 1's socket was left lingering by it.
+  auto polledOp = [&](size_t len) {
+    std::vector<unsigned char> src(len), dst(len, 0);
+    for (size_t i = 0; i < len; ++i) src[i] = static_cast<unsigned char>(i * 13 + seq);
+    auto d = op(seq++, len);
+    uint64_t before = p.t[1]->holding().socketsLingered;
+    p.t[0]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[1]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[1]->recv(0, 0, dst.data(), len);
+    // The send comes ~30 us after rank 1 begins to wait, well within its
+    // poll (200 us) unless the machine is loaded (then the loop reads it).
+    // The sending thread is running before: its start is not in that time.
+    std::atomic<bool> ready{false}, waiting{false};
+    std::thread peer([&] {
+      ready = true;
+      while (!waiting.load()) std::this_thread::yield();
+      auto at = Clock::now() + 30us;
+      while (Clock::now() < at) std::this_thread::yield();
+      p.t[0]->send(1, 0, src.data(), len);
+      EXPECT_NO_THROW(p.t[0]->wait());
+    });
+    while (!ready.load()) std::this_thread::yield();
+    waiting = true;
+    EXPECT_NO_THROW(p.t[1]->wait());
+    peer.join();
+    p.t[0]->endOp();
+    p.t[1]->endOp();
+    EXPECT_TRUE(dst == src);
+    return p.t[1]->holding().socketsLingered > before;
+  };
+  auto lingeringOp = [&] {
+    for (int i = 0; i < 50; ++i)
+      if (polledOp(64)) return true;
+    return false;
+  };
+  // 1. A message of the next op, sent while no op is posted on rank 1: the
+  // loop reads (and holds) it.
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    ASSERT_TRUE(lingeringOp()) << "no waiter left its socket lingering in 50 ops";
+    std::vector<unsigned char> src(300), dst(300, 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i + round);
+    auto d = op(seq++, src.size());
+    auto before = p.t[1]->holding();
+    p.t[0]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[0]->send(1, 0, src.data(), src.size());
+    ASSERT_NO_THROW(p.t[0]->wait());
+    p.t[0]->endOp();
+    auto until = Clock::now() + 10s;
+    while (p.t[1]->holding().messagesHeld == before.messagesHeld && Clock::now() < until)
+      std::this_thread::sleep_for(100us);
+    ASSERT_GT(p.t[1]->holding().messagesHeld, before.messagesHeld) << "the message stayed in the socket";
+    p.t[1]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[1]->recv(0, 0, dst.data(), dst.size());
+    ASSERT_NO_THROW(p.t[1]->wait());
+    p.t[1]->endOp();
+    EXPECT_TRUE(dst == src);
+  }
+  // 2. A point-to-point receive whose Work has no waiter's poll, and no one
+  // waiting: the loop completes it.
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE("p2p round " + std::to_string(round));
+    ASSERT_TRUE(lingeringOp());
+    uint64_t got = 0, sent = 0x1234500 + round;
+    auto r = std::make_shared<Work>("p2p test, no hook");
+    p.t[1]->postTagged(false, 0, 9, &got, sizeof(got), Clock::now() + 20s, r);
+    auto s = postTaggedWork(p, 0, true, &sent, sizeof(sent), 9);
+    auto until = Clock::now() + 10s;
+    while (!r->isCompleted() && Clock::now() < until) std::this_thread::sleep_for(100us);
+    ASSERT_TRUE(r->isCompleted()) << "the receive was not served";
+    EXPECT_EQ(got, sent);
+    EXPECT_NO_THROW(s->wait());
+  }
+  // 3. An op's receive above the poll's size (its waiter sleeps): it lands.
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE("large round " + std::to_string(round));
+    ASSERT_TRUE(lingeringOp());
+    polledOp(size_t(256) << 10);  // the poll is for 64 KiB and less
+  }
+}
+
 // Over TCP, a large op step that comes before its receive (here: before the
 // receiving rank even began the op, as when its peer runs ahead) is left in
 // the socket's buffers, and the receive posted while it waits takes it with

@@ -382,6 +382,7 @@ void NetTransport::progressLoop() {
   bool lazy = false;
   std::vector<Completion> completions;  // kept: no allocation per pass
   while (!stop_) {
+    loopWakeBy_.store(Clock::now().time_since_epoch().count() + waitNs, std::memory_order_relaxed);
     int events = loop_->wait(waitNs);
     // A lazy look (a millisecond slept, nothing signalled) while a waiter
     // polls: that waiter does it (and holds the lock).
@@ -430,6 +431,11 @@ void NetTransport::progressLoop() {
     if (sockets_->deferring()) {
       sockets_->expireDeferred(now);
       wakeBy(sockets_->deferredUntil());
+    }
+    // Sockets an op's waiter left polled (SocketLink::linger) come back.
+    if (sockets_->lingering()) {
+      sockets_->expireLingers(now);
+      wakeBy(sockets_->lingerUntil());
     }
     // Frames in a connection's read buffer that no epoll event announces.
     if (sockets_->pendingReads()) sockets_->readPending();

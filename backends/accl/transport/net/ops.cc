@@ -93,6 +93,9 @@ void NetTransport::recv(int peer, uint32_t step, void* buf, size_t len) {
   matcher_.post(r);
   // A frame from the peer left in its socket waits no longer (the loop reads it).
   if (sockets_->deferring()) sockets_->resumeDeferred(peer);
+  // Nor one a lingering socket holds, where the op's waiter will not poll
+  // for this receive (pollForOpWaiter: a larger message).
+  if (len > kSocketPollMaxBytes && sockets_->lingering()) sockets_->endLingers(false);
   if (!r->done && !peerFailed_[peer].empty()) {
     matcher_.withdraw(r);
     r->fail(Failure::Remote, "rank " + std::to_string(peer) + ": " + peerFailed_[peer]);
@@ -101,7 +104,7 @@ void NetTransport::recv(int peer, uint32_t step, void* buf, size_t len) {
 
 NetTransport::Holding NetTransport::holding() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return {matcher_.heldEver(), sockets_->framesDeferred(), sockets_->reads()};
+  return {matcher_.heldEver(), sockets_->framesDeferred(), sockets_->reads(), sockets_->lingered()};
 }
 
 void NetTransport::countOp(int peer, size_t len, bool sent) {
@@ -171,9 +174,17 @@ void NetTransport::waitFirst(size_t n) {
 }
 
 void NetTransport::OpPoll::end(bool served) {
-  if (n == 0 && !guest) return;
+  if (n == 0 && !guest && served) return;
   if (!lk.owns_lock()) lk.lock();
-  for (int i = 0; i < n; ++i) t->sockets_->setPolled(peers[i], false);
+  if (served && n) {
+    int64_t until = Clock::now().time_since_epoch().count() + int64_t(kSocketLingerUs) * 1000;
+    for (int i = 0; i < n; ++i) t->sockets_->linger(peers[i], until);
+    // The loop gives them back by then (it sleeps until then at most).
+    if (t->loopWakeBy_.load(std::memory_order_relaxed) > until) t->loop_->wake();
+  } else {
+    for (int i = 0; i < n; ++i) t->sockets_->setPolled(peers[i], false);
+    if (!served) t->sockets_->endLingers(false);
+  }
   n = 0;
   if (guest) t->shm_->guestEnd(served);
   guest = false;
@@ -371,6 +382,9 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
   } else {
     matcher_.post(r);
     if (sockets_->deferring()) sockets_->resumeDeferred(peer);
+    // A point-to-point receive is the loop's to serve (its waiter may not
+    // poll, or not wait at all): lingering sockets go back to it.
+    if (sockets_->lingering()) sockets_->endLingers(false);
     // A message from a local peer that came before this receive may have
     // been left in its sender's memory: it lands here now, in one copy (as
     // a held copy would have been copied into it now).

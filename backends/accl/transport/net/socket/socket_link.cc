@@ -37,6 +37,7 @@ void SocketLink::closeConn(Conn& c, const std::string& why, bool cleanEnd) {
   if (c.closed) return;
   c.closed = true;
   if (c.deferUntil) c.deferUntil = 0, --deferred_;
+  if (c.lingerUntil) c.lingerUntil = 0, --lingering_;
   if (c.readPending) c.readPending = false, --pendingReads_;
   c.aheadPos = c.aheadEnd = 0;
   loop_->remove(c.fd);
@@ -235,9 +236,47 @@ uint64_t SocketLink::pollPeer(int peer) {
 bool SocketLink::setPolled(int peer, bool polled) {
   if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer].empty()) return true;
   Conn& c = *conns_[peer][0];
+  if (c.lingerUntil) c.lingerUntil = 0, --lingering_;  // a waiter takes it over, or the loop does
   if (c.closed || c.polled == polled) return true;
   c.polled = polled;
   return rearm(c);
+}
+
+void SocketLink::linger(int peer, int64_t untilNs) {
+  if (peer < 0 || peer >= static_cast<int>(conns_.size()) || conns_[peer].empty()) return;
+  Conn& c = *conns_[peer][0];
+  if (c.closed || !c.polled) return;
+  if (!c.lingerUntil) ++lingering_, ++lingered_;
+  c.lingerUntil = untilNs;
+}
+
+int64_t SocketLink::lingerUntil() const {
+  if (!lingering_) return 0;
+  int64_t first = 0;
+  for (auto& v : conns_)
+    if (!v.empty() && v[0] && v[0]->lingerUntil && (!first || v[0]->lingerUntil < first)) first = v[0]->lingerUntil;
+  return first;
+}
+
+void SocketLink::expireLingers(Clock::time_point now) {
+  if (!lingering_) return;
+  int64_t t = now.time_since_epoch().count();
+  for (int p = 0; p < static_cast<int>(conns_.size()); ++p) {
+    if (conns_[p].empty() || !conns_[p][0]) continue;
+    Conn& c = *conns_[p][0];
+    if (!c.lingerUntil || c.lingerUntil > t) continue;
+    if (setPolled(p, false) && !c.closed) readConn(c);
+  }
+}
+
+void SocketLink::endLingers(bool read) {
+  if (!lingering_) return;
+  for (int p = 0; p < static_cast<int>(conns_.size()); ++p) {
+    if (conns_[p].empty() || !conns_[p][0]) continue;
+    Conn& c = *conns_[p][0];
+    if (!c.lingerUntil) continue;
+    if (setPolled(p, false) && read && !c.closed) readConn(c);
+  }
 }
 
 // ---------------------------------------------------------------- send

@@ -73,6 +73,25 @@ class SocketLink : public FrameLink {
   // (what came meanwhile wakes it at once). False if epoll refused (the
   // connection is then closed and its peer failed).
   bool setPolled(int peer, bool polled);
+  // An op's waiter that got what it polled for leaves stream 0 from `peer`
+  // polled until `untilNs` (steady-clock ns) rather than wake the loop again
+  // at once: the next op, posted a few microseconds later, polls it again,
+  // and its bytes, sent meanwhile by a peer that runs ahead, wake no one (a
+  // wake-up of the progress thread, paid by the sending rank's kernel, per
+  // message, and a held copy). A waiter that polls it takes it over
+  // (setPolled); endLingers, or the loop once the time is up (expireLingers),
+  // gives it back to the loop, which then reads what came.
+  void linger(int peer, int64_t untilNs);
+  bool lingering() const { return lingering_ > 0; }
+  // How many times a connection was left lingering since the link was made.
+  uint64_t lingered() const { return lingered_; }
+  // When the first lingering connection is due (steady-clock ns; 0: none).
+  int64_t lingerUntil() const;
+  void expireLingers(Clock::time_point now);
+  // Every lingering connection goes back to the loop now (a waiter that
+  // sleeps, a receive the loop must serve). On the loop's thread, or with
+  // what serialises it held; `read`: what came is read at once.
+  void endLingers(bool read);
 
   // A data frame of a message of at least kDeferMin bytes that no receive
   // wants yet (FrameSink::readNow: none posted from that peer, none of its
@@ -125,6 +144,7 @@ class SocketLink : public FrameLink {
     bool armedOut = false;
     bool polled = false;  // setPolled: EPOLLIN is off
     int64_t deferUntil = 0;  // > 0: its frame was left waiting until then (EPOLLIN is off)
+    int64_t lingerUntil = 0;  // > 0: polled with no waiter until then (linger)
     FrameHeader hdr{};  // the frame being read
     size_t hdrGot = 0;
     size_t pos = 0;  // of its payload
@@ -197,6 +217,8 @@ class SocketLink : public FrameLink {
   uint64_t framesIn_ = 0;                                  // frames read whole, for pollPeer
   int deferred_ = 0;                                       // connections left waiting
   int pendingReads_ = 0;                                   // connections with Conn::readPending
+  int lingering_ = 0;                                      // connections with Conn::lingerUntil
+  uint64_t lingered_ = 0;
   uint64_t framesDeferred_ = 0;
   uint64_t reads_ = 0;
 };
