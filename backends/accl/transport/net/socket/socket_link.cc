@@ -258,23 +258,16 @@ int64_t SocketLink::lingerUntil() const {
   return first;
 }
 
-void SocketLink::expireLingers(Clock::time_point now) {
-  if (!lingering_) return;
-  int64_t t = now.time_since_epoch().count();
-  for (int p = 0; p < static_cast<int>(conns_.size()); ++p) {
-    if (conns_[p].empty() || !conns_[p][0]) continue;
-    Conn& c = *conns_[p][0];
-    if (!c.lingerUntil || c.lingerUntil > t) continue;
-    if (setPolled(p, false) && !c.closed) readConn(c);
-  }
-}
+void SocketLink::expireLingers(Clock::time_point now) { endLingersDue(now.time_since_epoch().count(), true); }
 
-void SocketLink::endLingers(bool read) {
+void SocketLink::endLingers(bool read) { endLingersDue(INT64_MAX, read); }
+
+void SocketLink::endLingersDue(int64_t dueNs, bool read) {
   if (!lingering_) return;
   for (int p = 0; p < static_cast<int>(conns_.size()); ++p) {
     if (conns_[p].empty() || !conns_[p][0]) continue;
     Conn& c = *conns_[p][0];
-    if (!c.lingerUntil) continue;
+    if (!c.lingerUntil || c.lingerUntil > dueNs) continue;
     if (setPolled(p, false) && read && !c.closed) readConn(c);
   }
 }

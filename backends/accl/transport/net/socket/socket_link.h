@@ -196,6 +196,9 @@ class SocketLink : public FrameLink {
   // refused (the connection is then closed, its peer failed).
   bool rearm(Conn& c);
   void frameArrived(Conn& c);
+  // Stream 0 connections lingering until `dueNs` or before go back to the
+  // loop (linger); `read`: what came is read now.
+  void endLingersDue(int64_t dueNs, bool read);
   void writeConn(Conn& c);
   void queue(Conn& c, OutFrame f);
   // Closes the connection and fails its peer (FrameSink::onPeerFailed) with
