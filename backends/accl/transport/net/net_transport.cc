@@ -382,11 +382,13 @@ void NetTransport::progressLoop() {
   bool lazy = false;
   std::vector<Completion> completions;  // kept: no allocation per pass
   while (!stop_) {
-    loopWakeBy_.store(Clock::now().time_since_epoch().count() + waitNs, std::memory_order_relaxed);
     int events = loop_->wait(waitNs);
     // A lazy look (a millisecond slept, nothing signalled) while a waiter
     // polls: that waiter does it (and holds the lock).
-    if (lazy && waitNs > 0 && events == 0 && shm_->guestsActive()) continue;
+    if (lazy && waitNs > 0 && events == 0 && shm_->guestsActive()) {
+      loopWakeBy_.store(Clock::now().time_since_epoch().count() + waitNs, std::memory_order_relaxed);
+      continue;
+    }
     completions.clear();
     std::unique_lock<std::mutex> lk(mu_);
     loop_->dispatch();
@@ -440,6 +442,9 @@ void NetTransport::progressLoop() {
     // Frames in a connection's read buffer that no epoll event announces.
     if (sockets_->pendingReads()) sockets_->readPending();
     if (!tagged_.empty()) reapTagged(completions, now);
+    // Set with the lock held: a waiter that leaves a socket lingering (under
+    // the lock) either sees this wait's end or is seen by the pass above.
+    loopWakeBy_.store(now.time_since_epoch().count() + waitNs, std::memory_order_relaxed);
     cv_.notify_all();
     lk.unlock();
     for (auto& c : completions) c.run();

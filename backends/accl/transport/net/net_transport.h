@@ -236,8 +236,9 @@ class NetTransport : public Transport, private FrameSink {
   std::atomic<bool> spinningWaiters_{true};
   std::atomic<uint64_t> waiterFrames_{0};  // framesReadByWaiters (written with mu_ held)
   // When the progress thread's current wait ends at the latest (steady-clock
-  // ns): a waiter that leaves a socket lingering past it wakes the loop.
-  std::atomic<int64_t> loopWakeBy_{0};
+  // ns; the largest value before its first pass): a waiter that leaves a
+  // socket lingering past it wakes the loop.
+  std::atomic<int64_t> loopWakeBy_{INT64_MAX};
   // A waiter hook's state: the gate and how long the waiter polls. The hook
   // holds only a pointer to it, so that std::function keeps it inline (no
   // allocation per op); small messages share one of these two (index 0: the

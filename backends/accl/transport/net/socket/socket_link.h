@@ -77,8 +77,8 @@ class SocketLink : public FrameLink {
   // polled until `untilNs` (steady-clock ns) rather than wake the loop again
   // at once: the next op, posted a few microseconds later, polls it again,
   // and its bytes, sent meanwhile by a peer that runs ahead, wake no one (a
-  // wake-up of the progress thread, paid by the sending rank's kernel, per
-  // message, and a held copy). A waiter that polls it takes it over
+  // wake-up of the progress thread per message, and a held copy). A waiter
+  // that polls it takes it over
   // (setPolled); endLingers, or the loop once the time is up (expireLingers),
   // gives it back to the loop, which then reads what came.
   void linger(int peer, int64_t untilNs);
