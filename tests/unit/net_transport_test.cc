@@ -653,6 +653,96 @@ TEST(NetTransportTcp, ALargeMessageIsNotLeftInItsSocketWhileAReceiveFromItsPeerW
   EXPECT_TRUE(got == big);
 }
 
+// A receiver that lags: a message of its peer is held already (it came
+// before its receive) when a large step of the next op arrives. Over TCP
+// that step is still left in its socket from kLagDeferMin (not held: a root
+// that runs ahead would otherwise have every message copied twice); a step
+// smaller than that is held (its copy is cheap). Every receive,
+// posted later, get their bytes intact and in order. The frame is left in
+// its socket as its header is read, before any time limit, so the first
+// change seen is deterministic.
+TEST(NetTransportTcp, ALargeStepIsLeftInItsSocketEvenWhileAnEarlierMessageOfItsPeerIsHeldButASmallerOneIsNot) {
+  Pair p;
+  connect(p, "tcp");
+  ASSERT_FALSE(HasFatalFailure());
+  std::vector<unsigned char> small(100), smallGot(small.size(), 0);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = static_cast<unsigned char>(i * 3 + 1);
+  const size_t len = size_t(4) << 20;
+  std::vector<unsigned char> big(len), bigGot(len, 0);
+  for (size_t i = 0; i < len; ++i) big[i] = static_cast<unsigned char>(i * 13 + 5);
+  auto before = p.t[1]->holding();
+  // Op 1, a small step: read at once and held (rank 1 has not begun it).
+  auto d1 = op(1, small.size());
+  p.t[0]->beginOp(d1, Clock::now() + 20s, 20s);
+  p.t[0]->send(1, 0, small.data(), small.size());
+  ASSERT_NO_THROW(p.t[0]->wait());
+  p.t[0]->endOp();
+  auto until = Clock::now() + 10s;
+  while (p.t[1]->holding().messagesHeld == before.messagesHeld && Clock::now() < until) std::this_thread::yield();
+  auto mid = p.t[1]->holding();
+  ASSERT_EQ(mid.messagesHeld, before.messagesHeld + 1) << "the small step was not held";
+  // Op 2, a large step, while op 1's message is held.
+  auto d2 = op(2, len);
+  p.t[0]->beginOp(d2, Clock::now() + 20s, 20s);
+  p.t[0]->send(1, 0, big.data(), len);
+  net::NetTransport::Holding now;
+  do {
+    now = p.t[1]->holding();
+  } while (now.framesLeftInSocket == mid.framesLeftInSocket && now.messagesHeld == mid.messagesHeld &&
+           Clock::now() < until);
+  EXPECT_EQ(now.framesLeftInSocket, mid.framesLeftInSocket + 1)
+      << "the large step was not left in its socket while an earlier message of its peer was held";
+  // Rank 1 catches up: op 1 from its held copy, op 2 from the socket.
+  p.t[1]->beginOp(d1, Clock::now() + 20s, 20s);
+  p.t[1]->recv(0, 0, smallGot.data(), smallGot.size());
+  ASSERT_NO_THROW(p.t[1]->wait());
+  p.t[1]->endOp();
+  p.t[1]->beginOp(d2, Clock::now() + 20s, 20s);
+  p.t[1]->recv(0, 0, bigGot.data(), len);
+  ASSERT_NO_THROW(p.t[1]->wait());
+  ASSERT_NO_THROW(p.t[0]->wait());
+  p.t[0]->endOp();
+  p.t[1]->endOp();
+  EXPECT_TRUE(smallGot == small) << "the held step arrived changed";
+  EXPECT_TRUE(bigGot == big) << "the step left in its socket arrived changed";
+
+  // Below kLagDeferMin (but above SocketLink::kDeferMin, which applies when
+  // nothing is held) a step behind a held one is read at once and held.
+  const size_t mlen = net::NetTransport::kLagDeferMin - 4096;
+  ASSERT_GE(mlen, net::SocketLink::kDeferMin);
+  std::vector<unsigned char> mediumA(mlen), mediumB(mlen), gotA(mlen, 0), gotB(mlen, 0);
+  for (size_t i = 0; i < mlen; ++i) mediumA[i] = static_cast<unsigned char>(i * 5 + 2), mediumB[i] = static_cast<unsigned char>(i * 9 + 4);
+  auto d3 = op(3, small.size()), d4 = op(4, mlen), d5 = op(5, mlen);
+  auto b3 = p.t[1]->holding();
+  p.t[0]->beginOp(d3, Clock::now() + 20s, 20s);
+  p.t[0]->send(1, 0, small.data(), small.size());
+  ASSERT_NO_THROW(p.t[0]->wait());
+  p.t[0]->endOp();
+  until = Clock::now() + 10s;
+  while (p.t[1]->holding().messagesHeld == b3.messagesHeld && Clock::now() < until) std::this_thread::yield();
+  auto m3 = p.t[1]->holding();
+  ASSERT_EQ(m3.messagesHeld, b3.messagesHeld + 1) << "the small step was not held";
+  for (auto [d, buf] : {std::make_pair(d4, &mediumA), std::make_pair(d5, &mediumB)}) {
+    p.t[0]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[0]->send(1, 0, buf->data(), mlen);
+    ASSERT_NO_THROW(p.t[0]->wait());
+    p.t[0]->endOp();
+  }
+  while (p.t[1]->holding().messagesHeld < m3.messagesHeld + 2 &&
+         p.t[1]->holding().framesLeftInSocket == m3.framesLeftInSocket && Clock::now() < until)
+    std::this_thread::yield();
+  auto m5 = p.t[1]->holding();
+  EXPECT_EQ(m5.framesLeftInSocket, m3.framesLeftInSocket) << "a step below kLagDeferMin waited in its socket";
+  EXPECT_EQ(m5.messagesHeld, m3.messagesHeld + 2);
+  for (auto [d, buf] : {std::make_pair(d3, &smallGot), std::make_pair(d4, &gotA), std::make_pair(d5, &gotB)}) {
+    p.t[1]->beginOp(d, Clock::now() + 20s, 20s);
+    p.t[1]->recv(0, 0, buf->data(), buf->size());
+    ASSERT_NO_THROW(p.t[1]->wait());
+    p.t[1]->endOp();
+  }
+  EXPECT_TRUE(smallGot == small && gotA == mediumA && gotB == mediumB) << "held steps arrived changed";
+}
+
 // Small messages are read through their connection's buffer
 // (SocketLink::kReadAhead): a header and its payload in one recv call, and
 // several messages in one where they came back to back. Every size around

@@ -194,6 +194,10 @@ class NetTransport : public Transport, private FrameSink {
   std::string describeIb() const;
   const std::string& whyNotIb() const { return ibWhy_; }
 
+  // Over TCP, the smallest message left in its socket while an earlier one
+  // of its peer is held (readNow); without one held: SocketLink::kDeferMin.
+  static constexpr size_t kLagDeferMin = size_t(256) << 10;
+
  private:
   struct Tagged {
     RequestPtr req;
