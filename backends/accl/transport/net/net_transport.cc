@@ -535,12 +535,11 @@ bool NetTransport::readNow(int peer, const FrameHeader& h) {
   if (matcher_.hasPostedFrom(peer, s) || matcher_.underWay(peer, s, h.key)) return true;
   // A rank whose receives lag (a message of the peer is held already) reads
   // at once over shared memory: waiting only delays it. Over TCP it does so
-  // below kLagDeferMin only (leaving those too cost scatter of 64 KiB
-  // between 2 hosts a third of its busbw): a larger message
-  // held is what a receiver that lags makes of every message while its
-  // sender runs ahead (a root's broadcasts of 1 MiB: 86 % copied twice), and
-  // leaving it in its socket holds the sender to the receiver's pace, with
-  // one copy per message.
+  // below kLagDeferMin only (leaving those too cost scatter of 64 KiB between
+  // 2 hosts a third of its busbw). A larger message held is what a receiver
+  // that lags makes of every message while its sender runs ahead (a root's
+  // broadcasts of 1 MiB: 86 % copied twice); left in its socket, it holds
+  // the sender to the receiver's pace, with one copy per message.
   if (!matcher_.holds(peer, s)) return false;
   return overShm(peer) || h.total < kLagDeferMin;
 }
