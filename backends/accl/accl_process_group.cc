@@ -226,9 +226,21 @@ AcclProcessGroup::~AcclProcessGroup() {
 }
 
 void AcclProcessGroup::notePeerBytes(uint64_t traceId) {
+  // Few peers (a ring's or a tree's): on the stack, into the recorder's
+  // own ring, with no allocation.
+  constexpr size_t kFew = FlightRecorder::kInlinePeers;
+  core::net::NetTransport::OpBytes few[kFew];
+  size_t n = net_->opTrafficInto(few, kFew);
+  if (n == 0) return;
+  if (n <= kFew) {
+    PeerBytes p[kFew];
+    for (size_t i = 0; i < n; ++i) p[i] = {few[i].rank, few[i].sent, few[i].received};
+    recorder()->peerBytes(traceId, p, n);
+    return;
+  }
   std::vector<PeerBytes> v;
   for (const auto& b : net_->opTraffic()) v.push_back({b.rank, b.sent, b.received});
-  recorder()->peerBytes(traceId, std::move(v));
+  recorder()->peerBytes(traceId, v);
 }
 
 void AcclProcessGroup::tracePointToPoint(int peer) {

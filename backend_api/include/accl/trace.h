@@ -159,8 +159,14 @@ class FlightRecorder {
   // Whether ops are timed precisely (ACCL_STATS or ACCL_TIMELINE): then a
   // backend's waits are worth timing.
   bool timesOps() const { return precise_; }
-  // What op `id` moved to and from each peer over the network.
-  void peerBytes(uint64_t id, std::vector<PeerBytes> peers);
+  // What op `id` moved to and from each peer over the network. A
+  // collective with at most kInlinePeers peers keeps them in a ring beside
+  // its slot (no allocation or lock on the op's path: the map node and the
+  // vectors were 2-3 % of a small broadcast's samples between hosts); more
+  // peers, and point-to-point ops, go with the op's texts.
+  static constexpr size_t kInlinePeers = 4;
+  void peerBytes(uint64_t id, const PeerBytes* peers, size_t n);
+  void peerBytes(uint64_t id, const std::vector<PeerBytes>& peers) { peerBytes(id, peers.data(), peers.size()); }
   // Op `id` has waited long for other ranks; `why` is the stall warning.
   // The first warning of an op also writes the dump (ACCL_TRACE_BUFFER > 0).
   void waiting(uint64_t id, const std::string& why);
@@ -266,6 +272,20 @@ class FlightRecorder {
     std::vector<PeerBytes> peers;
   };
   Slot& slotOf(uint64_t id) { return ring_[id & mask_]; }
+  // A collective's per-peer bytes (kInlinePeers at most), published as a
+  // sequence lock: `id` is 0 while written, then the op's id.
+  struct PeerSlot {
+    std::atomic<uint64_t> id{0};
+    std::atomic<uint32_t> n{0};
+    struct Entry {
+      std::atomic<int32_t> rank{-1};
+      std::atomic<uint64_t> sent{0}, received{0};
+    } e[kInlinePeers];
+  };
+  // The collective's entry (even ids); made the first time an op has peers
+  // (a group within one host never has).
+  PeerSlot& peerSlotOf(PeerSlot* ring, uint64_t id) const { return ring[(id >> 1) & (capacity_ - 1)]; }
+  PeerSlot* makePeerRing();
   Copy read(const Slot& s) const;  // with the texts
   // The op clock: the ticker's copy of the coarse clock (a load), or the
   // precise clock where statistics or the timeline time each op (then tick_
@@ -297,6 +317,8 @@ class FlightRecorder {
   size_t slots_;     // 2 * capacity_
   size_t mask_;      // slots_ - 1
   std::unique_ptr<Slot[]> ring_;
+  std::unique_ptr<PeerSlot[]> peerOwned_;    // under textMu_
+  std::atomic<PeerSlot*> peerRing_{nullptr};  // peerOwned_, once made
   std::atomic<uint64_t> nextCollId_{2};  // the next collective's id (written by the issuing thread only)
   std::atomic<uint64_t> nextP2pId_{1};   // the next point-to-point op's id (any thread)
   // The ids of each kind the ring may hold, oldest first: [first, next) by 2

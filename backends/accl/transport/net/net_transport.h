@@ -179,6 +179,9 @@ class NetTransport : public Transport, private FrameSink {
     uint64_t sent = 0, received = 0;
   };
   std::vector<OpBytes> opTraffic() const;
+  // The same into `out` (room for `max`), with no allocation; returns how
+  // many peers there are (only `max` of them copied when more).
+  size_t opTrafficInto(OpBytes* out, size_t max) const;
 
   const std::string& interfaceName() const;
   const std::string& address() const;

@@ -122,6 +122,12 @@ std::vector<NetTransport::OpBytes> NetTransport::opTraffic() const {
   return opTraffic_;
 }
 
+size_t NetTransport::opTrafficInto(OpBytes* out, size_t max) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::copy_n(opTraffic_.begin(), std::min(max, opTraffic_.size()), out);
+  return opTraffic_.size();
+}
+
 void NetTransport::throwIfFailed(const std::vector<int>& peers) {
   try {
     session_.check(peerFailed_, peers);
