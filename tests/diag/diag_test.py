@@ -4,6 +4,8 @@
     diag_test.py BUILD_DIR stall shm|tcp|ib    SIGSTOP one of 4 ranks mid-allreduce: the others warn naming it and
                                              the op within 5 s; accl-diag names it on the SIGUSR1 dumps and again
                                              on the dumps the timeout writes
+    diag_test.py BUILD_DIR stall_late tcp    the same, and the waiting rank 0 is itself stopped past its warning's
+                                             due time: its warning says how late it comes and why
     diag_test.py BUILD_DIR stall_generic gloo  the same SIGSTOP on gloo: the watchdog's warning on 0, 1 and 3, their
                                              dumps at that warning, and accl-diag names rank 2
     diag_test.py BUILD_DIR mismatch shm      rank 1 broadcasts while the others allgather: accl-diag names both ops
@@ -255,6 +257,42 @@ def stall(tmp):
               "accl-diag names the first failure, a timeout")
 
 
+def stall_late(tmp):
+    """A waiting rank that is itself stopped past its warning's due time says so in the warning."""
+    env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT="30s", ACCL_TRANSPORTS=transports_for(PARAM))
+    with StoppedRank2(tmp, env) as j:
+        log, pids, stopped = j.log, j.pids, j.stopped
+        # Rank 0 runs on into the op rank 2 holds up (ops take microseconds: it waits there well within 1 s;
+        # stopped at once, it may still be between two ops) and waits; then rank 0 itself is stopped until 5 s
+        # after rank 2 was, past its warning's due time (2 s after its op began, so at most 3 s after rank 2
+        # stopped).
+        time.sleep(max(0.0, stopped + 1.0 - time.time()))
+        os.kill(pids[0], signal.SIGSTOP)
+        time.sleep(max(0.0, stopped + 5.0 - time.time()))
+        os.kill(pids[0], signal.SIGCONT)
+        resumed = time.time() - stopped
+        pat = re.compile(r"^\[0\] .* WARN COLL: .*has waited ([\d.]+) s for other ranks .*; this warning comes (\d+) "
+                         r"ms after it was due: this rank's waiting thread did not run meanwhile")
+        found = None
+        while time.time() < stopped + 11 and not found:
+            log.seek(0)
+            found = next((m for m in map(pat.match, log.read().splitlines()) if m), None)
+            time.sleep(0.05)
+        print(f"rank 0 resumed {resumed:.1f} s after rank 2 was stopped; its warning: "
+              f"{found.group(0)[:400] if found else None}")
+        check(found is not None, "rank 0's first warning after it resumed says that it comes late and why")
+        if found:
+            waited, late = float(found.group(1)), int(found.group(2))
+            # Due 2 s after its op began; written when it resumed, 5 s after rank 2 stopped.
+            check(late >= 1000 and abs((waited - 2.0) * 1000 - late) <= 600,
+                  f"the lateness ({late} ms) is the wait ({waited} s) beyond ACCL_STALL_WARN (2 s)")
+        if not found:
+            log.seek(0)
+            for line in log.read().splitlines():
+                if line.startswith("[0] ") and " WARN " in line:
+                    print(f"rank 0 wrote: {line}")
+
+
 def stall_generic(tmp):
     """The watchdog's stall warning and dump on a backend that cannot name the missing ranks (gloo)."""
     env = env_for(tmp, ACCL_STALL_WARN="2s", ACCL_TIMEOUT="20s", ACCL_DIAG_BACKEND=PARAM)
@@ -491,7 +529,7 @@ def files(tmp):
 
 
 def main():
-    return run({"stall": stall, "stall_generic": stall_generic, "mismatch": mismatch, "timeline": timeline,
+    return run({"stall": stall, "stall_late": stall_late, "stall_generic": stall_generic, "mismatch": mismatch, "timeline": timeline,
                 "slowlink": slowlink, "files": files, "peerbytes": peerbytes}, SCENARIO, "accl-diag-test-")
 
 

@@ -18,6 +18,9 @@ namespace net {
 
 namespace {
 constexpr auto kQueryGrace = std::chrono::milliseconds(1500);
+// A stall warning this late (the waiter checks at least every 100 ms) says
+// that its thread did not run.
+constexpr int64_t kStallLateMs = 500;
 
 }  // namespace
 
@@ -332,17 +335,31 @@ void NetTransport::warnStall(const std::string& waitingFor) {
   std::lock_guard<std::mutex> one(stallMu_);
   std::unique_lock<std::mutex> lk(mu_);
   auto now = Clock::now();
-  if (!session_.active() || now.time_since_epoch().count() < nextStallNs_.load(std::memory_order_relaxed)) return;
+  int64_t due = nextStallNs_.load(std::memory_order_relaxed);
+  if (!session_.active() || now.time_since_epoch().count() < due) return;
   OpDesc d = session_.current();
   auto waited = now - opBegan_;
+  // How long after it was due this warning comes: more than a wake-up's
+  // slack means the waiting thread did not run (stopped, or starved of a
+  // core), which the warning says, as it changes what the wait means.
+  int64_t lateMs = (now.time_since_epoch().count() - due) / 1000000;
   // Backoff: the next warning when the op has waited twice as long.
   nextStallNs_.store((opBegan_ + 2 * waited).time_since_epoch().count(), std::memory_order_relaxed);
   queryArrivals(lk);
-  if (!session_.active() || session_.current() != d) return;  // the op ended meanwhile
+  if (!session_.active() || session_.current() != d) {
+    lk.unlock();
+    ACCL_INFO("COLL", o_.where << ": no stall warning for " << describe(d)
+                               << ": it ended while its peers were asked where they are");
+    return;
+  }
   auto missing = arrivals_.missing(d.seq, o_.rank, peerFailed_, o_.hosts);
   auto ms = [](Clock::duration x) { return std::chrono::duration_cast<std::chrono::milliseconds>(x); };
   std::string msg = Arrivals::stallMessage(d, ms(waited), ms(session_.deadline() - Clock::now()), missing, peerFailed_,
                                            waitingFor);
+  if (lateMs >= kStallLateMs)
+    msg += "; this warning comes " + std::to_string(lateMs) +
+           " ms after it was due: this rank's waiting thread did not run meanwhile (the process was stopped, or "
+           "the host's cores are oversubscribed), so part of the wait is this rank's own";
   lk.unlock();
   ACCL_WARN("COLL", o_.where << ": " << msg);
   if (o_.onStall) o_.onStall(msg);
