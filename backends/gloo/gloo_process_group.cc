@@ -17,12 +17,15 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
 
 #include "accl/config.h"
+#include "accl/internal/config_var.h"
 #include "accl/internal/net.h"
 #include "accl/internal/reduce_kernels.h"
 #include "accl/internal/work_pool.h"
@@ -100,6 +103,45 @@ void* dataOrDummy(const Buffer& b) { return b.data ? b.data : gZero; }
   }
 }
 
+const config::Var<std::string> loopPolicyVar(
+    "ACCL_GLOO_LOOP_POLICY", "gloo backend", config::oneOf({"batch", "inherit"}), "batch", nullptr,
+    "Scheduling policy of the event-loop thread that gloo starts for each group. batch: SCHED_BATCH, with the "
+    "weight (nice value) of the thread that creates the group, but a message that wakes the loop does not "
+    "preempt the thread running on its core. gloo's loop polls a readable socket again at once while an op's "
+    "caller holds that connection's lock; where the two share a core, a loop woken in the middle of the "
+    "caller's send kept the caller, and the lock, off the core for the rest of its time slice (2 ranks on one "
+    "core: 1.2-2.9 ms per small allreduce, 0.13-0.35 ms with batch). inherit: the creating thread's policy, "
+    "as gloo leaves it.");
+
+// Runs fn with the calling thread's policy set to SCHED_BATCH where
+// ACCL_GLOO_LOOP_POLICY says so, so that the threads fn starts (gloo's event
+// loop: std::thread inherits its creator's policy) take it; the calling
+// thread's own policy is restored whatever fn does.
+template <class F>
+auto withLoopPolicy(F&& fn) -> decltype(fn()) {
+  struct Restore {
+    bool set = false;
+    int policy = SCHED_OTHER;
+    sched_param param{};
+    ~Restore() {
+      if (set && sched_setscheduler(0, policy, &param) != 0)
+        ACCL_WARN("INIT", "gloo: " << errnoMessage("restoring the thread's scheduling policy", errno));
+    }
+  } restore;
+  // Only a thread of the ordinary policy is changed: a real-time or idle
+  // caller's threads keep what it chose.
+  if (loopPolicyVar.get() == "batch" && sched_getscheduler(0) == SCHED_OTHER &&
+      sched_getparam(0, &restore.param) == 0) {
+    sched_param p{};
+    if (sched_setscheduler(0, SCHED_BATCH, &p) == 0)
+      restore.set = true;
+    else
+      ACCL_INFO("INIT", "gloo: " << errnoMessage("SCHED_BATCH for the event loop", errno)
+                                 << "; it keeps the creating thread's policy");
+  }
+  return fn();
+}
+
 std::shared_ptr<gloo::transport::Device> makeDevice() {
   const std::string& spec = Config::get().socketIfname;
   auto ifs = internal::selectInterfaces(spec);
@@ -110,7 +152,7 @@ std::shared_ptr<gloo::transport::Device> makeDevice() {
   attr.hostname = ifs[0].address;
   attr.ai_family = ifs[0].family;
   ACCL_INFO("NET", "gloo: using interface " << ifs[0].name << " (" << ifs[0].address << ")");
-  return gloo::transport::tcp::CreateDevice(attr);
+  return withLoopPolicy([&] { return gloo::transport::tcp::CreateDevice(attr); });
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Ranks as threads of one process (gloo and accl allow it): the conformance checks,
 // argument errors, timeouts, ordering and concurrency of several groups.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cstdint>
@@ -203,6 +205,45 @@ TEST(ThreadSafety, PointToPointFromManyThreadsOfOneGroup) {
       }
     }
   });
+}
+
+// The process's threads (ids of /proc/self/task).
+std::set<long> threadIds() {
+  std::set<long> ids;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ids.insert(std::atol(e->d_name));
+    closedir(d);
+  }
+  return ids;
+}
+
+TEST(GlooLoop, EachGroupsEventLoopRunsAsSetAndTheCallerKeepsItsPolicy) {
+  if (backendName() != "gloo") GTEST_SKIP() << "gloo's event loop: backend " << backendName();
+  const char* v = std::getenv("ACCL_GLOO_LOOP_POLICY");
+  bool batch = !v || !*v || std::string(v) == "batch";
+  auto before = threadIds();
+  std::atomic<int> callersBatch{0};
+  int newBatch = 0, newOther = 0;
+  runRanks(2, [&](ProcessGroup& pg) {
+    if (sched_getscheduler(0) == SCHED_BATCH) ++callersBatch;
+    // Both groups, and so both gloo devices, exist once a collective is done;
+    // rank 0 looks at the threads before either group can go.
+    pg.barrier()->wait();
+    if (pg.rank() == 0)
+      for (long t : threadIds()) {
+        if (before.count(t)) continue;
+        int p = sched_getscheduler(static_cast<pid_t>(t));
+        newBatch += p == SCHED_BATCH;
+        newOther += p == SCHED_OTHER;
+      }
+    pg.barrier()->wait();
+  });
+  EXPECT_EQ(callersBatch.load(), 0) << "a rank's own thread was left SCHED_BATCH";
+  // One event loop per group (gloo's tcp device), and no other thread.
+  EXPECT_EQ(newBatch, batch ? 2 : 0) << "ACCL_GLOO_LOOP_POLICY=" << (v ? v : "(unset)");
+  EXPECT_GE(newOther, 2);  // the ranks' own threads, at least
+  EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);
 }
 
 TEST(Recorder, AGroupMadeWithRecordFalseKeepsNoRecorder) {
