@@ -310,7 +310,9 @@ def main():
           "(64 KiB) on the calling thread, under a guard that aborts the job at the op's deadline,",
           "and above it MPI's non-blocking ones (`MPI_Iallreduce`, Open MPI's libnbc), polled",
           "against the deadline. The ACCL `gloo` backend and torch's gloo run the same",
-          "library; their differences are mostly noise of this shared machine.", ""]
+          "library, but ACCL runs gloo's event-loop thread as `SCHED_BATCH` (`ACCL_GLOO_LOOP_POLICY`,",
+          "so that a message that wakes the loop does not preempt the op's caller on a shared core) and",
+          "torch leaves it as gloo does.", ""]
     if failures:
         md += ["Not measured in this run (the measurement failed; its column is left out):", ""]
         md += [f"- {f}" for f in failures] + [""]
