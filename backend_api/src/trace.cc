@@ -51,6 +51,30 @@ int64_t wallUs() {
       .count();
 }
 
+// The wall clock's lead over the monotonic clock (µs), read once per process
+// for the timeline: every span of every group is placed with the same offset,
+// so spans that nest in monotonic time nest in the file too. (Taken per
+// event, a thread preempted between its two clock reads shifted that event
+// by the preemption, and a wait could fall outside its op's span.) Of a few
+// readings, the one whose monotonic reads bracket its wall-clock read most
+// tightly.
+int64_t timelineOffsetUs() {
+  static const int64_t offset = [] {
+    int64_t best = 0, bestGap = INT64_MAX;
+    for (int i = 0; i < 5; ++i) {
+      int64_t a = steadyNs();
+      int64_t w = wallUs();
+      int64_t b = steadyNs();
+      if (b - a < bestGap) {
+        bestGap = b - a;
+        best = w - (a + (b - a) / 2) / 1000;
+      }
+    }
+    return best;
+  }();
+  return offset;
+}
+
 struct Registry {
   std::mutex mu;
   std::vector<std::weak_ptr<FlightRecorder>> recorders;
@@ -551,7 +575,7 @@ void FlightRecorder::account(const Copy& s) {
   }
   if (timelineTid_ >= 0) {
     Timeline* t = Timeline::get(rank_);
-    int64_t offsetUs = wallUs() - steadyNs() / 1000;
+    int64_t offsetUs = timelineOffsetUs();
     int64_t queued = s.queuedNs / 1000 + offsetUs, started = (s.startedNs ? s.startedNs : s.finishedNs) / 1000 + offsetUs,
             finished = s.finishedNs / 1000 + offsetUs;
     const char* name = toString(s.op);
@@ -685,7 +709,7 @@ void FlightRecorder::waited(uint64_t id, int64_t firstNs, int64_t lastNs, int64_
   // A span from the op's first wait for its peers to the end of its last
   // (the time between is the op's own work); the sum of the waits is in args.
   Timeline* t = Timeline::get(rank_);
-  int64_t offsetUs = wallUs() - steadyNs() / 1000;
+  int64_t offsetUs = timelineOffsetUs();
   int64_t w0 = firstNs / 1000 + offsetUs, w1 = lastNs / 1000 + offsetUs;
   const char* name = toString(static_cast<OpType>(s.meta.load(R) & 0xff));
   EventText e;
