@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -350,8 +351,19 @@ AcclWork::~AcclWork() = default;
 
 void AcclWork::start(std::vector<std::shared_ptr<accl::Work>> works, std::function<void()> finish) {
   finish_ = std::move(finish);
-  if (works.empty()) {
-    onDone(nullptr, -1);
+  // Ops that completed as they were issued (a blocking or small op run on
+  // this thread: the common case) finish this Work here, as their callbacks
+  // would at once, without registering any.
+  bool allDone = true;
+  for (auto& w : works) allDone = allDone && w->isCompleted();
+  if (allDone) {
+    std::exception_ptr err;
+    int src = -1;
+    for (auto& w : works) {
+      if (!err) err = w->exception();
+      if (w->sourceRank() >= 0) src = w->sourceRank();
+    }
+    onDone(err, src);
     return;
   }
   {
@@ -691,7 +703,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupACCL::issue(c10d::OpType type, bool c
                                                        const std::vector<at::Tensor>& outputs, Body&& body) {
   return guarded([&]() -> c10::intrusive_ptr<c10d::Work> {
     Route r = route(outputs);
-    auto work = c10::make_intrusive<AcclWork>(getRank(), type, profilingTitle(type), outputs, outputs, r.userStream);
+    // The title makes c10d::Work start a profiler record (an allocation and
+    // the profiler's callback lookup per op): given only while some callback
+    // (torch.profiler, record_function observers) is registered.
+    auto work = c10::make_intrusive<AcclWork>(getRank(), type, at::hasCallbacks() ? profilingTitle(type) : nullptr,
+                                              outputs, outputs, r.userStream);
     OpContext ctx{r.pg, r.stream, !async && !coalescing_, std::make_shared<Staging>(*r.pg), {}, {}};
     body(ctx);
     work->start(std::move(ctx.works), [stage = ctx.stage, after = std::move(ctx.after)] {
