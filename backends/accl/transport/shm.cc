@@ -1013,7 +1013,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
     beginEager(deadline);
     if (me == root) {
       for (int p = 0; p < n; ++p)
-        if (bytes[p]) std::memcpy(cell(round_ + 1, me) + p * qc, i + displ[p], bytes[p]);
+        if (p != me && bytes[p]) std::memcpy(cell(round_ + 1, me) + p * qc, i + displ[p], bytes[p]);
       arrive(d);
       return;
     }
@@ -1024,9 +1024,9 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   }
   begin(deadline);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += q) {
-    if (me == root)
+    if (me == root)  // (the root's own part went to its output above)
       for (int p = 0; p < n; ++p)
-        if (off < bytes[p]) std::memcpy(slot(round_ + 1, me) + p * q, i + displ[p] + off, std::min(q, bytes[p] - off));
+        if (p != me && off < bytes[p]) std::memcpy(slot(round_ + 1, me) + p * q, i + displ[p] + off, std::min(q, bytes[p] - off));
     round(d);
     if (me != root && off < bytes[me])
       std::memcpy(static_cast<char*>(out) + off, slot(round_, root) + me * q, std::min(q, bytes[me] - off));
