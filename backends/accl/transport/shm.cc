@@ -921,8 +921,8 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   // (maxb > 0 here: with nothing to send every rank wrote early.)
   for (size_t off = 0; off < maxb; off += q) {
     char* s = slot(round_ + 1, me);
-    for (int p = 0; p < n; ++p)
-      if (off < sendBytes[p]) std::memcpy(s + p * q, i + sd[p] + off, std::min(q, sendBytes[p] - off));
+    for (int p = 0; p < n; ++p)  // (the own chunk is copied straight across, below)
+      if (p != me && off < sendBytes[p]) std::memcpy(s + p * q, i + sd[p] + off, std::min(q, sendBytes[p] - off));
     round(d);
     for (int p = 0; p < n; ++p)
       if (p != me && off < recvBytes[p])
