@@ -469,12 +469,24 @@ TEST_P(Fault, MismatchedCollectivesNameBothSides) {
          if (r == 0) return pg.broadcast(Buffer(x, 16, DataType::Float32));
          return pg.gather(Buffer(x, 16, DataType::Float32), Buffer(x, 32, DataType::Float32));
        }, {"broadcast #1 (16 x float32", "gather #1 ("}},
+      // Large enough to go through the shared segment's slots, whose readers
+      // take the root's pieces as they land: each rank takes the other for
+      // the root (both wait for a rank that does not fill), and a receiver
+      // told of a smaller message than the root sends.
+      {"root, each the other's, through the slots", [](int r, ProcessGroup& pg, float* x) {
+         BroadcastOptions o;
+         o.root = 1 - r;
+         return pg.broadcast(Buffer(x, 16384, DataType::Float32), o);
+       }, {"root 1", "root 0"}},
+      {"count, through the slots", [](int r, ProcessGroup& pg, float* x) {
+         return pg.broadcast(Buffer(x, r == 0 ? 65536 : 16384, DataType::Float32));
+       }, {"broadcast #1 (65536 x float32", "broadcast #1 (16384 x float32"}},
   };
   for (auto& cs : cases) {
     SCOPED_TRACE(cs.name);
     std::string dir;
     runRanks(2, GetParam(), [&](int r, ProcessGroup& pg, Ctx& c) {
-      std::vector<float> x(32, 1.0f);
+      std::vector<float> x(65536 + 16, 1.0f);
       pg.barrier()->wait();  // #0
       // A rank whose side of the op completes (a broadcast root only sends)
       // learns of the mismatch at its next op.

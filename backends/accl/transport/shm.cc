@@ -50,6 +50,9 @@ constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-c
 // kDepth cells (shm.h), one per round modulo kDepth, so a sender may run up
 // to kDepth - 1 rounds ahead of the slowest rank (its credits).
 constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
+// A broadcast through the slots publishes its progress every eighth of the
+// slot's share, and at least every this many bytes.
+constexpr size_t kFillPieceMin = 16u << 10;
 // Ctl::a2a's flags beside the largest chunk: the chunks are in the slot
 // already; the buffers overlap (in place); in place with equal send and
 // receive layouts (chunks swap pairwise).
@@ -58,6 +61,9 @@ constexpr uint64_t kOverlap = uint64_t(1) << 62;
 constexpr uint64_t kSwap = uint64_t(1) << 61;
 constexpr uint64_t kA2aFlags = kSlotsWritten | kOverlap | kSwap;
 constexpr size_t kSwapChunk = 1u << 20;  // the pieces of an in-place swap (the rank's tmp_)
+// Ctl::filled: a slot's bytes (at most 1 MiB) below the round's number.
+constexpr int kFillBits = 21;
+constexpr uint64_t kFillMask = (uint64_t(1) << kFillBits) - 1;
 
 // The running hash of a rank's op descriptors, round by round: equal chains
 // at a round mean equal op sequences up to it.
@@ -128,6 +134,10 @@ struct alignas(128) ShmDomain::Ctl {
   uint64_t a2a[2];
   uint64_t offs[kMaxLocal];
   uint64_t cpus[16];  // the CPUs this rank may run on (a cpu_set_t's first 1024)
+  // How far this rank has filled its slot of a round whose readers take it
+  // piece by piece as it lands (broadcast): the round << kFillBits | bytes.
+  // A line of its own: the readers poll it while this rank writes the slot.
+  alignas(64) std::atomic<uint64_t> filled;
 };
 
 ShmDomain::Ctl& ShmDomain::ctl(int r) const {
@@ -551,17 +561,20 @@ void ShmDomain::cmaWrite(int peer, const void* local, uint64_t remote, size_t le
 // [off, off + n) of each rank's data: from the slots of `round` at slotOff,
 // or from the ranks' published inputs (single copy).
 void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, ReduceKind k,
-                              uint64_t rnd, bool fromSlots, size_t slotOff) {
+                              uint64_t rnd, bool fromSlots, size_t slotOff, const char* ownIn) {
   size_t es = dataTypeSize(t);
   if (n == 0) return;
   if (fromSlots) {
-    const char* s0 = slot(rnd, 0) + slotOff + off * es;
+    auto src = [&](int p) -> const char* {
+      return (ownIn && p == o_.localRank ? ownIn : slot(rnd, p) + slotOff) + off * es;
+    };
+    const char* s0 = src(0);
     if (o_.localSize == 1) {
       std::memmove(dst, s0, n * es);
       return;
     }
-    internal::reduce(dst, s0, slot(rnd, 1) + slotOff + off * es, n, t, k);
-    for (int p = 2; p < o_.localSize; ++p) internal::reduce(dst, dst, slot(rnd, p) + slotOff + off * es, n, t, k);
+    internal::reduce(dst, s0, src(1), n, t, k);
+    for (int p = 2; p < o_.localSize; ++p) internal::reduce(dst, dst, src(p), n, t, k);
     return;
   }
   // Single copy: own input first, then each peer's, in cache-sized chunks.
@@ -583,6 +596,23 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
     }
     if (acc != d) std::memmove(d, acc, m * es);
   }
+}
+
+void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole) {
+  // A piece reduced slice by slice: this rank's slice is reduced by this rank
+  // alone, which reads it from its input (reduceFromAll's `own`), so only the
+  // others' slices go into the slot. A small piece, which every rank reduces
+  // whole, goes in whole.
+  if (m == 0) return;
+  char* s = slot(round_ + 1, o_.localRank);
+  if (whole) {
+    std::memcpy(s, src, m * es);
+    return;
+  }
+  size_t lo, hi;
+  part(m, o_.localSize, o_.localRank, &lo, &hi);
+  if (lo) std::memcpy(s, src, lo * es);
+  if (hi < m) std::memcpy(s + hi * es, src + hi * es, (m - hi) * es);
 }
 
 void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, ReduceKind k,
@@ -618,16 +648,17 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
   const char* i = static_cast<const char*>(in);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
-    if (m) std::memcpy(slot(round_ + 1, me), i + off * es, m * es);
+    bool small = m * es <= kSmallReduceBytes;
+    copyInButOwnSlice(i + off * es, m, es, small);
     round(d);
     uint64_t r = round_;
-    if (m * es <= kSmallReduceBytes) {
+    if (small) {
       reduceFromAll(o + off * es, 0, m, t, k, r, true, 0);
     } else {
       size_t lo, hi;
       part(m, n, me, &lo, &hi);
       // Reduce this rank's slice into its slot of the next round, then gather.
-      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0);
+      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es);
       round(d);
       for (int p = 0; p < n; ++p) {
         part(m, n, p, &lo, &hi);
@@ -691,15 +722,16 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
   begin(deadline);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
-    if (m) std::memcpy(slot(round_ + 1, me), i + off * es, m * es);
+    bool small = m * es <= kSmallReduceBytes;
+    copyInButOwnSlice(i + off * es, m, es, small);
     round(d);
     uint64_t r = round_;
-    if (m * es <= kSmallReduceBytes) {
+    if (small) {
       if (me == root) reduceFromAll(o + off * es, 0, m, t, k, r, true, 0);
     } else {
       size_t lo, hi;
       part(m, n, me, &lo, &hi);
-      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0);
+      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es);
       round(d);
       if (me == root)
         for (int p = 0; p < n; ++p) {
@@ -746,13 +778,58 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
     if (bytes) std::memcpy(b, cell(round_, root), bytes);
     return;
   }
+  // Through the slots, a slot's worth per round. The root publishes how far
+  // it has filled its slot after every piece, and the others copy each piece
+  // out as it lands: the copy out runs beside the copy in, one piece behind,
+  // where it ran after it (a 256 KiB broadcast was two whole copies end to
+  // end). The others arrive before they read: a rank that takes another for
+  // the root (a mismatch) waits for a rank that is not filling, sees it
+  // arrive, and the round's check names the mismatch.
   begin(deadline);
+  size_t piece = std::max<size_t>(kFillPieceMin, ((bytes < slot_ ? bytes : slot_) / 8 + 4095) & ~size_t(4095));
   for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += slot_) {
     size_t m = std::min(slot_, bytes - off);
-    if (me == root && m) std::memcpy(slot(round_ + 1, me), b + off, m);
-    round(d);
-    if (me != root && m) std::memcpy(b + off, slot(round_, root), m);
+    if (me == root) {
+      char* s = slot(round_ + 1, me);
+      for (size_t x = 0; x < m; x += piece) {
+        size_t y = std::min(m, x + piece);
+        std::memcpy(s + x, b + off + x, y - x);
+        fill(y);
+      }
+      round(d);
+    } else {
+      arrive(d);
+      uint64_t k = round_;
+      const Ctl& r = ctl(root);
+      const char* s = slot(k, root);
+      size_t got = 0;
+      while (got < m) {
+        size_t have = got;
+        waitFor([&](int p) {
+          if (p != root) return true;
+          uint64_t f = r.filled.load(std::memory_order_acquire);
+          if ((f >> kFillBits) == k) have = std::min<size_t>(f & kFillMask, m);
+          return have > got || r.arrive.load(std::memory_order_acquire) >= k;
+        });
+        if (have <= got) break;  // the root arrived: its slot is full, or it runs another op
+        std::memcpy(b + off + got, s + got, have - got);
+        got = have;
+      }
+      waitAll();
+      if (got < m) std::memcpy(b + off + got, s + got, m - got);
+    }
     if (bytes == 0) break;
+  }
+}
+
+void ShmDomain::fill(size_t bytes) {
+  // seq_cst, as an arrival: a reader that registered as a sleeper before this
+  // store is seen by the load below and woken.
+  ctl(o_.localRank).filled.store(((round_ + 1) << kFillBits) | bytes, std::memory_order_seq_cst);
+  auto* h = static_cast<Header*>(base_);
+  if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
+    h->futex.fetch_add(1);
+    futexWakeAll(&h->futex);
   }
 }
 
@@ -808,12 +885,23 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
   }
   size_t per = slot_ / es;
   const char* i = static_cast<const char*>(in);
+  // This rank's own part stays out of its slot (only it reduces that part)
+  // and is read from its input, unless the output is that part of the input
+  // (in place), which the reduction writes before it reads the own data.
+  bool inPlace = o == i + displ[me] * es;
   for (size_t off = 0; off < total || (total == 0 && off == 0); off += per) {
     size_t m = std::min(per, total - off);
-    if (m) std::memcpy(slot(round_ + 1, me), i + off * es, m * es);
-    round(d);
     size_t lo = std::max(off, displ[me]), hi = std::min(off + m, displ[me + 1]);
-    if (lo < hi) reduceFromAll(o + (lo - displ[me]) * es, lo - off, hi - lo, t, k, round_, true, 0);
+    char* s = slot(round_ + 1, me);
+    if (inPlace || lo >= hi) {
+      if (m) std::memcpy(s, i + off * es, m * es);
+    } else {
+      if (lo > off) std::memcpy(s, i + off * es, (lo - off) * es);
+      if (off + m > hi) std::memcpy(s + (hi - off) * es, i + hi * es, (off + m - hi) * es);
+    }
+    round(d);
+    if (lo < hi)
+      reduceFromAll(o + (lo - displ[me]) * es, lo - off, hi - lo, t, k, round_, true, 0, inPlace ? nullptr : i + off * es);
     if (total == 0) break;
   }
 }

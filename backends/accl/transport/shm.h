@@ -99,6 +99,9 @@ class ShmDomain : public HostGroup {
   void arrive(const OpDesc& d);
   void waitAll();
   void waitRoot(int root);
+  // Publishes that this rank's slot of the next round holds its first
+  // `bytes` bytes (the readers of a broadcast take them as they land).
+  void fill(size_t bytes);
   // Throws if local rank p's ops up to round x differ from this rank's,
   // naming the first round among the last kDepth where they differ.
   void checkPeer(int p, uint64_t x) const;
@@ -124,8 +127,15 @@ class ShmDomain : public HostGroup {
   // Whether a gather or scatter of `total` bytes, `largest` from one rank,
   // goes by single copy.
   bool singleCopyRooted(size_t total, size_t largest) const;
-  void reduceFromAll(char* dst, size_t offBytes, size_t n, DataType t, ReduceKind k,
-                     uint64_t round, bool fromSlots, size_t slotOff);
+  // Reduces elements [off, off + n) of every local rank's data into dst, in
+  // rank order: from the slots of `round` (fromSlots; this rank's own from
+  // `ownIn` instead where given: its input, laid out as its slot, whose slice
+  // it did not copy there), or by single copy from the published inputs.
+  void reduceFromAll(char* dst, size_t off, size_t n, DataType t, ReduceKind k,
+                     uint64_t round, bool fromSlots, size_t slotOff, const char* ownIn = nullptr);
+  // Copies a piece of m elements (es bytes each) into this rank's slot of the
+  // next round: whole, or all but this rank's slice (part(m, n, rank)).
+  void copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole);
   // Sets oversubscribed_ and the single-copy thresholds that follow from it.
   void shareCpus(bool shared);
 

@@ -491,6 +491,8 @@ LandingPtr NetTransport::onHeader(int peer, const FrameHeader& h) {
       return nullptr;
     case FrameType::Reply:
       arrivals_.onReply(peer, h.key, h.desc);
+      // The peer is in an op of this op's number: a different one is a mismatch.
+      if (h.key & Arrivals::kActive) session_.noteDesc(peer, h.desc);
       cv_.notify_all();
       return nullptr;
     case FrameType::Abort:

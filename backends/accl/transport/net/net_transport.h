@@ -324,6 +324,7 @@ class NetTransport : public Transport, private FrameSink {
   // The op that began now warns after ACCL_STALL_WARN (the caller read the
   // clock for the deadline: no second read per op).
   void armStallWarning(Clock::time_point deadline, std::chrono::milliseconds timeout) {
+    probeAt_ = deadline - timeout + kMismatchProbe;
     if (o_.stallWarn.count() <= 0) return;
     opBegan_ = deadline - timeout;
     nextStallNs_.store((opBegan_ + o_.stallWarn).time_since_epoch().count(), std::memory_order_relaxed);
@@ -373,6 +374,14 @@ class NetTransport : public Transport, private FrameSink {
   // Steady-clock ns at which the current op is due for a stall warning.
   std::atomic<int64_t> nextStallNs_{INT64_MAX};
   Clock::time_point opBegan_{};
+  // A collective's wait that lasts kMismatchProbe asks the peers which op
+  // they are in (Query frames; the Reply carries the op), again each time
+  // the wait has doubled: ranks that each wait for the other's data (each
+  // took the other for a broadcast's root) exchange no frame whose op could
+  // differ from theirs, and would otherwise wait out the whole timeout.
+  static constexpr std::chrono::milliseconds kMismatchProbe{1000};
+  Clock::time_point probeAt_{};  // the op's next probe (mu_, or the op's own thread)
+  void probeArrivals();
   std::mutex stallMu_;  // one warning at a time
   std::atomic<bool> stop_{false};
   std::thread thread_;

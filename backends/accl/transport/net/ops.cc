@@ -177,6 +177,13 @@ void NetTransport::waitFirst(size_t n) {
       lk.lock();
       continue;
     }
+    auto now = Clock::now();
+    if (now >= probeAt_) {
+      polls.end(false);  // the replies come through the progress thread
+      probeAt_ = now + (now - (session_.deadline() - session_.timeout()));
+      probeArrivals();
+      continue;
+    }
     if (pollForOpWaiter(polls)) continue;
     cv_.wait_until(lk, std::min(session_.deadline(), Clock::now() + std::chrono::milliseconds(100)));
   }
@@ -318,6 +325,15 @@ void NetTransport::queryArrivals(std::unique_lock<std::mutex>& lk) {
     return false;
   };
   while (pending() && Clock::now() < until) cv_.wait_until(lk, until);
+}
+
+void NetTransport::probeArrivals() {
+  // No wait for the replies: a Reply whose op has this op's number but
+  // differs from it marks the op mismatched (OpSession::noteDesc), which the
+  // wait throws when it next looks.
+  for (int p = 0; p < o_.size; ++p)
+    if (p != o_.rank && peerFailed_[p].empty() && sockets_->serves(p))
+      sendControl(p, FrameType::Query, session_.current().seq, nullptr, nullptr);
 }
 
 void NetTransport::throwTimeout(const std::string& waitingFor) {
