@@ -338,14 +338,7 @@ void prepareExit(std::chrono::milliseconds wait) {
 
 AcclWork::AcclWork(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
                    std::vector<at::Tensor> outputs, c10::optional<c10::Stream> stream)
-    : c10d::Work(rank, type, title, inputs), outputs_(std::move(outputs)), stream_(stream) {
-  // A future of device tensors knows their device, so that then() callbacks
-  // and wait() on it are ordered after the copy back on the user's stream.
-  std::vector<c10::Device> devices;
-  if (stream_) devices.push_back(stream_->device());
-  static const c10::TypePtr kTensorList = c10::ListType::create(c10::TensorType::get());
-  future_ = c10::make_intrusive<c10::ivalue::Future>(kTensorList, devices);
-}
+    : c10d::Work(rank, type, title, inputs), outputs_(std::move(outputs)), stream_(stream) {}
 
 AcclWork::~AcclWork() = default;
 
@@ -441,16 +434,23 @@ void AcclWork::onDone(std::exception_ptr err, int src) {
     recordFunctionEndCallback_();
     recordFunctionEndCallback_ = nullptr;
   }
+  c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lk(mu_);
     error_ = err;
     source_ = src;
     done_ = true;
     works_.clear();  // their callbacks hold this Work: no cycle once done
+    future = future_;  // made before this point: completed here; after: where it is made
   }
   cv_.notify_all();
-  if (err) future_->setError(err);
-  else future_->markCompleted(c10::IValue(outputs_));
+  if (future) completeFuture(*future, err);
+}
+
+void AcclWork::completeFuture(c10::ivalue::Future& f, const std::exception_ptr& err) {
+  // Outside mu_: the future runs its callbacks here, which may call this Work.
+  if (err) f.setError(err);
+  else f.markCompleted(c10::IValue(outputs_));
 }
 
 bool AcclWork::isCompleted() {
@@ -501,7 +501,28 @@ bool AcclWork::wait(std::chrono::milliseconds timeout) {
 
 void AcclWork::abort() { TORCH_CHECK(false, "accl: aborting a single op is not supported"); }
 
-c10::intrusive_ptr<c10::ivalue::Future> AcclWork::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> AcclWork::getFuture() {
+  // Made on the first call, not with every op (most ops are waited on and
+  // never asked for one). Exactly one side completes it: onDone, when the
+  // future existed as the op finished; else the call that makes it.
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  std::exception_ptr err;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (future_) return future_;
+    // A future of device tensors knows their device, so that then() callbacks
+    // and wait() on it are ordered after the copy back on the user's stream.
+    std::vector<c10::Device> devices;
+    if (stream_) devices.push_back(stream_->device());
+    static const c10::TypePtr kTensorList = c10::ListType::create(c10::TensorType::get());
+    future_ = c10::make_intrusive<c10::ivalue::Future>(kTensorList, devices);
+    if (!done_) return future_;
+    f = future_;
+    err = error_;
+  }
+  completeFuture(*f, err);
+  return f;
+}
 
 // ---------------------------------------------------------------- store
 

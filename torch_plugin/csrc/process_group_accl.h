@@ -57,12 +57,13 @@ class AcclWork : public c10d::Work {
 
  private:
   void onDone(std::exception_ptr err, int src);
+  void completeFuture(c10::ivalue::Future& f, const std::exception_ptr& err);
 
   std::function<void()> finish_;
   std::vector<std::shared_ptr<accl::Work>> works_;  // until done (wait() runs queued ones)
   std::vector<at::Tensor> outputs_;
   c10::optional<c10::Stream> stream_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by the first getFuture() (mu_)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;

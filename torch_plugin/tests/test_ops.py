@@ -1,6 +1,8 @@
 """Every torch.distributed op on backend="accl", checked against a reference
 computed from every rank's inputs and, where torch's gloo supports the op and
 dtype, against gloo in the same processes."""
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -296,6 +298,20 @@ def w_async(ctx):
     # then() chains like gloo's futures (what DDP comm hooks use).
     fut2 = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(lambda f: f.value()[0] * 2)
     assert torch.equal(fut2.wait(), torch.full((3,), 2.0 * ctx.world_size))
+    # A future asked for while its op still waits (the message comes 0.3 s
+    # later) completes when the op does; one asked for twice is the same.
+    dist.barrier()
+    if ctx.rank == 0:
+        t = torch.zeros(4)
+        w = dist.irecv(t, src=1)
+        fut = w.get_future()
+        assert not fut.done() and not w.is_completed()
+        res = fut.wait()
+        assert torch.equal(res[0], torch.arange(4.0)) and torch.equal(t, torch.arange(4.0))
+        assert w.get_future().done()
+    elif ctx.rank == 1:
+        time.sleep(0.3)
+        dist.send(torch.arange(4.0), dst=0)
     dist.barrier()
     return True
 
