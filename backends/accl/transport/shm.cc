@@ -600,7 +600,7 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
 
 void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole) {
   // A piece reduced slice by slice: this rank's slice is reduced by this rank
-  // alone, which reads it from its input (reduceFromAll's `own`), so only the
+  // alone, which reads it from its input (reduceFromAll's `ownIn`), so only the
   // others' slices go into the slot. A small piece, which every rank reduces
   // whole, goes in whole.
   if (m == 0) return;
