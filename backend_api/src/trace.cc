@@ -1,4 +1,5 @@
 #include "accl/trace.h"
+#include "accl/internal/strings.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -286,17 +287,7 @@ class Timeline {
   int nextTid_ = 1;
 };
 
-std::string sizeText(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  snprintf(buf, sizeof(buf), b == std::floor(b) ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
-}
+using internal::sizeText;
 
 }  // namespace
 

@@ -168,10 +168,16 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     char name[96];
     snprintf(name, sizeof(name), "/accl-%016llx-h%d", static_cast<unsigned long long>(token_), layout_.myHost);
     so.segmentName = name;
-    // The segment's collectives copy through its slots unless single copy is
-    // asked for (ACCL_SHM_CMA=on): on 4 KiB pages that was 1.3-3x faster at
-    // 64 KiB - 128 MiB here, with a CPU per rank and with ranks sharing CPUs.
-    so.cma = settings::shmCma.get() == "on" ? 1 : -1;
+    // The segment's collectives copy through its slots, but where single copy
+    // is asked for (ACCL_SHM_CMA=on: every size from its thresholds) or, under
+    // auto with a CPU per local rank, in the size bands where it measured
+    // faster when the domain was made (shm.cc, kProbeBytes).
+    const std::string& cma = settings::shmCma.get();
+    so.cma = cma == "on" ? 1 : cma == "off" ? -1 : 0;
+    // Ranks that share cores (this host's, or with the other hosts of this
+    // machine): a spinning waiter takes the core its peer needs, and a
+    // single-copy message makes its sender wait for a hand-off.
+    so.cpusShared = machineShared;
     so.store = store_;
     so.timeout = timeout();
     so.where = where;
@@ -189,10 +195,6 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     };
     auto* dom = new core::ShmDomain(so);
     host_.reset(dom);
-    // Ranks that share cores (this host's, or with the other hosts of this
-    // machine): a spinning waiter takes the core its peer needs, and a
-    // single-copy message makes its sender wait for a hand-off.
-    if (machineShared) dom->setOversubscribed();
     net_->setLocalRanksShareCpus(dom->oversubscribed());
   } else {
     host_ = core::makeSoloHost();

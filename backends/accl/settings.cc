@@ -95,11 +95,14 @@ const config::Var<int> socketNstreams(
 
 const config::Var<std::string> shmCma(
     "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
-    "Single-copy shared-memory transfers with process_vm_readv. auto: collectives within a host copy "
-    "through the shared segment (its slots stay in cache: faster than single copy on buffers of 4 KiB "
-    "pages, whose every page the kernel pins), and so do point-to-point messages through the rings, "
-    "but for messages of 16 MiB and more where the host's ranks share CPUs, which are read by single "
-    "copy where the kernel allows it; on: single copy for collectives from 16 KiB (reduce 32 KiB) and "
+    "Single-copy shared-memory transfers with process_vm_readv. auto: where each of the host's ranks "
+    "has a CPU, a group times single copy against the shared segment's slots at 64 KiB - 1 MiB when it "
+    "is made (a few ms; once per set of processes) and its broadcast, allgather, alltoall, gather, "
+    "scatter and reduce take single copy in the size bands (32 KiB - 2 MiB) where it was faster; "
+    "every other collective, and all of them where the ranks share CPUs, copies through the slots; "
+    "point-to-point messages go through the rings, but for messages of 16 MiB and more where the "
+    "host's ranks share CPUs, which are read by single copy where the kernel allows it; ACCL_DEBUG=INFO "
+    "prints the probe and the bands. on: single copy for collectives from 16 KiB (reduce 32 KiB) and "
     "point-to-point messages from 8 KiB (where the host's ranks share CPUs: 64 KiB and 16 KiB), "
     "faster from about 16 MiB for buffers on huge pages; fails if unavailable; off: never.");
 

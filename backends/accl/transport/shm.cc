@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <cerrno>
 #include <climits>
@@ -22,6 +23,7 @@
 #include "accl/errors.h"
 #include "accl/internal/reduce_kernels.h"
 #include "accl/logging.h"
+#include "accl/internal/strings.h"
 
 namespace accl {
 namespace core {
@@ -42,6 +44,23 @@ constexpr auto kYieldFor = std::chrono::milliseconds(2);
 constexpr size_t kCmaMinBytes = 16u << 10;
 constexpr size_t kCmaMinReduceBytes = 32u << 10;
 constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
+// ACCL_SHM_CMA=auto with a CPU per local rank: single copy against the
+// slots, timed when the domain is made at each of these sizes; each decides
+// the band [size, 2 x size), the first also [size / 2, size). Below the first
+// band and from the last band's end the slots stay (which of the two is faster between them changes
+// with where this machine's cores sit: on one 2-core VM single copy was
+// 1.3-1.5x faster at 64-256 KiB in some launches and the slots 2-5x in
+// others, and the slots won from 1-2 MiB in both).
+constexpr size_t kProbeBytes[] = {64u << 10, 128u << 10, 256u << 10, 512u << 10, 1u << 20};
+constexpr size_t kNumProbes = sizeof(kProbeBytes) / sizeof(kProbeBytes[0]);
+constexpr int kProbeOps = 2;   // broadcasts and allgathers per timed batch
+constexpr int kProbeReps = 4;  // timed batches of each way (the best counts)
+// Single copy takes a band where it took less than the slots' time. (A
+// margin kept the slots at 256 KiB in a launch whose probe gave single copy
+// 0.92x, where Open MPI, which reads by single copy there, was then 1.1-1.3x
+// faster than the slots in four ops.)
+constexpr double kSingleCopyWins = 1.0;
+constexpr uint64_t kBandsUnknown = ~uint64_t(0);
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
 constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-copy reductions (L2-resident)
 // Eager rooted ops: a rank that only sends (the root of a broadcast or a
@@ -125,6 +144,11 @@ struct alignas(128) ShmDomain::Ctl {
   OpDesc desc[kDepth];
   int32_t pid;
   int32_t cmaOk;
+  // Single copy's bands (ShmDomain::cmaBands_): this rank's from an earlier
+  // domain of the same processes (kBandsUnknown: none), then local rank 0's
+  // decision, with its time ratios (x 1e6) at kProbeBytes.
+  uint64_t cmaBands;
+  uint64_t probeRatio[kNumProbes];
   uint64_t ptrIn, ptrOut, aux;
   // alltoallv's layout word of round k at k % 2: the largest chunk this rank
   // sends, and its flags (kSlotsWritten when its chunks are in its slot already,
@@ -157,7 +181,7 @@ char* ShmDomain::cell(uint64_t round, int r) const {
 bool ShmDomain::singleCopyRooted(size_t total, size_t largest) const {
   // A gather's or a scatter's parts that fit the eager cells go eagerly unless
   // the whole is large enough for single copy where CPUs are shared too.
-  return total >= cmaMin_ && (largest > kCell || total >= kCmaMinSharedCpuBytes);
+  return singleCopyFor(total, cmaMin_) && (largest > kCell || total >= kCmaMinSharedCpuBytes);
 }
 
 ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
@@ -235,6 +259,110 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
   }
   probeCma();
   checkOversubscribed();
+  if (o_.cpusShared) setOversubscribed();
+  if (cma_ && o_.cma > 0) {
+    cmaEvery_ = true;
+    cmaBands_ = ~uint64_t(0);
+  } else if (cma_ && !oversubscribed_) {
+    measureSingleCopy();
+  }
+}
+
+namespace {
+// Single copy's bands as measured by an earlier domain of exactly these
+// processes (a group split from another, made again, ...): the same cores,
+// so no second measurement. Keyed by the local ranks' pids in rank order.
+std::mutex gBandsMu;
+std::vector<std::pair<std::vector<int32_t>, std::pair<uint64_t, std::vector<double>>>> gBands;
+}  // namespace
+
+void ShmDomain::measureSingleCopy() {
+  int n = o_.localSize, me = o_.localRank;
+  std::vector<int32_t> pids;
+  for (int p = 0; p < n; ++p) pids.push_back(ctl(p).pid);
+  uint64_t known = kBandsUnknown;
+  std::vector<double> knownRatios;
+  {
+    std::lock_guard<std::mutex> lk(gBandsMu);
+    for (const auto& e : gBands)
+      if (e.first == pids) {
+        known = e.second.first;
+        knownRatios = e.second.second;
+      }
+  }
+  OpDesc d{};
+  d.op = 0xffd;
+  ctl(me).cmaBands = known;
+  round(d);
+  bool allKnow = true;
+  for (int p = 0; p < n; ++p) allKnow = allKnow && ctl(p).cmaBands == known && known != kBandsUnknown;
+  if (allKnow) {
+    cmaBands_ = known;
+    for (size_t i = 0; i < knownRatios.size(); ++i) probes_.push_back({kProbeBytes[i], knownRatios[i]});
+    return;
+  }
+  // Every rank runs the same ops (rank 0's clock decides): broadcasts from
+  // local rank 0 and allgathers, each size both ways, the two alternating
+  // which goes first, after one untimed batch of each (first touches of the
+  // buffers, the kernel's first pins of their pages).
+  Clock::time_point deadline = Clock::now() + o_.timeout;
+  size_t largest = kProbeBytes[kNumProbes - 1];
+  std::vector<char> buf(largest, 1), out(largest, 0), in(largest / static_cast<size_t>(n) + 64, 2);
+  uint64_t bands = 0;
+  std::vector<double> ratios;
+  for (size_t i = 0; i < kNumProbes; ++i) {
+    size_t per = (kProbeBytes[i] / static_cast<size_t>(n)) & ~size_t(63);
+    std::vector<size_t> parts(static_cast<size_t>(n), per);
+    size_t total = per * static_cast<size_t>(n);
+    d.count = total;
+    auto batch = [&](bool single) {
+      cmaBands_ = single ? ~uint64_t(0) : 0;
+      auto t0 = Clock::now();
+      for (int k = 0; k < kProbeOps; ++k) {
+        broadcast(buf.data(), total, 0, d, deadline);
+        allgatherv(in.data(), out.data(), parts, d, deadline);
+      }
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    batch(false);
+    batch(true);
+    double best[2] = {1e300, 1e300};
+    for (int r = 0; r < kProbeReps; ++r)
+      for (int j = 0; j < 2; ++j) {
+        bool single = (r + j) % 2 == 1;
+        best[single] = std::min(best[single], batch(single));
+      }
+    double ratio = best[1] / best[0];
+    ratios.push_back(ratio);
+    if (ratio < kSingleCopyWins) {
+      // [size, 2 x size): the bit of the size's power of two (the first
+      // size's band also takes the one below).
+      int b = 63 - __builtin_clzll(kProbeBytes[i]);
+      bands |= (uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b));
+    }
+  }
+  cmaBands_ = 0;
+  if (me == 0) {
+    ctl(0).cmaBands = bands;
+    for (size_t i = 0; i < ratios.size(); ++i) ctl(0).probeRatio[i] = static_cast<uint64_t>(ratios[i] * 1e6);
+  }
+  d.count = 0;
+  round(d);
+  cmaBands_ = ctl(0).cmaBands;
+  for (size_t i = 0; i < ratios.size(); ++i) probes_.push_back({kProbeBytes[i], ctl(0).probeRatio[i] / 1e6});
+  {
+    std::vector<double> r;
+    for (const auto& pr : probes_) r.push_back(pr.ratio);
+    std::lock_guard<std::mutex> lk(gBandsMu);
+    bool found = false;
+    for (auto& e : gBands)
+      if (e.first == pids) {
+        e.second = {cmaBands_, r};
+        found = true;
+      }
+    if (!found) gBands.push_back({pids, {cmaBands_, r}});
+  }
+  ACCL_INFO("INIT", o_.where << ": " << describe());
 }
 
 ShmDomain::~ShmDomain() {
@@ -625,7 +753,7 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
     if (in != out && bytes) std::memcpy(out, in, bytes);
     return;
   }
-  if (cma_ && bytes >= cmaMin_) {
+  if (singleCopyReducing(bytes)) {
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
     round(d);
@@ -677,7 +805,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     if (in != out && bytes) std::memcpy(out, in, bytes);
     return;
   }
-  if (cma_ && bytes >= cmaMinReduce_) {
+  if (singleCopyFor(bytes, cmaMinReduce_)) {
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
@@ -747,7 +875,7 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
   int n = o_.localSize, me = o_.localRank;
   if (n == 1) return;
   char* b = static_cast<char*>(buf);
-  if (cma_ && bytes >= cmaMin_) {
+  if (singleCopyFor(bytes, cmaMin_)) {
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(buf);
     round(d);
@@ -842,7 +970,7 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
   if (o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  if (cma_ && displ[n] >= cmaMin_) {
+  if (singleCopyFor(displ[n], cmaMin_)) {
     // The peers read this rank's part from its input, which nobody writes
     // during the op, not from the copy just made in its output: those lines
     // are dirty in this core's cache, and the peers' reads of them in the op
@@ -876,7 +1004,7 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
     if (in != out && counts[0]) std::memmove(out, in, counts[0] * es);
     return;
   }
-  if (cma_ && total * es >= cmaMin_) {
+  if (singleCopyReducing(total * es)) {
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     round(d);
     reduceFromAll(o, displ[me], counts[me], t, k, 0, false, 0);
@@ -941,7 +1069,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   // copy, they go into the slot with the layout: if every rank did so, the
   // op is done in that one round (small alltoalls: one round, not two).
   size_t q = (slot_ / n) & ~size_t(63);
-  bool early = mine <= q && (!cma_ || mine * n < cmaMin_ || overlap);
+  bool early = mine <= q && (!singleCopyFor(mine * n, cmaMin_) || overlap);
   if (early) {
     char* s = slot(round_ + 1, me);
     for (int p = 0; p < n; ++p)
@@ -955,7 +1083,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     uint64_t w = ctl(p).a2a[round_ & 1];
     size_t b = static_cast<size_t>(w & ~kA2aFlags);
     maxb = std::max(maxb, b);
-    big = big && b * n >= cmaMin_;
+    big = big && singleCopyFor(b * n, cmaMin_);
     allEarly = allEarly && (w & kSlotsWritten);
     anyOverlap = anyOverlap || (w & kOverlap);
     allSwap = allSwap && (w & kSwap);
@@ -1123,7 +1251,33 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
 }
 
 std::string ShmDomain::describe() const {
-  return cma_ ? "single-copy process_vm_readv" : "copy through the segment";
+  if (!cma_ || cmaBands_ == 0) {
+    std::string s = "copy through the segment";
+    if (!probes_.empty()) s += " (single copy was not faster at start-up:" + probeText() + ")";
+    return s;
+  }
+  if (cmaEvery_) return "single-copy process_vm_readv";
+  // The measured bands, as byte ranges.
+  std::string bands;
+  for (int b = 0; b < 64; ++b) {
+    if (!((cmaBands_ >> b) & 1) || (b > 0 && ((cmaBands_ >> (b - 1)) & 1))) continue;
+    int e = b;
+    while (e < 63 && ((cmaBands_ >> (e + 1)) & 1)) ++e;
+    if (!bands.empty()) bands += ", ";
+    bands += internal::sizeText(std::max(uint64_t(1) << b, uint64_t(cmaMin_))) + " - " + internal::sizeText(uint64_t(2) << e);
+  }
+  return "copy through the segment; single-copy process_vm_readv for broadcast, allgather, alltoall, gather, "
+         "scatter and reduce of " + bands + " (faster at start-up:" + probeText() + ")";
+}
+
+std::string ShmDomain::probeText() const {
+  std::string s;
+  char b[64];
+  for (const auto& p : probes_) {
+    snprintf(b, sizeof(b), " %s %.2fx", internal::sizeText(p.bytes).c_str(), p.ratio);
+    s += b;
+  }
+  return s + " the slots' time";
 }
 
 void ShmDomain::barrier(const OpDesc& d, Clock::time_point deadline) {

@@ -31,7 +31,10 @@ class ShmDomain : public HostGroup {
     int localSize = 1;
     std::vector<int> ranks;   // group rank of each local rank (for messages)
     std::string segmentName;  // unique per communicator and host
-    int cma = 0;              // ACCL_SHM_CMA: 0 auto, 1 required, -1 off
+    int cma = 0;              // ACCL_SHM_CMA: 0 auto (measured), 1 required, -1 off
+    // The ranks share cores with other hosts' ranks of this machine (its
+    // namespaces or containers): waits yield, and auto measures nothing.
+    bool cpusShared = false;
     std::shared_ptr<Store> store;
     std::chrono::milliseconds timeout{30000};
     // Called while waiting: throws if a peer failed (dead rank, abort, mismatch).
@@ -55,13 +58,19 @@ class ShmDomain : public HostGroup {
 
   int rank() const override { return o_.localRank; }
   int size() const override { return o_.localSize; }
-  bool singleCopy() const { return cma_; }
+  // Whether any collective goes by single copy (process_vm_readv).
+  bool singleCopy() const { return cma_ && cmaBands_ != 0; }
+  // Under ACCL_SHM_CMA=auto with a CPU per local rank: single copy against
+  // the segment's slots for broadcast and allgather at each probed size,
+  // time ratio (single / slots) as measured when the domain was made; empty
+  // when nothing was measured.
+  struct Probe {
+    size_t bytes;
+    double ratio;
+  };
+  const std::vector<Probe>& probes() const { return probes_; }
   // Fewer CPUs among the local ranks' affinity masks than local ranks.
   bool oversubscribed() const { return oversubscribed_; }
-  // Marks the local ranks as sharing cores all the same (with the ranks of
-  // other hosts of this machine, which its namespaces or containers make):
-  // waits yield at once, as when oversubscribed().
-  void setOversubscribed();
   std::string describe() const override;
 
   // The ops of HostGroup (its contract applies).
@@ -121,6 +130,21 @@ class ShmDomain : public HostGroup {
   // another local rank exited, another rank's failure (RemoteError), or errno.
   [[noreturn]] void cmaFailed(int peer, const char* what, int e);
   void probeCma();
+  // ACCL_SHM_CMA=auto with a CPU per local rank: times broadcast and
+  // allgather at kProbeBytes both ways (local rank 0's clock, the two
+  // alternating), and sets the size bands where single copy is faster.
+  void measureSingleCopy();
+  // " 64 KiB 0.71x 256 KiB 0.80x ... the slots' time" (the probes' ratios).
+  std::string probeText() const;
+  // Whether a collective that moves `bytes` in all (reduce: cmaMinReduce_)
+  // goes by single copy: allowed, from the threshold, and in a band that
+  // takes it (ACCL_SHM_CMA=on: every band; auto: the measured ones).
+  bool singleCopyFor(size_t bytes, size_t min) const {
+    return cma_ && bytes >= min && ((cmaBands_ >> (63 - __builtin_clzll(bytes))) & 1);
+  }
+  // Allreduce and reduce_scatter: single copy only where asked for
+  // (ACCL_SHM_CMA=on); auto keeps the segment, whose own-slice reads beat it.
+  bool singleCopyReducing(size_t bytes) const { return cma_ && cmaEvery_ && bytes >= cmaMin_; }
   // Sets oversubscribed_ from every local rank's affinity mask (one round),
   // and with it the single-copy thresholds.
   void checkOversubscribed();
@@ -138,12 +162,21 @@ class ShmDomain : public HostGroup {
   void copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole);
   // Sets oversubscribed_ and the single-copy thresholds that follow from it.
   void shareCpus(bool shared);
+  // Options::cpusShared: the local ranks share cores all the same (with the
+  // ranks of other hosts of this machine): waits yield at once, as when
+  // oversubscribed().
+  void setOversubscribed();
 
   Options o_;
   void* base_ = nullptr;
   size_t mapBytes_ = 0;
   size_t slot_ = 0;
-  bool cma_ = false;
+  bool cma_ = false;       // process_vm_readv works between the local ranks, and is not off
+  bool cmaEvery_ = false;  // ACCL_SHM_CMA=on
+  // Bit b: single copy for collectives of [2^b, 2^(b+1)) bytes (with cma_
+  // and the thresholds below).
+  uint64_t cmaBands_ = 0;
+  std::vector<Probe> probes_;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
   size_t cmaMinReduce_ = 64u << 10;  // the same for reduce

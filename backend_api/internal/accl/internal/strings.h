@@ -1,6 +1,8 @@
 // Small string and file helpers shared by the libraries of the SDK.
 #pragma once
 
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -53,6 +55,19 @@ std::string join(const Range& r, const std::string& sep = ",") {
     first = false;
   }
   return os.str();
+}
+
+// A byte count in binary units: "512 B", "64 KiB", "1.5 MiB".
+inline std::string sizeText(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), b == std::floor(b) ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
 }
 
 }  // namespace internal
