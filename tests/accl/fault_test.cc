@@ -470,17 +470,24 @@ TEST_P(Fault, MismatchedCollectivesNameBothSides) {
          return pg.gather(Buffer(x, 16, DataType::Float32), Buffer(x, 32, DataType::Float32));
        }, {"broadcast #1 (16 x float32", "gather #1 ("}},
       // Large enough to go through the shared segment's slots, whose readers
-      // take the root's pieces as they land: each rank takes the other for
-      // the root (both wait for a rank that does not fill), and a receiver
-      // told of a smaller message than the root sends.
+      // take the root's pieces as they land (16-24 KiB: above the eager cells,
+      // below the sizes that ACCL_SHM_CMA=auto may give to single copy): each
+      // rank takes the other for the root (both wait for a rank that does not
+      // fill), and a receiver told of a smaller message than the root sends.
+      // The same for a scatter, whose ranks take their parts as they land.
       {"root, each the other's, through the slots", [](int r, ProcessGroup& pg, float* x) {
          BroadcastOptions o;
          o.root = 1 - r;
-         return pg.broadcast(Buffer(x, 16384, DataType::Float32), o);
+         return pg.broadcast(Buffer(x, 4096, DataType::Float32), o);
        }, {"root 1", "root 0"}},
       {"count, through the slots", [](int r, ProcessGroup& pg, float* x) {
-         return pg.broadcast(Buffer(x, r == 0 ? 65536 : 16384, DataType::Float32));
-       }, {"broadcast #1 (65536 x float32", "broadcast #1 (16384 x float32"}},
+         return pg.broadcast(Buffer(x, r == 0 ? 6144 : 4096, DataType::Float32));
+       }, {"broadcast #1 (6144 x float32", "broadcast #1 (4096 x float32"}},
+      {"scatter root, each the other's, through the slots", [](int r, ProcessGroup& pg, float* x) {
+         ScatterOptions o;
+         o.root = 1 - r;
+         return pg.scatter(Buffer(x, 6144, DataType::Float32), Buffer(x + 6144 + 16, 3072, DataType::Float32), o);
+       }, {"root 1", "root 0"}},
   };
   for (auto& cs : cases) {
     SCOPED_TRACE(cs.name);

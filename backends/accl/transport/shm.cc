@@ -1238,14 +1238,53 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
     if (bytes[me]) std::memcpy(out, cell(round_, root) + me * qc, bytes[me]);
     return;
   }
+  // Through the slots, each rank's share of a slot per round. As in a
+  // broadcast, the root publishes how far it has filled its slot (the parts
+  // go in rank order, so a rank's part is ready up to that offset less the
+  // part's start) after every piece, and each rank copies its part out as it
+  // lands, beside the root's copy in (a 512 KiB scatter of 2 ranks was the
+  // root's copy of the other half, then that rank's copy out, end to end).
+  // The others arrive before they read, so that a mismatch is named (see
+  // broadcast).
   begin(deadline);
+  size_t piece = std::max<size_t>(kFillPieceMin, (std::min(maxb, q) / 8 + 4095) & ~size_t(4095));
+  char* o = static_cast<char*>(out);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += q) {
-    if (me == root)  // (the root's own part went to its output above)
-      for (int p = 0; p < n; ++p)
-        if (p != me && off < bytes[p]) std::memcpy(slot(round_ + 1, me) + p * q, i + displ[p] + off, std::min(q, bytes[p] - off));
-    round(d);
-    if (me != root && off < bytes[me])
-      std::memcpy(static_cast<char*>(out) + off, slot(round_, root) + me * q, std::min(q, bytes[me] - off));
+    if (me == root) {  // (the root's own part went to its output above)
+      char* s = slot(round_ + 1, me);
+      for (int p = 0; p < n; ++p) {
+        if (p == me || off >= bytes[p]) continue;
+        size_t m = std::min(q, bytes[p] - off);
+        for (size_t x = 0; x < m; x += piece) {
+          size_t y = std::min(m, x + piece);
+          std::memcpy(s + p * q + x, i + displ[p] + off + x, y - x);
+          fill(p * q + y);
+        }
+      }
+      round(d);
+    } else {
+      arrive(d);
+      uint64_t k = round_;
+      const Ctl& r = ctl(root);
+      const char* s = slot(k, root) + me * q;
+      size_t m = off < bytes[me] ? std::min(q, bytes[me] - off) : 0, start = me * q;
+      size_t got = 0;
+      while (got < m) {
+        size_t have = got;
+        waitFor([&](int p) {
+          if (p != root) return true;
+          uint64_t f = r.filled.load(std::memory_order_acquire);
+          size_t upTo = static_cast<size_t>(f & kFillMask);
+          if ((f >> kFillBits) == k && upTo > start) have = std::min(upTo - start, m);
+          return have > got || r.arrive.load(std::memory_order_acquire) >= k;
+        });
+        if (have <= got) break;  // the root arrived: the slot is full, or it runs another op
+        std::memcpy(o + off + got, s + got, have - got);
+        got = have;
+      }
+      waitAll();
+      if (got < m) std::memcpy(o + off + got, s + got, m - got);
+    }
     if (maxb == 0) break;
   }
 }
