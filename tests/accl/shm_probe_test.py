@@ -2,12 +2,12 @@
 """ACCL_SHM_CMA on 2 ranks of one host: what the shared segment says it chose.
 
 auto: with a CPU per rank, the group times single copy (process_vm_readv)
-against the segment's slots at 64 KiB - 1 MiB when it is made and takes single
-copy for the bands where it was faster. Checked here against the probe's own
-figures, which the INFO log prints: the bands named are exactly those whose
-ratio is below 1 (size S decides [S, 2S), the first also [S/2, S)), both ranks
-name the same, and every op of accl-perf across the bands gives the right
-result. off and on name their fixed paths. Exit 77: skipped.
+against the segment's slots at 64 KiB - 1 MiB when it is made, for broadcasts
+with allgathers and for scatters apart, and takes single copy for the bands
+where it was faster. Checked here against the probe's own figures, which the
+INFO log prints: the bands named for each class are exactly those whose ratio
+is below 1 (size S decides [S, 2S), the first also [S/2, S)), both ranks name
+the same, and every op of accl-perf across the bands gives the right result. off and on name their fixed paths. Exit 77: skipped.
 
     shm_probe_test.py BUILD_DIR
 """
@@ -70,37 +70,65 @@ if "share" in out and "CPUs" in out and "faster at start-up" not in desc:
 elif "process_vm_readv from local rank" in out:
     check(desc == "copy through the segment", "auto, single copy not permitted: the segment")
 else:
-    m = re.search(r"faster at start-up:((?: \d+ [KM]iB \d+\.\d+x)+) the slots' time", desc)
+    m = re.search(r"at start-up; its time / the slots', broadcast\+allgather \| scatter:"
+                  r"((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x)+)\)", desc)
     check(m is not None, "auto: the probe's ratios are given")
     if m:
-        pairs = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x", m.group(1))
-        sizes = [int(n) * UNITS[u] for n, u, _ in pairs]
-        ratios = [float(r) for _, _, r in pairs]
+        rows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x", m.group(1))
+        sizes = [int(n) * UNITS[u] for n, u, _, _ in rows]
+        ratios = [[float(a) for _, _, a, _ in rows], [float(b) for _, _, _, b in rows]]
         check(sizes == PROBES, "auto: probed at 64 KiB - 1 MiB: " + ", ".join(size_text(s) for s in sizes))
-        check(all(0.05 < r < 20 for r in ratios), f"auto: ratios are timings, not placeholders: {ratios}")
-        # The bands the ratios call for, merged, as the description writes them.
-        bands = []
-        for i, (s, r) in enumerate(zip(sizes, ratios)):
-            if r >= 1.0:
-                continue
-            lo, hi = (s // 2 if i == 0 else s), 2 * s
-            if bands and bands[-1][1] == lo:
-                bands[-1][1] = hi
-            else:
-                bands.append([lo, hi])
-        if bands:
-            want = ", ".join(f"{size_text(lo)} - {size_text(hi)}" for lo, hi in bands)
-            check(f"scatter and reduce of {want} (faster at start-up:" in desc,
-                  f"auto: single copy named for exactly the bands where it was faster ({want})")
-        else:
-            check(desc.startswith("copy through the segment (single copy was not faster at start-up:"),
+        check(all(0.05 < r < 20 for rs in ratios for r in rs), f"auto: ratios are timings, not placeholders: {ratios}")
+
+        def bands(rs):
+            # The bands the ratios call for, merged, as the description writes them.
+            out = []
+            for i, (s, r) in enumerate(zip(sizes, rs)):
+                if r >= 1.0:
+                    continue
+                lo, hi = (s // 2 if i == 0 else s), 2 * s
+                if out and out[-1][1] == lo:
+                    out[-1][1] = hi
+                else:
+                    out.append([lo, hi])
+            return ", ".join(f"{size_text(lo)} - {size_text(hi)}" for lo, hi in out)
+
+        others, scatter = bands(ratios[0]), bands(ratios[1])
+        if not others and not scatter:
+            check(desc.startswith("copy through the segment (single copy was not faster at start-up;"),
                   "auto: no band was faster, the segment throughout")
+        else:
+            want = "copy through the segment; single-copy process_vm_readv for "
+            if others:
+                want += "broadcast, allgather, alltoall, gather and reduce of " + others
+            if others and scatter:
+                want += " and for "
+            if scatter:
+                want += "scatter of " + scatter
+            want += " (faster at start-up;"
+            check(desc.startswith(want), f"auto: single copy named for exactly the bands where it was faster: "
+                                         f"'{others}' and, for scatter, '{scatter}'")
     bad, n = wrong_cells(out)
     check(n > 0 and not bad, f"auto: broadcast right at 16 KiB - 4 MiB ({n} rows)")
     for op in ops[1:]:
         rc, o = job("auto", "--op", op, "-b", "16K", "-e", "4M", "-f", "2", "-n", "3", "-w", "1")
         bad, n = wrong_cells(o)
         check(rc == 0 and n > 0 and not bad, f"auto: {op} right at 16 KiB - 4 MiB ({n} rows)")
+
+    # Groups made again by the same two processes (accl_soak's world, half and
+    # pair groups, from two threads per rank) take the first one's result:
+    # one measurement per rank, every group naming the same paths, and the
+    # soak's checked results right.
+    soak = os.path.join(build, "bin", "accl_soak")
+    env = dict(os.environ, ACCL_SHM_CMA="auto", ACCL_DEBUG="INFO", ACCL_DEBUG_SUBSYS="INIT")
+    p = subprocess.run([run, "-n", "2", soak, "--backend", "accl", "--seconds", "3", "--report", "3"], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    groups = shm_descriptions(p.stdout)
+    measured = re.findall(r"INIT: accl rank \d/2 accl[^:]*: copy through the segment", p.stdout)
+    check(p.returncode == 0 and " 0 wrong" in p.stdout, "auto: accl_soak on 2 ranks, 3 groups each, results right")
+    check(len(groups) >= 4 and len(set(groups)) == 1,
+          f"auto: every group of the same processes names the same paths ({len(groups)} groups)")
+    check(len(measured) == 2, f"auto: measured once per rank, not per group ({len(measured)} measurements)")
 
 # off and on: fixed paths, nothing measured.
 rc, out = job("off", "-b", "8", "-e", "8", "-n", "1", "-w", "0")

@@ -144,11 +144,12 @@ struct alignas(128) ShmDomain::Ctl {
   OpDesc desc[kDepth];
   int32_t pid;
   int32_t cmaOk;
-  // Single copy's bands (ShmDomain::cmaBands_): this rank's from an earlier
-  // domain of the same processes (kBandsUnknown: none), then local rank 0's
-  // decision, with its time ratios (x 1e6) at kProbeBytes.
-  uint64_t cmaBands;
-  uint64_t probeRatio[kNumProbes];
+  // Single copy's bands per class of ops (ShmDomain::cmaBands_): this
+  // rank's from an earlier domain of the same processes (kBandsUnknown:
+  // none), then local rank 0's decision, with its time ratios (x 1e6) at
+  // kProbeBytes.
+  uint64_t cmaBands[ShmDomain::kCopyClasses];
+  uint64_t probeRatio[ShmDomain::kCopyClasses][kNumProbes];
   uint64_t ptrIn, ptrOut, aux;
   // alltoallv's layout word of round k at k % 2: the largest chunk this rank
   // sends, and its flags (kSlotsWritten when its chunks are in its slot already,
@@ -178,10 +179,10 @@ char* ShmDomain::cell(uint64_t round, int r) const {
   return static_cast<char*>(base_) + cellOff + (static_cast<size_t>(r) * kDepth + round % kDepth) * kCell;
 }
 
-bool ShmDomain::singleCopyRooted(size_t total, size_t largest) const {
+bool ShmDomain::singleCopyRooted(size_t total, size_t largest, int cls) const {
   // A gather's or a scatter's parts that fit the eager cells go eagerly unless
   // the whole is large enough for single copy where CPUs are shared too.
-  return singleCopyFor(total, cmaMin_) && (largest > kCell || total >= kCmaMinSharedCpuBytes);
+  return singleCopyFor(total, cmaMin_, cls) && (largest > kCell || total >= kCmaMinSharedCpuBytes);
 }
 
 ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
@@ -262,7 +263,7 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
   if (o_.cpusShared) setOversubscribed();
   if (cma_ && o_.cma > 0) {
     cmaEvery_ = true;
-    cmaBands_ = ~uint64_t(0);
+    for (auto& b : cmaBands_) b = ~uint64_t(0);
   } else if (cma_ && !oversubscribed_) {
     measureSingleCopy();
   }
@@ -272,95 +273,110 @@ namespace {
 // Single copy's bands as measured by an earlier domain of exactly these
 // processes (a group split from another, made again, ...): the same cores,
 // so no second measurement. Keyed by the local ranks' pids in rank order.
+struct KnownBands {
+  std::vector<int32_t> pids;
+  uint64_t bands[ShmDomain::kCopyClasses];
+  std::vector<ShmDomain::Probe> probes;
+};
 std::mutex gBandsMu;
-std::vector<std::pair<std::vector<int32_t>, std::pair<uint64_t, std::vector<double>>>> gBands;
+std::vector<KnownBands> gBands;
 }  // namespace
 
 void ShmDomain::measureSingleCopy() {
   int n = o_.localSize, me = o_.localRank;
   std::vector<int32_t> pids;
   for (int p = 0; p < n; ++p) pids.push_back(ctl(p).pid);
-  uint64_t known = kBandsUnknown;
-  std::vector<double> knownRatios;
+  KnownBands known{pids, {kBandsUnknown, kBandsUnknown}, {}};
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
     for (const auto& e : gBands)
-      if (e.first == pids) {
-        known = e.second.first;
-        knownRatios = e.second.second;
-      }
+      if (e.pids == pids) known = e;
   }
   OpDesc d{};
   d.op = 0xffd;
-  ctl(me).cmaBands = known;
+  for (int c = 0; c < kCopyClasses; ++c) ctl(me).cmaBands[c] = known.bands[c];
   round(d);
-  bool allKnow = true;
-  for (int p = 0; p < n; ++p) allKnow = allKnow && ctl(p).cmaBands == known && known != kBandsUnknown;
+  bool allKnow = known.bands[0] != kBandsUnknown;
+  for (int p = 0; p < n; ++p)
+    for (int c = 0; c < kCopyClasses; ++c) allKnow = allKnow && ctl(p).cmaBands[c] == known.bands[c];
   if (allKnow) {
-    cmaBands_ = known;
-    for (size_t i = 0; i < knownRatios.size(); ++i) probes_.push_back({kProbeBytes[i], knownRatios[i]});
+    for (int c = 0; c < kCopyClasses; ++c) cmaBands_[c] = known.bands[c];
+    probes_ = known.probes;
     return;
   }
-  // Every rank runs the same ops (rank 0's clock decides): broadcasts from
-  // local rank 0 and allgathers, each size both ways, the two alternating
-  // which goes first, after one untimed batch of each (first touches of the
-  // buffers, the kernel's first pins of their pages).
+  // Every rank runs the same ops (local rank 0's clock decides), each class
+  // of ops on its own: broadcasts from local rank 0 and allgathers; scatters
+  // from local rank 0. Each size both ways, the two alternating which goes
+  // first, after one untimed batch of each (first touches of the buffers,
+  // the kernel's first pins of their pages).
   Clock::time_point deadline = Clock::now() + o_.timeout;
   size_t largest = kProbeBytes[kNumProbes - 1];
   std::vector<char> buf(largest, 1), out(largest, 0), in(largest / static_cast<size_t>(n) + 64, 2);
-  uint64_t bands = 0;
-  std::vector<double> ratios;
+  uint64_t bands[kCopyClasses] = {0, 0};
+  std::vector<Probe> probes;
   for (size_t i = 0; i < kNumProbes; ++i) {
     size_t per = (kProbeBytes[i] / static_cast<size_t>(n)) & ~size_t(63);
     std::vector<size_t> parts(static_cast<size_t>(n), per);
     size_t total = per * static_cast<size_t>(n);
     d.count = total;
-    auto batch = [&](bool single) {
-      cmaBands_ = single ? ~uint64_t(0) : 0;
-      auto t0 = Clock::now();
-      for (int k = 0; k < kProbeOps; ++k) {
-        broadcast(buf.data(), total, 0, d, deadline);
-        allgatherv(in.data(), out.data(), parts, d, deadline);
+    Probe pr{kProbeBytes[i], {0, 0}};
+    for (int c = 0; c < kCopyClasses; ++c) {
+      auto batch = [&](bool single) {
+        cmaBands_[c] = single ? ~uint64_t(0) : 0;
+        auto t0 = Clock::now();
+        for (int k = 0; k < kProbeOps; ++k) {
+          if (c == 0) {
+            broadcast(buf.data(), total, 0, d, deadline);
+            allgatherv(in.data(), out.data(), parts, d, deadline);
+          } else {
+            scatterv(buf.data(), out.data(), parts, 0, d, deadline);
+            scatterv(buf.data(), out.data(), parts, 0, d, deadline);
+          }
+        }
+        cmaBands_[c] = 0;
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+      };
+      batch(false);
+      batch(true);
+      double best[2] = {1e300, 1e300};
+      for (int r = 0; r < kProbeReps; ++r)
+        for (int j = 0; j < 2; ++j) {
+          bool single = (r + j) % 2 == 1;
+          best[single] = std::min(best[single], batch(single));
+        }
+      pr.ratio[c] = best[1] / best[0];
+      if (pr.ratio[c] < kSingleCopyWins) {
+        // [size, 2 x size): the bit of the size's power of two (the first
+        // size's band also takes the one below).
+        int b = 63 - __builtin_clzll(kProbeBytes[i]);
+        bands[c] |= (uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b));
       }
-      return std::chrono::duration<double>(Clock::now() - t0).count();
-    };
-    batch(false);
-    batch(true);
-    double best[2] = {1e300, 1e300};
-    for (int r = 0; r < kProbeReps; ++r)
-      for (int j = 0; j < 2; ++j) {
-        bool single = (r + j) % 2 == 1;
-        best[single] = std::min(best[single], batch(single));
-      }
-    double ratio = best[1] / best[0];
-    ratios.push_back(ratio);
-    if (ratio < kSingleCopyWins) {
-      // [size, 2 x size): the bit of the size's power of two (the first
-      // size's band also takes the one below).
-      int b = 63 - __builtin_clzll(kProbeBytes[i]);
-      bands |= (uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b));
     }
+    probes.push_back(pr);
   }
-  cmaBands_ = 0;
   if (me == 0) {
-    ctl(0).cmaBands = bands;
-    for (size_t i = 0; i < ratios.size(); ++i) ctl(0).probeRatio[i] = static_cast<uint64_t>(ratios[i] * 1e6);
+    for (int c = 0; c < kCopyClasses; ++c) {
+      ctl(0).cmaBands[c] = bands[c];
+      for (size_t i = 0; i < kNumProbes; ++i) ctl(0).probeRatio[c][i] = static_cast<uint64_t>(probes[i].ratio[c] * 1e6);
+    }
   }
   d.count = 0;
   round(d);
-  cmaBands_ = ctl(0).cmaBands;
-  for (size_t i = 0; i < ratios.size(); ++i) probes_.push_back({kProbeBytes[i], ctl(0).probeRatio[i] / 1e6});
+  for (int c = 0; c < kCopyClasses; ++c) {
+    cmaBands_[c] = ctl(0).cmaBands[c];
+    for (size_t i = 0; i < kNumProbes; ++i) probes[i].ratio[c] = ctl(0).probeRatio[c][i] / 1e6;
+  }
+  probes_ = probes;
   {
-    std::vector<double> r;
-    for (const auto& pr : probes_) r.push_back(pr.ratio);
     std::lock_guard<std::mutex> lk(gBandsMu);
+    KnownBands k{pids, {cmaBands_[0], cmaBands_[1]}, probes_};
     bool found = false;
     for (auto& e : gBands)
-      if (e.first == pids) {
-        e.second = {cmaBands_, r};
+      if (e.pids == pids) {
+        e = k;
         found = true;
       }
-    if (!found) gBands.push_back({pids, {cmaBands_, r}});
+    if (!found) gBands.push_back(k);
   }
   ACCL_INFO("INIT", o_.where << ": " << describe());
 }
@@ -1153,7 +1169,7 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
   const auto& displ = prefixSums(bytes, displA_);
   char* o = static_cast<char*>(out);
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb);
+  bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb, 0);
   if (me == root && !single && o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
   if (single) {
@@ -1205,7 +1221,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   const auto& displ = prefixSums(bytes, displA_);
   const char* i = static_cast<const char*>(in);
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb);
+  bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb, kScatterClass);
   if (me == root && !single && i + displ[me] != out && bytes[me]) std::memmove(out, i + displ[me], bytes[me]);
   if (n == 1) return;
   if (single) {
@@ -1290,33 +1306,43 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
 }
 
 std::string ShmDomain::describe() const {
-  if (!cma_ || cmaBands_ == 0) {
-    std::string s = "copy through the segment";
-    if (!probes_.empty()) s += " (single copy was not faster at start-up:" + probeText() + ")";
+  if (cma_ && cmaEvery_) return "single-copy process_vm_readv";
+  std::string s = "copy through the segment";
+  if (!cma_ || (cmaBands_[0] | cmaBands_[1]) == 0) {
+    if (!probes_.empty()) s += " (single copy was not faster at start-up; " + probeText() + ")";
     return s;
   }
-  if (cmaEvery_) return "single-copy process_vm_readv";
-  // The measured bands, as byte ranges.
-  std::string bands;
+  s += "; single-copy process_vm_readv for ";
+  if (cmaBands_[0]) s += "broadcast, allgather, alltoall, gather and reduce of " + bandsText(0);
+  if (cmaBands_[0] && cmaBands_[kScatterClass]) s += " and for ";
+  if (cmaBands_[kScatterClass]) s += "scatter of " + bandsText(kScatterClass);
+  return s + " (faster at start-up; " + probeText() + ")";
+}
+
+std::string ShmDomain::bandsText(int cls) const {
+  std::string s;
+  uint64_t m = cmaBands_[cls];
   for (int b = 0; b < 64; ++b) {
-    if (!((cmaBands_ >> b) & 1) || (b > 0 && ((cmaBands_ >> (b - 1)) & 1))) continue;
+    if (!((m >> b) & 1) || (b > 0 && ((m >> (b - 1)) & 1))) continue;
     int e = b;
-    while (e < 63 && ((cmaBands_ >> (e + 1)) & 1)) ++e;
-    if (!bands.empty()) bands += ", ";
-    bands += internal::sizeText(std::max(uint64_t(1) << b, uint64_t(cmaMin_))) + " - " + internal::sizeText(uint64_t(2) << e);
+    while (e < 63 && ((m >> (e + 1)) & 1)) ++e;
+    if (!s.empty()) s += ", ";
+    s += internal::sizeText(std::max(uint64_t(1) << b, uint64_t(cmaMin_))) + " - " + internal::sizeText(uint64_t(2) << e);
   }
-  return "copy through the segment; single-copy process_vm_readv for broadcast, allgather, alltoall, gather, "
-         "scatter and reduce of " + bands + " (faster at start-up:" + probeText() + ")";
+  return s;
 }
 
 std::string ShmDomain::probeText() const {
-  std::string s;
-  char b[64];
-  for (const auto& p : probes_) {
-    snprintf(b, sizeof(b), " %s %.2fx", internal::sizeText(p.bytes).c_str(), p.ratio);
+  // "its time / the slots', broadcast+allgather | scatter: 64 KiB 0.64x | 0.70x, ..."
+  std::string s = "its time / the slots', broadcast+allgather | scatter:";
+  char b[96];
+  for (size_t i = 0; i < probes_.size(); ++i) {
+    const Probe& p = probes_[i];
+    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx", i ? "," : "", internal::sizeText(p.bytes).c_str(), p.ratio[0],
+             p.ratio[kScatterClass]);
     s += b;
   }
-  return s + " the slots' time";
+  return s;
 }
 
 void ShmDomain::barrier(const OpDesc& d, Clock::time_point deadline) {

@@ -58,15 +58,19 @@ class ShmDomain : public HostGroup {
 
   int rank() const override { return o_.localRank; }
   int size() const override { return o_.localSize; }
+  // The classes of ops whose single-copy bands are measured apart:
+  // broadcast, allgather, alltoall, gather and reduce (timed with broadcasts
+  // and allgathers), and scatter (timed with scatters).
+  static constexpr int kCopyClasses = 2;
+  static constexpr int kScatterClass = 1;
   // Whether any collective goes by single copy (process_vm_readv).
-  bool singleCopy() const { return cma_ && cmaBands_ != 0; }
-  // Under ACCL_SHM_CMA=auto with a CPU per local rank: single copy against
-  // the segment's slots for broadcast and allgather at each probed size,
-  // time ratio (single / slots) as measured when the domain was made; empty
-  // when nothing was measured.
+  bool singleCopy() const { return cma_ && (cmaBands_[0] | cmaBands_[1]) != 0; }
+  // Under ACCL_SHM_CMA=auto with a CPU per local rank: single copy's time
+  // over the segment's slots', per class, at each probed size, as measured
+  // when the domain was made; empty when nothing was measured.
   struct Probe {
     size_t bytes;
-    double ratio;
+    double ratio[kCopyClasses];
   };
   const std::vector<Probe>& probes() const { return probes_; }
   // Fewer CPUs among the local ranks' affinity masks than local ranks.
@@ -134,13 +138,16 @@ class ShmDomain : public HostGroup {
   // allgather at kProbeBytes both ways (local rank 0's clock, the two
   // alternating), and sets the size bands where single copy is faster.
   void measureSingleCopy();
-  // " 64 KiB 0.71x 256 KiB 0.80x ... the slots' time" (the probes' ratios).
+  // The probes' ratios, as describe() gives them.
   std::string probeText() const;
-  // Whether a collective that moves `bytes` in all (reduce: cmaMinReduce_)
-  // goes by single copy: allowed, from the threshold, and in a band that
-  // takes it (ACCL_SHM_CMA=on: every band; auto: the measured ones).
-  bool singleCopyFor(size_t bytes, size_t min) const {
-    return cma_ && bytes >= min && ((cmaBands_ >> (63 - __builtin_clzll(bytes))) & 1);
+  // The bands of class `cls` as byte ranges: "32 KiB - 512 KiB, ...".
+  std::string bandsText(int cls) const;
+  // Whether a collective of class `cls` that moves `bytes` in all (reduce:
+  // cmaMinReduce_) goes by single copy: allowed, from the threshold, and in
+  // a band that takes it (ACCL_SHM_CMA=on: every band; auto: the measured
+  // ones).
+  bool singleCopyFor(size_t bytes, size_t min, int cls = 0) const {
+    return cma_ && bytes >= min && ((cmaBands_[cls] >> (63 - __builtin_clzll(bytes))) & 1);
   }
   // Allreduce and reduce_scatter: single copy only where asked for
   // (ACCL_SHM_CMA=on); auto keeps the segment, whose own-slice reads beat it.
@@ -148,9 +155,9 @@ class ShmDomain : public HostGroup {
   // Sets oversubscribed_ from every local rank's affinity mask (one round),
   // and with it the single-copy thresholds.
   void checkOversubscribed();
-  // Whether a gather or scatter of `total` bytes, `largest` from one rank,
-  // goes by single copy.
-  bool singleCopyRooted(size_t total, size_t largest) const;
+  // Whether a gather (cls 0) or scatter (kScatterClass) of `total` bytes,
+  // `largest` from one rank, goes by single copy.
+  bool singleCopyRooted(size_t total, size_t largest, int cls) const;
   // Reduces elements [off, off + n) of every local rank's data into dst, in
   // rank order: from the slots of `round` (fromSlots; this rank's own from
   // `ownIn` instead where given: its input, laid out as its slot, whose slice
@@ -173,9 +180,9 @@ class ShmDomain : public HostGroup {
   size_t slot_ = 0;
   bool cma_ = false;       // process_vm_readv works between the local ranks, and is not off
   bool cmaEvery_ = false;  // ACCL_SHM_CMA=on
-  // Bit b: single copy for collectives of [2^b, 2^(b+1)) bytes (with cma_
-  // and the thresholds below).
-  uint64_t cmaBands_ = 0;
+  // Per class, bit b: single copy for collectives of [2^b, 2^(b+1)) bytes
+  // (with cma_ and the thresholds below).
+  uint64_t cmaBands_[kCopyClasses] = {0, 0};
   std::vector<Probe> probes_;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
