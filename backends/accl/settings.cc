@@ -99,7 +99,7 @@ const config::Var<std::string> shmCma(
     "has a CPU, a group times single copy against the shared segment's slots at 64 KiB - 1 MiB when it "
     "is made (a few ms; once per set of processes; broadcasts with allgathers, and scatters apart) and "
     "its broadcast, allgather, alltoall, gather, reduce and scatter take single copy in the size bands "
-    "(32 KiB - 2 MiB) where it was faster; "
+    "(from 32 KiB; the 1 MiB probe decides every larger size) where it was faster; "
     "every other collective, and all of them where the ranks share CPUs, copies through the slots; "
     "point-to-point messages go through the rings, but for messages of 16 MiB and more where the "
     "host's ranks share CPUs, which are read by single copy where the kernel allows it; ACCL_DEBUG=INFO "

@@ -6,7 +6,8 @@ against the segment's slots at 64 KiB - 1 MiB when it is made, for broadcasts
 with allgathers and for scatters apart, and takes single copy for the bands
 where it was faster. Checked here against the probe's own figures, which the
 INFO log prints: the bands named for each class are exactly those whose ratio
-is below 1 (size S decides [S, 2S), the first also [S/2, S)), both ranks name
+is below 1 (size S decides [S, 2S), the first also [S/2, S), the last every
+size from S), both ranks name
 the same, and every op of accl-perf across the bands gives the right result. off and on name their fixed paths. Exit 77: skipped.
 
     shm_probe_test.py BUILD_DIR
@@ -81,17 +82,20 @@ else:
         check(all(0.05 < r < 20 for rs in ratios for r in rs), f"auto: ratios are timings, not placeholders: {ratios}")
 
         def bands(rs):
-            # The bands the ratios call for, merged, as the description writes them.
+            # The bands the ratios call for, merged, as the description writes
+            # them: size S decides [S, 2S), the first also [S/2, S), the last
+            # every size from S (hi None).
             out = []
             for i, (s, r) in enumerate(zip(sizes, rs)):
                 if r >= 1.0:
                     continue
-                lo, hi = (s // 2 if i == 0 else s), 2 * s
+                lo, hi = (s // 2 if i == 0 else s), (None if i == len(sizes) - 1 else 2 * s)
                 if out and out[-1][1] == lo:
                     out[-1][1] = hi
                 else:
                     out.append([lo, hi])
-            return ", ".join(f"{size_text(lo)} - {size_text(hi)}" for lo, hi in out)
+            return ", ".join(f"{size_text(lo)} and up" if hi is None else f"{size_text(lo)} - {size_text(hi)}"
+                             for lo, hi in out)
 
         others, scatter = bands(ratios[0]), bands(ratios[1])
         if not others and not scatter:

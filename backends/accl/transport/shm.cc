@@ -46,11 +46,13 @@ constexpr size_t kCmaMinReduceBytes = 32u << 10;
 constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // ACCL_SHM_CMA=auto with a CPU per local rank: single copy against the
 // slots, timed when the domain is made at each of these sizes; each decides
-// the band [size, 2 x size), the first also [size / 2, size). Below the first
-// band and from the last band's end the slots stay (which of the two is faster between them changes
-// with where this machine's cores sit: on one 2-core VM single copy was
-// 1.3-1.5x faster at 64-256 KiB in some launches and the slots 2-5x in
-// others, and the slots won from 1-2 MiB in both).
+// the band [size, 2 x size), the first also [size / 2, size), the last every
+// size from it (a launch whose probe gave single copy 0.19x the slots' time
+// at 1 MiB then ran an allgather through the slots at 0.21-0.41 of Open
+// MPI's busbw at 2-32 MiB). Below the first band the slots stay. Which of the
+// two is faster changes with where this machine's cores sit: on one 2-core
+// VM single copy took 0.5-0.8x the slots' time at 64-256 KiB in most
+// launches and 1.4-1.9x in others, and the slots won at 1 MiB in most.
 constexpr size_t kProbeBytes[] = {64u << 10, 128u << 10, 256u << 10, 512u << 10, 1u << 20};
 constexpr size_t kNumProbes = sizeof(kProbeBytes) / sizeof(kProbeBytes[0]);
 constexpr int kProbeOps = 2;   // broadcasts and allgathers per timed batch
@@ -347,9 +349,12 @@ void ShmDomain::measureSingleCopy() {
       pr.ratio[c] = best[1] / best[0];
       if (pr.ratio[c] < kSingleCopyWins) {
         // [size, 2 x size): the bit of the size's power of two (the first
-        // size's band also takes the one below).
+        // size's band also takes the one below, the last every size above).
         int b = 63 - __builtin_clzll(kProbeBytes[i]);
-        bands[c] |= (uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b));
+        if (i + 1 == kNumProbes)
+          bands[c] |= ~uint64_t(0) << b;
+        else
+          bands[c] |= (uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b));
       }
     }
     probes.push_back(pr);
@@ -1327,7 +1332,8 @@ std::string ShmDomain::bandsText(int cls) const {
     int e = b;
     while (e < 63 && ((m >> (e + 1)) & 1)) ++e;
     if (!s.empty()) s += ", ";
-    s += internal::sizeText(std::max(uint64_t(1) << b, uint64_t(cmaMin_))) + " - " + internal::sizeText(uint64_t(2) << e);
+    s += internal::sizeText(std::max(uint64_t(1) << b, uint64_t(cmaMin_)));
+    s += e == 63 ? " and up" : " - " + internal::sizeText(uint64_t(2) << e);
   }
   return s;
 }
