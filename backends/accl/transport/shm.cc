@@ -948,27 +948,32 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
       round(d);
     } else {
       arrive(d);
-      uint64_t k = round_;
-      const Ctl& r = ctl(root);
-      const char* s = slot(k, root);
-      size_t got = 0;
-      while (got < m) {
-        size_t have = got;
-        waitFor([&](int p) {
-          if (p != root) return true;
-          uint64_t f = r.filled.load(std::memory_order_acquire);
-          if ((f >> kFillBits) == k) have = std::min<size_t>(f & kFillMask, m);
-          return have > got || r.arrive.load(std::memory_order_acquire) >= k;
-        });
-        if (have <= got) break;  // the root arrived: its slot is full, or it runs another op
-        std::memcpy(b + off + got, s + got, have - got);
-        got = have;
-      }
-      waitAll();
-      if (got < m) std::memcpy(b + off + got, s + got, m - got);
+      readAsFilled(root, 0, m, b + off);
     }
     if (bytes == 0) break;
   }
+}
+
+void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst) {
+  uint64_t k = round_;
+  const Ctl& r = ctl(root);
+  const char* s = slot(k, root) + start;
+  size_t got = 0;
+  while (got < m) {
+    size_t have = got;
+    waitFor([&](int p) {
+      if (p != root) return true;
+      uint64_t f = r.filled.load(std::memory_order_acquire);
+      size_t upTo = static_cast<size_t>(f & kFillMask);
+      if ((f >> kFillBits) == k && upTo > start) have = std::min(upTo - start, m);
+      return have > got || r.arrive.load(std::memory_order_acquire) >= k;
+    });
+    if (have <= got) break;  // the root arrived: its slot is full, or it runs another op
+    std::memcpy(dst + got, s + got, have - got);
+    got = have;
+  }
+  waitAll();
+  if (got < m) std::memcpy(dst + got, s + got, m - got);
 }
 
 void ShmDomain::fill(size_t bytes) {
@@ -1285,26 +1290,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
       round(d);
     } else {
       arrive(d);
-      uint64_t k = round_;
-      const Ctl& r = ctl(root);
-      const char* s = slot(k, root) + me * q;
-      size_t m = off < bytes[me] ? std::min(q, bytes[me] - off) : 0, start = me * q;
-      size_t got = 0;
-      while (got < m) {
-        size_t have = got;
-        waitFor([&](int p) {
-          if (p != root) return true;
-          uint64_t f = r.filled.load(std::memory_order_acquire);
-          size_t upTo = static_cast<size_t>(f & kFillMask);
-          if ((f >> kFillBits) == k && upTo > start) have = std::min(upTo - start, m);
-          return have > got || r.arrive.load(std::memory_order_acquire) >= k;
-        });
-        if (have <= got) break;  // the root arrived: the slot is full, or it runs another op
-        std::memcpy(o + off + got, s + got, have - got);
-        got = have;
-      }
-      waitAll();
-      if (got < m) std::memcpy(o + off + got, s + got, m - got);
+      readAsFilled(root, me * q, off < bytes[me] ? std::min(q, bytes[me] - off) : 0, o + off);
     }
     if (maxb == 0) break;
   }

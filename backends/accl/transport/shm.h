@@ -115,6 +115,11 @@ class ShmDomain : public HostGroup {
   // Publishes that this rank's slot of the next round holds its first
   // `bytes` bytes (the readers of a broadcast take them as they land).
   void fill(size_t bytes);
+  // A reader of a round this rank has arrived at: copies bytes [start,
+  // start + m) of `root`'s slot into dst as the root's fill() passes them,
+  // then waits for every local rank (the round's check) and copies what is
+  // left (the root arrived without publishing: a full slot, or a mismatch).
+  void readAsFilled(int root, size_t start, size_t m, char* dst);
   // Throws if local rank p's ops up to round x differ from this rank's,
   // naming the first round among the last kDepth where they differ.
   void checkPeer(int p, uint64_t x) const;
