@@ -72,7 +72,6 @@ class ShmDomain : public HostGroup {
     size_t bytes;
     double ratio[kCopyClasses];
   };
-  const std::vector<Probe>& probes() const { return probes_; }
   // Fewer CPUs among the local ranks' affinity masks than local ranks.
   bool oversubscribed() const { return oversubscribed_; }
   std::string describe() const override;
@@ -139,9 +138,10 @@ class ShmDomain : public HostGroup {
   // another local rank exited, another rank's failure (RemoteError), or errno.
   [[noreturn]] void cmaFailed(int peer, const char* what, int e);
   void probeCma();
-  // ACCL_SHM_CMA=auto with a CPU per local rank: times broadcast and
-  // allgather at kProbeBytes both ways (local rank 0's clock, the two
-  // alternating), and sets the size bands where single copy is faster.
+  // ACCL_SHM_CMA=auto with a CPU per local rank: times each class's ops
+  // (broadcast with allgather; scatter) at kProbeBytes both ways (local rank
+  // 0's clock, the two alternating), and sets each class's size bands where
+  // single copy is faster; a group of the same processes reuses the result.
   void measureSingleCopy();
   // The probes' ratios, as describe() gives them.
   std::string probeText() const;
