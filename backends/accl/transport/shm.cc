@@ -55,7 +55,7 @@ constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // launches and 1.4-1.9x in others, and the slots won at 1 MiB in most.
 constexpr size_t kProbeBytes[] = {64u << 10, 128u << 10, 256u << 10, 512u << 10, 1u << 20};
 constexpr size_t kNumProbes = sizeof(kProbeBytes) / sizeof(kProbeBytes[0]);
-constexpr int kProbeOps = 2;   // broadcasts and allgathers per timed batch
+constexpr int kProbeOps = 2;   // broadcast-and-allgather pairs (or scatter pairs) per timed batch
 constexpr int kProbeReps = 4;  // timed batches of each way (the best counts)
 // Single copy takes a band where it took less than the slots' time. (A
 // margin kept the slots at 256 KiB in a launch whose probe gave single copy
@@ -1179,7 +1179,7 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
   const auto& displ = prefixSums(bytes, displA_);
   char* o = static_cast<char*>(out);
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb, 0);
+  bool single = n > 1 && singleCopyRooted(displ[n], maxb, 0);
   if (me == root && !single && o + displ[me] != in && bytes[me]) std::memmove(o + displ[me], in, bytes[me]);
   if (n == 1) return;
   if (single) {
@@ -1231,7 +1231,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   const auto& displ = prefixSums(bytes, displA_);
   const char* i = static_cast<const char*>(in);
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  bool single = cma_ && n > 1 && singleCopyRooted(displ[n], maxb, kScatterClass);
+  bool single = n > 1 && singleCopyRooted(displ[n], maxb, kScatterClass);
   if (me == root && !single && i + displ[me] != out && bytes[me]) std::memmove(out, i + displ[me], bytes[me]);
   if (n == 1) return;
   if (single) {
