@@ -165,7 +165,7 @@ void NetTransport::setLocalRanksShareCpus(bool shared) {
     if (o_.shmCmaAlways)
       shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyMinOwnCpus);
     else
-      shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyAutoMinSharedCpus : ShmLink::kSingleCopyNever);
+      shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyAutoMinSharedCpus : ShmLink::kSingleCopyAutoMinOwnCpus);
     shm_->setDeferMin(shared ? ShmLink::kDeferMinSharedCpus : ShmLink::kDeferMinOwnCpus);
   }
 }

@@ -62,7 +62,7 @@ class NetTransport : public Transport, private FrameSink {
     bool shmWanted = true;
     bool shmCma = true;  // large frames to local peers may be read with process_vm_readv (probed)
     // ACCL_SHM_CMA=on: from ShmLink's thresholds (kSingleCopyMin*); else
-    // (auto) only where local ranks share CPUs, from kSingleCopyAutoMinSharedCpus.
+    // (auto) from kSingleCopyAutoMin*: larger sizes than on's.
     bool shmCmaAlways = false;
     // The process's budget for the buffers of large messages that arrived
     // before their receive, kept for the next (Matcher; ACCL_UNEXPECTED_CACHE_MB).

@@ -146,16 +146,23 @@ class ShmLink : public FrameLink, public EventHandler {
   // any size.
   static constexpr size_t kSingleCopyMinOwnCpus = size_t(8) << 10;
   static constexpr size_t kSingleCopyMinSharedCpus = size_t(16) << 10;
-  // Those are ACCL_SHM_CMA=on's. The default (auto) reads by single copy only
-  // messages of 16 MiB and more, and only where the host's ranks share CPUs:
-  // the kernel pins every 4 KiB page that process_vm_readv reads (4 MiB here:
-  // 14.5 GB/s against 61 GB/s for a plain copy), while the ring stays in
-  // cache. 2 ranks with a CPU each, sendrecv: the ring 1.2-2.5x Open MPI's
-  // busbw at 64 KiB - 128 MiB, single copy 0.9-1.0x. 4 ranks on 2 cores: the
-  // ring as fast or faster up to 16 MiB, but 0.3-0.7x at 64-128 MiB, where a
-  // writer waits for its reader to be scheduled at every ring's worth, and
-  // single copy 0.7-1.4x.
-  static constexpr size_t kSingleCopyAutoMinSharedCpus = size_t(16) << 20;
+  // Those are ACCL_SHM_CMA=on's. The default (auto) copies smaller messages
+  // through the ring, which stays in cache, and reads larger ones by single
+  // copy, whose kernel pins every 4 KiB page it reads (4 MiB here: 14.5 GB/s
+  // against 61 GB/s for a plain copy). Sendrecv against Open MPI's busbw,
+  // ring (auto before) and single copy (on) alternating, 4 launches each:
+  // - 2 ranks with a CPU each: at 256-512 KiB the ring 1.02-1.48, single copy
+  //   0.83-0.97; at 1-2 MiB 0.93-1.08 and 0.91-1.13; from 4 MiB the ring
+  //   0.45-1.11 (most cells 0.6-0.95), single copy 0.74-1.13 (most 0.93-1.07).
+  //   Bound to a core each, some launches also ran the ring at 0.12-0.18 of
+  //   Open MPI for a while at 1-4 MiB (a waiter's whole poll per op, not yet
+  //   explained), never single copy.
+  // - 4 ranks on 2 cores: at 16-32 KiB the ring 1.09-2.57, single copy
+  //   0.59-0.91; at 64-128 KiB 0.22-1.16 and 0.65-0.93; from 256 KiB the ring
+  //   0.26-1.36 (a writer waits for its reader's turn on a CPU at every
+  //   ring's worth), single copy 0.67-1.14 (most 0.8-1.0).
+  static constexpr size_t kSingleCopyAutoMinOwnCpus = size_t(1) << 20;
+  static constexpr size_t kSingleCopyAutoMinSharedCpus = size_t(256) << 10;
   static constexpr size_t kSingleCopyNever = SIZE_MAX;
   size_t singleCopyMin() const { return singleCopyMin_.load(std::memory_order_relaxed); }
   // The group sets it once it knows whether its local ranks share CPUs.
