@@ -195,7 +195,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     };
     auto* dom = new core::ShmDomain(so);
     host_.reset(dom);
-    net_->setLocalRanksShareCpus(dom->oversubscribed());
+    net_->setLocalRanksShareCpus(dom->oversubscribed(), dom->singleCopyEveryBandFrom());
   } else {
     host_ = core::makeSoloHost();
     net_->setLocalRanksShareCpus(machineShared);

@@ -101,9 +101,10 @@ const config::Var<std::string> shmCma(
     "its broadcast, allgather, alltoall, gather, reduce and scatter take single copy in the size bands "
     "(from 32 KiB; the 1 MiB probe decides every larger size) where it was faster; "
     "every other collective, and all of them where the ranks share CPUs, copies through the slots; "
-    "point-to-point messages go through the rings, but for messages of 16 MiB and more where the "
-    "host's ranks share CPUs, which are read by single copy where the kernel allows it; ACCL_DEBUG=INFO "
-    "prints the probe and the bands. on: single copy for collectives from 16 KiB (reduce 32 KiB) and "
+    "point-to-point messages of 1 MiB and more (256 KiB where the host's ranks share CPUs; from the "
+    "start of the probe's single-copy bands where those reach 1 MiB, as in a launch whose copies through "
+    "shared memory run slow) are read by single copy where the kernel allows it, smaller ones go through "
+    "the rings; ACCL_DEBUG=INFO prints the probe, the bands and that size. on: single copy for collectives from 16 KiB (reduce 32 KiB) and "
     "point-to-point messages from 8 KiB (where the host's ranks share CPUs: 64 KiB and 16 KiB), "
     "faster from about 16 MiB for buffers on huge pages; fails if unavailable; off: never.");
 

@@ -8,7 +8,9 @@ where it was faster. Checked here against the probe's own figures, which the
 INFO log prints: the bands named for each class are exactly those whose ratio
 is below 1 (size S decides [S, 2S), the first also [S/2, S), the last every
 size from S), both ranks name
-the same, and every op of accl-perf across the bands gives the right result. off and on name their fixed paths. Exit 77: skipped.
+the same, point-to-point messages go by single copy from 1 MiB or from the
+start of the last band where that reaches the top, and every op of accl-perf
+across the bands gives the right result. off and on name their fixed paths. Exit 77: skipped.
 
     shm_probe_test.py BUILD_DIR
 """
@@ -112,9 +114,20 @@ else:
             want += " (faster at start-up;"
             check(desc.startswith(want), f"auto: single copy named for exactly the bands where it was faster: "
                                          f"'{others}' and, for scatter, '{scatter}'")
+        # Point-to-point: single copy from 1 MiB, or from where the broadcast
+        # probe found it faster in every band up to the top (not below 8 KiB).
+        last = re.search(r"(\d+ [KM]iB) and up$", others)
+        start = 1 << 20
+        if last:
+            n, u = last.group(1).split()
+            start = min(start, max(8 << 10, int(n) * UNITS[u]))
+        p2p = re.findall(r"point-to-point with ranks \d+ over shared-memory rings of \d+ KiB, single copy from ([^;]+);",
+                         out)
+        check(p2p == [size_text(start)] * 2,
+              f"auto: point-to-point by single copy from {size_text(start)} (bands '{others}'): {p2p}")
     bad, n = wrong_cells(out)
     check(n > 0 and not bad, f"auto: broadcast right at 16 KiB - 4 MiB ({n} rows)")
-    for op in ops[1:]:
+    for op in ops[1:] + ["sendrecv"]:
         rc, o = job("auto", "--op", op, "-b", "16K", "-e", "4M", "-f", "2", "-n", "3", "-w", "1")
         bad, n = wrong_cells(o)
         check(rc == 0 and n > 0 and not bad, f"auto: {op} right at 16 KiB - 4 MiB ({n} rows)")

@@ -284,6 +284,15 @@ std::mutex gBandsMu;
 std::vector<KnownBands> gBands;
 }  // namespace
 
+size_t ShmDomain::singleCopyEveryBandFrom() const {
+  if (!cma_ || cmaEvery_ || probes_.empty()) return SIZE_MAX;
+  uint64_t m = cmaBands_[0];
+  int b = 63 - __builtin_clzll(kProbeBytes[kNumProbes - 1]);
+  if (!(m >> b & 1)) return SIZE_MAX;
+  while (b > 0 && (m >> (b - 1) & 1)) --b;
+  return size_t(1) << b;
+}
+
 void ShmDomain::measureSingleCopy() {
   int n = o_.localSize, me = o_.localRank;
   std::vector<int32_t> pids;

@@ -133,7 +133,12 @@ FrameLink& NetTransport::dataLink(int peer) {
 
 std::string NetTransport::describeShm() const {
   if (!shm_) return "";
-  return "shared-memory rings of " + std::to_string(shm_->ringBytes() >> 10) + " KiB";
+  std::string s = "shared-memory rings of " + std::to_string(shm_->ringBytes() >> 10) + " KiB";
+  bool single = false;
+  for (int p = 0; p < o_.size; ++p) single = single || (overShm(p) && shm_->singleCopyTo(p));
+  if (single && shm_->singleCopyMin() != ShmLink::kSingleCopyNever)
+    s += ", single copy from " + internal::sizeText(static_cast<double>(shm_->singleCopyMin()));
+  return s;
 }
 
 void NetTransport::setupShm(Clock::time_point deadline) {
@@ -159,13 +164,16 @@ void NetTransport::setupShm(Clock::time_point deadline) {
                                << shmWhy_);
 }
 
-void NetTransport::setLocalRanksShareCpus(bool shared) {
+void NetTransport::setLocalRanksShareCpus(bool shared, size_t probedSingleCopyFrom) {
   spinningWaiters_ = !shared;
   if (shm_) {
     if (o_.shmCmaAlways)
       shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyMinOwnCpus);
+    else if (shared)
+      shm_->setSingleCopyMin(ShmLink::kSingleCopyAutoMinSharedCpus);
     else
-      shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyAutoMinSharedCpus : ShmLink::kSingleCopyAutoMinOwnCpus);
+      shm_->setSingleCopyMin(std::min(ShmLink::kSingleCopyAutoMinOwnCpus,
+                                      std::max(probedSingleCopyFrom, ShmLink::kSingleCopyMinOwnCpus)));
     shm_->setDeferMin(shared ? ShmLink::kDeferMinSharedCpus : ShmLink::kDeferMinOwnCpus);
   }
 }

@@ -143,8 +143,11 @@ class NetTransport : public Transport, private FrameSink {
   // hosts its namespaces or containers make): a waiter then gives its core up
   // between polls rather than spin, the progress thread does not spin on the
   // rings after a frame, and point-to-point messages to them go by single
-  // copy from a larger size (ShmLink::singleCopyMin).
-  void setLocalRanksShareCpus(bool shared);
+  // copy from a larger size (ShmLink::singleCopyMin). Under ACCL_SHM_CMA=auto
+  // with a CPU each, from ShmLink::kSingleCopyAutoMinOwnCpus, or from
+  // `probedSingleCopyFrom` where that is smaller (ShmDomain::
+  // singleCopyEveryBandFrom; not below kSingleCopyMinOwnCpus).
+  void setLocalRanksShareCpus(bool shared, size_t probedSingleCopyFrom = SIZE_MAX);
 
   // For waits outside this transport (shared memory): throws RemoteError if
   // one of `peers` failed or any peer aborted the current op; detects mismatch.
