@@ -155,8 +155,8 @@ class ShmLink : public FrameLink, public EventHandler {
   //   0.83-0.97; at 1-2 MiB 0.93-1.08 and 0.91-1.13; from 4 MiB the ring
   //   0.45-1.11 (most cells 0.6-0.95), single copy 0.74-1.13 (most 0.93-1.07).
   //   Bound to a core each, some launches also ran the ring at 0.12-0.18 of
-  //   Open MPI for a while at 1-4 MiB (a waiter's whole poll per op, not yet
-  //   explained), never single copy.
+  //   Open MPI at 1-4 MiB, never single copy: every copy through shared
+  //   memory ran slow there (ShmDomain::singleCopyEveryBandFrom).
   // - 4 ranks on 2 cores: at 16-32 KiB the ring 1.09-2.57, single copy
   //   0.59-0.91; at 64-128 KiB 0.22-1.16 and 0.65-0.93; from 256 KiB the ring
   //   0.26-1.36 (a writer waits for its reader's turn on a CPU at every
