@@ -104,9 +104,9 @@ const config::Var<std::string> shmCma(
     "point-to-point messages of 1 MiB and more (256 KiB where the host's ranks share CPUs; from the "
     "start of the probe's single-copy bands where those reach 1 MiB, as in a launch whose copies through "
     "shared memory run slow) are read by single copy where the kernel allows it, smaller ones go through "
-    "the rings; ACCL_DEBUG=INFO prints the probe, the bands and that size. on: single copy for collectives from 16 KiB (reduce 32 KiB) and "
-    "point-to-point messages from 8 KiB (where the host's ranks share CPUs: 64 KiB and 16 KiB), "
-    "faster from about 16 MiB for buffers on huge pages; fails if unavailable; off: never.");
+    "the rings; ACCL_DEBUG=INFO prints the probe, the bands and that size. on: single copy for "
+    "collectives from 16 KiB (reduce 32 KiB) and point-to-point messages from 8 KiB (where the host's "
+    "ranks share CPUs: 64 KiB and 16 KiB), faster from about 16 MiB for buffers on huge pages; fails if unavailable; off: never.");
 
 const config::Var<int> inlineBytes(
     "ACCL_INLINE_BYTES", kOwner, config::intRange(0, 1L << 30), 65536, nullptr,
