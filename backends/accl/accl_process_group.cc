@@ -396,7 +396,8 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
   d.root = root;
   // Cheap description, formatted when needed (the full one, with counts and
   // dtype, goes into errors).
-  auto work = internal::makeWork(toString(op), d.seq);
+  // The op's Work, made where it is needed (see runOrEnqueueMade).
+  auto makeWork = [&] { return internal::makeWork(toString(op), d.seq); };
   ACCL_TRACE("COLL", "enqueue " << core::describe(d));
   uint64_t traceId = issuingTraceId();
   auto owning = [&] {
@@ -405,13 +406,12 @@ std::shared_ptr<Work> AcclProcessGroup::submit(OpType op, size_t count, DataType
     };
   };
   // Small ops, and ops whose caller waits at once, run on the calling thread
-  // when the group is idle (no thread hand-off, and no copy of the op into a
-  // closure).
+  // when the group is idle (no thread hand-off, no copy of the op into a
+  // closure, and no Work of their own when they succeed).
   if (bytes <= inlineBytes_ || blocking)
-    return queue_->runOrEnqueue(
-        std::move(work), [&] { return runOp(d, timeout, traceId, body); },
-        owning);
-  return queue_->enqueue(std::move(work), owning());
+    return queue_->runOrEnqueueMade(
+        makeWork, [&] { return runOp(d, timeout, traceId, body); }, owning);
+  return queue_->enqueue(makeWork(), owning());
 }
 
 // ---------------------------------------------------------------- allreduce

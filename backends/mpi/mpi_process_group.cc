@@ -398,7 +398,8 @@ std::shared_ptr<Work> MpiProcessGroup::submit(OpType op, size_t count, size_t by
   // non-blocking one): `bytes` is the same on every rank.
   c.blocking = blockingBytes_ > 0 && bytes <= blockingBytes_;
   ACCL_TRACE("COLL", "enqueue " << toString(op) << " #" << c.seq << " (" << count << " elements)");
-  auto work = internal::makeWork(toString(op), c.seq);
+  // The op's Work, made where it is needed (see runOrEnqueueMade).
+  auto makeWork = [&] { return internal::makeWork(toString(op), c.seq); };
   auto owning = [&] {
     return [this, c, body = std::forward<Body>(body)]() -> int { return runCall(c, body); };
   };
@@ -406,9 +407,8 @@ std::shared_ptr<Work> MpiProcessGroup::submit(OpType op, size_t count, size_t by
   // one; run it here when the group is idle (no thread hand-off, and no copy
   // of the call into a closure).
   if (bytes <= inlineBytes_ || o.blocking)
-    return queue_->runOrEnqueue(
-        std::move(work), [&] { return runCall(c, body); }, owning);
-  return queue_->enqueue(std::move(work), owning());
+    return queue_->runOrEnqueueMade(makeWork, [&] { return runCall(c, body); }, owning);
+  return queue_->enqueue(makeWork(), owning());
 }
 
 void MpiProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, const Call& c) {

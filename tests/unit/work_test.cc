@@ -306,6 +306,67 @@ TEST(OpQueue, AnOpRunInlineCompletesItsWorkWithResultAndException) {
   EXPECT_EQ(r->sourceRank(), 1);
 }
 
+TEST(OpQueue, AnOpRunInlineMakesAWorkOnlyWhenItFailsReportsASourceOrWaits) {
+  internal::OpQueue q("test", true);
+  int made = 0;
+  auto make = [&](const char* what) {
+    return [&made, what] {
+      ++made;
+      return std::make_shared<Work>(what);
+    };
+  };
+  auto noQueue = [] { return [] { return -1; }; };
+  // Succeeded at once, no source: the thread's completed Work, nothing made.
+  auto a = q.runOrEnqueueMade(make("a"), [] { return -1; }, noQueue);
+  auto b = q.runOrEnqueueMade(make("b"), [] { return -1; }, noQueue);
+  EXPECT_EQ(made, 0);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_EQ(a.get(), internal::completedWork().get());
+  ASSERT_TRUE(a->isCompleted());
+  EXPECT_TRUE(a->isSuccess());
+  EXPECT_EQ(a->sourceRank(), -1);
+  a->wait();
+  a->wait(std::chrono::milliseconds(0));
+  EXPECT_TRUE(a->test());
+  EXPECT_EQ(a->exception(), nullptr);
+  // Callbacks run at once and are not kept: each runs once, however many are added.
+  int calls = 0;
+  for (int i = 0; i < 3; ++i) a->onComplete([&](Work&) { ++calls; });
+  EXPECT_EQ(calls, 3);
+  // Another thread has its own.
+  const Work* other = nullptr;
+  std::thread([&] { other = q.runOrEnqueueMade(make("t"), [] { return -1; }, noQueue).get(); }).join();
+  EXPECT_NE(other, a.get());
+  EXPECT_EQ(made, 0);
+  // A failure or a source rank needs a Work of its own, completed as the op ended.
+  auto bad = q.runOrEnqueueMade(make("bad"), []() -> int { throw RemoteError("peer gone"); }, noQueue);
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(bad->description(), "bad");
+  EXPECT_THROW(bad->wait(), RemoteError);
+  EXPECT_TRUE(a->isSuccess());  // the shared one is untouched
+  auto src = q.runOrEnqueueMade(make("src"), [] { return 2; }, noQueue);
+  EXPECT_EQ(made, 2);
+  EXPECT_TRUE(src->isSuccess());
+  EXPECT_EQ(src->sourceRank(), 2);
+  // While an op is queued, the next one waits in line with a Work of its own,
+  // and then runs on whoever waits.
+  std::atomic<bool> release{false};
+  auto slow = q.enqueue("slow", [&] {
+    while (!release.load()) std::this_thread::yield();
+    return -1;
+  });
+  int ran = 0;
+  auto queued = q.runOrEnqueueMade(make("queued"), [&] { return ++ran, -1; },
+                                   [&] { return [&] { return ++ran, -1; }; });
+  EXPECT_EQ(made, 3);
+  EXPECT_NE(queued.get(), a.get());
+  EXPECT_EQ(queued->description(), "queued");
+  release = true;
+  queued->wait();
+  slow->wait();
+  EXPECT_EQ(ran, 1);
+}
+
 TEST(OpQueue, WithoutWaiterRunsEveryOpRunsOnTheWorker) {
   internal::OpQueue q("test");
   auto me = std::this_thread::get_id();

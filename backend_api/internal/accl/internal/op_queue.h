@@ -80,6 +80,33 @@ class OpQueue {
     finishInline();
     return work;
   }
+  // The same with the Work made only where it is needed: `make()` makes the
+  // op's Work when the op waits in the queue, or ran at once and failed or
+  // reports a source rank; an op that ran at once and succeeded returns
+  // completedWork(). `runNow` cannot refer to the Work (there may be none).
+  template <typename M, typename F, typename Q>
+  std::shared_ptr<Work> runOrEnqueueMade(M&& make, F&& runNow, Q&& queued) {
+    if (!startInline()) {
+      std::shared_ptr<Work> work = make();
+      push(work, std::function<int()>(queued()));
+      return work;
+    }
+    struct Finish {
+      OpQueue* q;
+      ~Finish() { q->finishInline(); }
+    } finish{this};
+    int src = -1;
+    std::exception_ptr error;
+    try {
+      src = runNow();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (!error && src < 0) return completedWork();
+    std::shared_ptr<Work> work = make();
+    work->completeUnshared(std::move(error), src);
+    return work;
+  }
 
  private:
   struct State;
