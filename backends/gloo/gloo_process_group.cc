@@ -186,7 +186,8 @@ std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::ch
   uint64_t seq = seq_++;
   ACCL_TRACE("COLL", "enqueue " << toString(op) << " #" << seq << " (" << count << " elements)");
   uint64_t traceId = issuingTraceId();
-  auto work = internal::makeWork(toString(op), seq);
+  // The op's Work, made where it is needed (see runOrEnqueueMade).
+  auto makeWork = [&] { return internal::makeWork(toString(op), seq); };
   auto run = [this, op, count, fn = std::move(fn), timeout, traceId, seq]() -> int {
     if (traceId) recorder()->started(traceId, static_cast<int64_t>(seq), "gloo", "tcp");
     // gloo's deadline starts when the op does (its timeout is relative).
@@ -205,8 +206,8 @@ std::shared_ptr<Work> GlooProcessGroup::enqueue(OpType op, size_t count, std::ch
   };
   // A caller that waits at once runs the op itself when the group is idle (no
   // thread hand-off), as does a thread that waits on the op next in line.
-  if (blocking) return queue_->runOrEnqueue(std::move(work), std::move(run));
-  return queue_->enqueue(std::move(work), std::move(run));
+  if (blocking) return queue_->runOrEnqueueMade(makeWork, [&] { return run(); }, [&] { return std::move(run); });
+  return queue_->enqueue(makeWork(), std::move(run));
 }
 
 void GlooProcessGroup::allreduceInPlace(Buffer buf, const ReduceOp& op, std::chrono::milliseconds timeout) {
