@@ -64,13 +64,8 @@ class OpQueue {
       push(work, std::function<int()>(queued()));
       return work;
     }
-    int src = -1;
     std::exception_ptr error;
-    try {
-      src = runNow();
-    } catch (...) {
-      error = std::current_exception();
-    }
+    int src = runCatching(runNow, error);
     // Not handed out yet, unless `fn` kept a reference: then another thread
     // may wait on it or add a callback meanwhile.
     if (work.use_count() == 1)
@@ -95,13 +90,8 @@ class OpQueue {
       OpQueue* q;
       ~Finish() { q->finishInline(); }
     } finish{this};
-    int src = -1;
     std::exception_ptr error;
-    try {
-      src = runNow();
-    } catch (...) {
-      error = std::current_exception();
-    }
+    int src = runCatching(runNow, error);
     if (!error && src < 0) return completedWork();
     std::shared_ptr<Work> work = make();
     work->completeUnshared(std::move(error), src);
@@ -109,6 +99,16 @@ class OpQueue {
   }
 
  private:
+  // runNow()'s result, or -1 with its exception in `error`.
+  template <typename F>
+  static int runCatching(F& runNow, std::exception_ptr& error) {
+    try {
+      return runNow();
+    } catch (...) {
+      error = std::current_exception();
+      return -1;
+    }
+  }
   struct State;
   // Claims the group for an inline run: false if something is queued or running.
   bool startInline();
