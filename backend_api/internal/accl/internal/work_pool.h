@@ -47,8 +47,8 @@ struct WorkAllocator {
 
 // A Work that completed successfully, with no source rank: what an op run
 // at once returns when it succeeded (OpQueue::runOrEnqueueMade), instead of a
-// Work of its own that it would make, complete and free (about a quarter of
-// an 8-byte op's instructions in the mpi backend). The same object for every
+// Work of its own that it would make, complete and free (an eighth of an
+// 8-byte broadcast's instructions in the mpi backend). The same object for every
 // such op of the calling thread: a completed Work does not change (waits
 // return at once, callbacks run at once and are not kept, a trace is ended
 // at once), and no one reads its description but an error's message.
