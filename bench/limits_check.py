@@ -32,9 +32,11 @@ long as one of them (--seconds), and its ratio is to the mean of the two. The tw
 references of a cell are printed beside it: where they differ by more than the
 target's margin, the machine changed speed during the cell.
 
-    bench/limits_check.py BUILD_DIR [--runs 3] [--seconds 2]
+    bench/limits_check.py BUILD_DIR [--runs 3] [--seconds 2] [--host-only]
 
 Needs root and iperf3 (scripts/setup.sh installs it). Uses namespaces accll0/1 on 10.74.0.0/24.
+--host-only measures within a host alone, and needs neither (a machine without iperf3, or
+a user without root).
 """
 import argparse
 import json
@@ -121,15 +123,19 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=2,
                     help="length of each iperf3 measurement, and about that of each ACCL cell")
+    ap.add_argument("--host-only", action="store_true",
+                    help="within a host alone (no namespaces, no iperf3, no root)")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
-    if os.geteuid() != 0 or not shutil.which("iperf3"):
-        print("limits_check.py: needs root and iperf3 (scripts/setup.sh installs it)")
+    if not a.host_only and (os.geteuid() != 0 or not shutil.which("iperf3")):
+        print("limits_check.py: needs root and iperf3 (scripts/setup.sh installs it); --host-only needs neither")
         return 2
-    netns("down")
-    netns("up")
-    server = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}0", "iperf3", "-s", "-B", f"{SUBNET}.1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = None
+    if not a.host_only:
+        netns("down")
+        netns("up")
+        server = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}0", "iperf3", "-s", "-B", f"{SUBNET}.1"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sizes = [16 << 20, 32 << 20, 64 << 20, 128 << 20]
     try:
         for run in range(1, a.runs + 1):
@@ -144,6 +150,9 @@ def main():
                   "it: " + ", ".join(
                       f"{size >> 20} MiB {bw:.2f} GB/s = {bw / (2 * copy[i] / 5):.2f} | {bw / (2 * copy[i] / 4):.2f} "
                       f"(copy {refs[i][1]:.1f}, {refs[i + 1][1]:.1f})" for i, (size, bw) in enumerate(zip(sizes, cells))))
+            sys.stdout.flush()
+            if a.host_only:
+                continue
             link = iperf(a.seconds)
             print(f"between 2 namespace hosts: iperf3 {link:.2f} GB/s ({link * 8:.1f} Gbit/s) one way at the start")
             # With 2 ranks, sendrecv and the allreduce's steps send both ways at once: the
@@ -160,9 +169,10 @@ def main():
         print(f"FAILED: {e}")
         return 1
     finally:
-        server.kill()
-        server.wait()
-        netns("down")
+        if server:
+            server.kill()
+            server.wait()
+            netns("down")
     return 0
 
 

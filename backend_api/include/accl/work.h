@@ -19,7 +19,10 @@ class FlightRecorder;  // accl/trace.h
 constexpr std::chrono::milliseconds kNoTimeout{-1};
 
 // A Work is returned at once by every ProcessGroup op. It completes exactly
-// once, successfully or with an exception. All methods are thread-safe.
+// once, successfully or with an exception. All methods are thread-safe. An op
+// that completed successfully while it was issued (a small op, or one waited
+// on at once, run by the calling thread) may return a Work it shares with
+// other such ops of that thread: complete, successful, with no source rank.
 class Work {
  public:
   explicit Work(std::string description = "");
