@@ -445,8 +445,8 @@ std::shared_ptr<Work> GlooProcessGroup::doBarrier(const BarrierOptions& o) {
 
 // Point-to-point ops are posted at once (a send must not wait for earlier
 // collectives, or send/recv pairs issued on both sides would deadlock); each
-// one's completion is awaited on a thread of its own (wait_pool.h says why
-// not in order on one thread).
+// one's completion is awaited by the thread that waits for it, or else on a
+// pool thread of its own (wait_pool.h says why not in order on one thread).
 std::shared_ptr<Work> GlooProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
   auto timeout = effectiveTimeout(o);
   // gloo refuses empty unbound buffers: back them with one byte, move none.
