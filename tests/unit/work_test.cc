@@ -262,7 +262,8 @@ TEST(OpQueue, InlineAndQueuedOpsFromManyThreadsNeverOverlapAndKeepEachThreadsOrd
             return i % 5;
           };
           auto w = (i % 3 == 0) ? q.enqueue("queued", fn)
-                                : q.runOrEnqueue(std::make_shared<Work>("maybe inline"), fn);
+                                : q.runOrEnqueueMade([] { return std::make_shared<Work>("maybe inline"); }, fn,
+                                                     [&fn] { return fn; });
           pending.emplace_back(i, w);
           if (i % 7 == 0 || pending.size() > 16) waitAll();  // some at once, others later
         }
@@ -282,7 +283,8 @@ TEST(OpQueue, InlineAndQueuedOpsFromManyThreadsNeverOverlapAndKeepEachThreadsOrd
 // A Work completed inline reports its result as one completed by the worker.
 TEST(OpQueue, AnOpRunInlineCompletesItsWorkWithResultAndException) {
   internal::OpQueue q("test", true);
-  auto ok = q.runOrEnqueue(std::make_shared<Work>("ok"), [] { return 3; });
+  auto noQueue = [] { return [] { return -1; }; };
+  auto ok = q.runOrEnqueueMade([] { return std::make_shared<Work>("ok"); }, [] { return 3; }, noQueue);
   ASSERT_TRUE(ok->isCompleted());
   EXPECT_TRUE(ok->isSuccess());
   EXPECT_EQ(ok->sourceRank(), 3);
@@ -290,20 +292,12 @@ TEST(OpQueue, AnOpRunInlineCompletesItsWorkWithResultAndException) {
   bool called = false;
   ok->onComplete([&](Work&) { called = true; });  // already complete: runs at once
   EXPECT_TRUE(called);
-  auto bad = q.runOrEnqueue(std::make_shared<Work>("bad"), []() -> int { throw RemoteError("peer gone"); });
+  auto bad = q.runOrEnqueueMade([] { return std::make_shared<Work>("bad"); },
+                                []() -> int { throw RemoteError("peer gone"); }, noQueue);
   ASSERT_TRUE(bad->isCompleted());
   EXPECT_FALSE(bad->isSuccess());
   EXPECT_THROW(bad->wait(), RemoteError);
   EXPECT_THROW(bad->test(), RemoteError);
-  // A Work the op keeps a reference to goes the locked way; same result.
-  std::shared_ptr<Work> kept;
-  auto w = std::make_shared<Work>("kept");
-  auto r = q.runOrEnqueue(w, [&] {
-    kept = w;
-    return 1;
-  });
-  EXPECT_TRUE(r->isSuccess());
-  EXPECT_EQ(r->sourceRank(), 1);
 }
 
 TEST(OpQueue, AnOpRunInlineMakesAWorkOnlyWhenItFailsReportsASourceOrWaits) {

@@ -38,44 +38,18 @@ class OpQueue {
     push(work, std::move(fn));
     return work;
   }
-  // Like enqueue, but when nothing is queued or running, runs `fn` on the
-  // calling thread and returns a completed Work (ops still run one at a time,
-  // in order). Used for small ops, where a thread hand-off costs more than the op.
-  std::shared_ptr<Work> runOrEnqueue(std::string description, std::function<int()> fn) {
-    return runOrEnqueue(internal::makeWork(std::move(description)), std::move(fn));
-  }
-  // The same with a Work the caller made; `fn` is only wrapped in a
-  // std::function (an allocation) when it has to wait in the queue.
-  template <typename F>
-  std::shared_ptr<Work> runOrEnqueue(std::shared_ptr<Work> work, F&& fn) {
-    return runOrEnqueue(
-        std::move(work), [&fn] { return fn(); }, [&fn] { return std::forward<F>(fn); });
-  }
-  // The same, with the op's closure built only when the op has to wait in the
-  // queue: `runNow()` runs the op on the calling thread and may refer to the
-  // caller's locals; `queued()` returns the callable that owns copies of
-  // them (wrapped here in a std::function). An op run at once then copies
-  // nothing: copying its arguments, just written field by field, into a
-  // closure with wide loads stalled on store forwarding (seen in profiles of
-  // 8-byte ops).
-  template <typename F, typename Q>
-  std::shared_ptr<Work> runOrEnqueue(std::shared_ptr<Work> work, F&& runNow, Q&& queued) {
-    if (!startInline()) {
-      push(work, std::function<int()>(queued()));
-      return work;
-    }
-    std::exception_ptr error;
-    int src = runCatching(runNow, error);
-    // Not handed out yet, unless `fn` kept a reference: then another thread
-    // may wait on it or add a callback meanwhile.
-    if (work.use_count() == 1)
-      work->completeUnshared(std::move(error), src);
-    else
-      work->markCompleted(std::move(error), src);
-    finishInline();
-    return work;
-  }
-  // The same with the Work made only where it is needed: `make()` makes the
+  // Like enqueue, but when nothing is queued or running, runs the op on the
+  // calling thread (ops still run one at a time, in order): used for small
+  // ops, where a thread hand-off costs more than the op. The op's closure is
+  // built only when the op has to wait in the queue: `runNow()` runs the op
+  // on the calling thread and may refer to the caller's locals; `queued()`
+  // returns the callable that owns copies of them (wrapped here in a
+  // std::function). An op run at once then copies nothing: copying its
+  // arguments, just written field by field, into a closure with wide loads
+  // stalled on store forwarding (seen in profiles of 8-byte ops). Either may
+  // return a source rank (for recv from any source) or -1, or throw: the
+  // Work completes with that exception.
+  // The Work is made only where it is needed: `make()` makes the
   // op's Work when the op waits in the queue, or ran at once and failed or
   // reports a source rank; an op that ran at once and succeeded returns
   // completedWork(). `runNow` cannot refer to the Work (there may be none).
