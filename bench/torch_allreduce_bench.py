@@ -3,9 +3,10 @@
 backend="accl" against torch's own gloo and, for all_reduce, against the same ACCL
 group called directly from C++ (the C++ level: a blocking SDK call on the calling
 thread, no torch Work, future or dispatcher), in the same processes on the same
-tensors. --op all runs every op that torch's gloo implements, one after another. For each size the three paths run in rounds
-of one block each (~--block-ms of calls). Every block starts after a barrier, so that
-no rank's lag from the block before falls into it; accl and C++ take turns at
+tensors. --op all runs every op that torch's gloo implements, one after another.
+For each size the paths run in rounds of one block each (~--block-ms of calls).
+Every block starts after a barrier, so that no rank's lag from the block before
+falls into it; accl and C++ take turns at
 running first, and gloo runs last in every round, so that neither of the two is
 timed more often right after gloo. A path's time is the median of its blocks
 (the slowest rank's time of each block), and accl/C++ is the median of the
@@ -181,7 +182,7 @@ def main():
         run(op, name, iters)
         return (time.perf_counter() - t0) / iters
 
-    ops = sorted(BUS, key=list(BUS).index) if a.op == "all" else [a.op]
+    ops = list(BUS) if a.op == "all" else [a.op]
     for opname in ops:
         # The C++ level is the allreduce call alone.
         names = ("gloo", "accl", "cxx") if opname == "allreduce" else ("gloo", "accl")
