@@ -618,46 +618,51 @@ std::shared_ptr<Work> MpiProcessGroup::doBarrier(const BarrierOptions& o) {
 // while none does (pendP2p).
 std::shared_ptr<Work> MpiProcessGroup::doSend(Buffer buf, int dst, const SendOptions& o) {
   auto timeout = effectiveTimeout(o);
-  auto what = [&] { return describeP2p(false, dst, o.tag); };
+  PendingP2p q;  // the op's record; on the heap only if it is left pending
+  q.peer = dst;
+  q.tag = o.tag;
+  auto what = [&] { return describeP2p(q); };
   if (isBroken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> b(brokenMu_);
     throw RemoteError(what() + ": the group is unusable since " + broken_);
   }
-  MPI_Request req;
   int done = 0;
   {
     auto lk = mpiLock();
     int n = icount(buf.count, what);
-    checkLazy(MPI_Isend(buf.data, n, mpiType(buf.dtype), dst, o.tag, comm_, &req), what);
-    checkLazy(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+    checkLazy(MPI_Isend(buf.data, n, mpiType(buf.dtype), dst, o.tag, comm_, &q.req[0]), what);
+    checkLazy(MPI_Test(&q.req[0], &done, MPI_STATUS_IGNORE), what);
   }
-  auto work = internal::makeWork("send", p2pSeq_++);
-  if (done) {
-    work->completeUnshared(nullptr, -1);  // no other thread has it yet: plain stores, no lock
+  uint64_t seq = p2pSeq_++;
+  // Sent at once (an eager send): the thread's completed Work, as an op the
+  // op queue runs at once (no source rank to report).
+  if (done) return internal::completedWork();
+  auto work = internal::makeWork("send", seq);
+  if (o.blocking) {
+    waitHere(q, work, timeout);
     return work;
   }
-  auto p = std::allocate_shared<PendingP2p>(internal::WorkAllocator<PendingP2p>{});
-  p->peer = dst;
-  p->tag = o.tag;
-  return pendP2p(std::move(work), req, timeout, std::move(p));
+  return pendP2p(std::move(work), q, timeout);
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOptions& o) {
   auto timeout = effectiveTimeout(o);
-  auto what = [&] { return describeP2p(true, src, o.tag); };
+  PendingP2p q;
+  recvRecord(q, buf, src, o.tag);
+  auto what = [&] { return describeP2p(q); };
   if (isBroken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> b(brokenMu_);
     throw RemoteError(what() + ": the group is unusable since " + broken_);
   }
-  MPI_Request req;
   MPI_Status st{};
   int done = 0;
   {
     auto lk = mpiLock();
     int n = icount(buf.count, what);
-    checkLazy(MPI_Irecv(buf.data, n, mpiType(buf.dtype), src == kAnySource ? MPI_ANY_SOURCE : src, o.tag, comm_, &req),
+    checkLazy(MPI_Irecv(buf.data, n, mpiType(buf.dtype), src == kAnySource ? MPI_ANY_SOURCE : src, o.tag, comm_,
+                        &q.req[0]),
               what);
-    checkLazy(MPI_Test(&req, &done, &st), what);
+    checkLazy(MPI_Test(&q.req[0], &done, &st), what);
   }
   auto work = internal::makeWork("recv", p2pSeq_++);
   if (done) {
@@ -668,26 +673,29 @@ std::shared_ptr<Work> MpiProcessGroup::doRecv(Buffer buf, int src, const RecvOpt
     }
     return work;
   }
-  return pendP2p(std::move(work), req, timeout, pendingRecv(buf, src, o.tag));
+  if (o.blocking) {
+    waitHere(q, work, timeout);
+    return work;
+  }
+  return pendP2p(std::move(work), q, timeout);
 }
 
-std::shared_ptr<MpiProcessGroup::PendingP2p> MpiProcessGroup::pendingRecv(Buffer buf, int src, int tag) {
-  auto p = std::allocate_shared<PendingP2p>(internal::WorkAllocator<PendingP2p>{});
-  p->isRecv = true;
-  p->peer = src;
-  p->tag = tag;
-  p->count = buf.count;
-  p->dtype = buf.dtype;
-  return p;
+void MpiProcessGroup::recvRecord(P2pRecord& p, Buffer buf, int src, int tag) {
+  p.isRecv = true;
+  p.peer = src;
+  p.tag = tag;
+  p.count = buf.count;
+  p.dtype = buf.dtype;
 }
 
 std::shared_ptr<Work> MpiProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb, int src, const SendRecvOptions& o) {
   auto timeout = effectiveTimeout(o);
-  auto p = pendingRecv(rb, src, o.recvTag);
-  p->sendPeer = dst;
-  p->sendTag = o.sendTag;
-  p->nreq = 2;
-  auto what = [&] { return describeP2p(*p); };
+  PendingP2p q;
+  recvRecord(q, rb, src, o.recvTag);
+  q.sendPeer = dst;
+  q.sendTag = o.sendTag;
+  q.nreq = 2;
+  auto what = [&] { return describeP2p(q); };
   if (isBroken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> b(brokenMu_);
     throw RemoteError(what() + ": the group is unusable since " + broken_);
@@ -698,16 +706,16 @@ std::shared_ptr<Work> MpiProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb,
     auto lk = mpiLock();
     int rn = icount(rb.count, what), sn = icount(sb.count, what);
     checkLazy(MPI_Irecv(rb.data, rn, mpiType(rb.dtype), src == kAnySource ? MPI_ANY_SOURCE : src, o.recvTag, comm_,
-                        &p->req[0]),
+                        &q.req[0]),
               what);
-    int rc = MPI_Isend(sb.data, sn, mpiType(sb.dtype), dst, o.sendTag, comm_, &p->req[1]);
+    int rc = MPI_Isend(sb.data, sn, mpiType(sb.dtype), dst, o.sendTag, comm_, &q.req[1]);
     if (rc != MPI_SUCCESS) {
       // Not left posted into the caller's buffer, which the failed call hands back.
-      MPI_Cancel(&p->req[0]);
-      MPI_Request_free(&p->req[0]);
+      MPI_Cancel(&q.req[0]);
+      MPI_Request_free(&q.req[0]);
       checkLazy(rc, what);
     }
-    checkLazy(MPI_Testall(2, p->req, &done, st), what);
+    checkLazy(MPI_Testall(2, q.req, &done, st), what);
   }
   auto work = internal::makeWork("sendrecv", p2pSeq_++);
   if (done) {
@@ -719,21 +727,29 @@ std::shared_ptr<Work> MpiProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb,
     return work;
   }
   if (o.blocking) {
-    // The caller waits at once: it tests the pair until it finished (as
-    // MPI_Sendrecv's own wait would), with no pending record for the
-    // progress thread and no wait hook. Its deadline still fails it with a
-    // Timeout, as a pending request's would.
-    PendingP2p& q = *p;
-    q.g = this;
-    q.work = work;
-    q.deadline = std::chrono::steady_clock::now() + timeout;
-    q.timeout = timeout;
-    for (unsigned spins = 0; !testP2p(q, (spins & 255) == 255); ++spins)
-      if (spins > 1000) sched_yield();
+    waitHere(q, work, timeout);
     return work;
   }
-  MPI_Request recvReq = p->req[0];  // read before p is moved into the call
-  return pendP2p(std::move(work), recvReq, timeout, std::move(p));
+  return pendP2p(std::move(work), q, timeout);
+}
+
+void MpiProcessGroup::waitHere(PendingP2p& q, const std::shared_ptr<Work>& work, std::chrono::milliseconds timeout) {
+  q.g = this;
+  q.work = work;
+  q.timeout = timeout;
+  q.unshared = true;
+  // The clock is read first after 256 tests (a small exchange has mostly
+  // ended by then: a clock read is a tenth of an 8 B sendrecv's time here),
+  // and every 256 tests from then on: the deadline counts from that read.
+  for (unsigned spins = 0;; ++spins) {
+    bool clock = (spins & 255) == 255;
+    if (clock && spins == 255) {
+      q.deadline = std::chrono::steady_clock::now() + timeout;
+      clock = false;
+    }
+    if (testP2p(q, clock)) return;
+    if (spins > 1000) sched_yield();
+  }
 }
 
 namespace {
@@ -748,10 +764,11 @@ constexpr auto kP2pTick = std::chrono::milliseconds(1);
 constexpr auto kP2pLinger = std::chrono::milliseconds(100);
 }  // namespace
 
-std::shared_ptr<Work> MpiProcessGroup::pendP2p(std::shared_ptr<Work> work, MPI_Request req,
-                                               std::chrono::milliseconds timeout, std::shared_ptr<PendingP2p> p) {
+std::shared_ptr<Work> MpiProcessGroup::pendP2p(std::shared_ptr<Work> work, const P2pRecord& q,
+                                               std::chrono::milliseconds timeout) {
+  auto p = std::allocate_shared<PendingP2p>(internal::WorkAllocator<PendingP2p>{});
+  static_cast<P2pRecord&>(*p) = q;
   p->g = this;
-  p->req[0] = req;
   p->work = work;
   p->posted = std::chrono::steady_clock::now();
   p->deadline = p->posted + timeout;
@@ -791,7 +808,7 @@ std::string MpiProcessGroup::describeP2p(bool isRecv, int peer, int tag) const {
                  " tag " + std::to_string(tag));
 }
 
-std::string MpiProcessGroup::describeP2p(const PendingP2p& p) const {
+std::string MpiProcessGroup::describeP2p(const P2pRecord& p) const {
   std::string recv = describeP2p(p.isRecv, p.peer, p.tag);
   if (p.nreq < 2) return recv;
   return context("sendrecv: send to rank " + std::to_string(p.sendPeer) + " tag " + std::to_string(p.sendTag) +
@@ -842,7 +859,8 @@ bool MpiProcessGroup::testP2p(PendingP2p& p, bool clock) {
     return false;
   }
   std::shared_ptr<Work> w = std::move(p.work);
-  w->markCompleted(std::move(error), src);
+  if (p.unshared) w->completeUnshared(std::move(error), src);
+  else w->markCompleted(std::move(error), src);
   p.finished.store(true, std::memory_order_release);
   return true;
 }

@@ -91,7 +91,9 @@ class MpiProcessGroup : public ProcessGroup {
   // thread that waits on its Work polls it (the wait hook); the progress
   // thread polls what no thread waits on. One thread tests it at a time
   // (`claimed`): MPI forbids two testing one request at once.
-  struct PendingP2p {
+  // Its record (copyable: an op's is made on the stack, and copied to the
+  // heap only when the op is left pending).
+  struct P2pRecord {
     MpiProcessGroup* g = nullptr;  // touched only until finished
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // a sendrecv's: receive, send
     int nreq = 1;
@@ -103,20 +105,30 @@ class MpiProcessGroup : public ProcessGroup {
     int sendPeer = -1, sendTag = 0;  // a sendrecv's send (isRecv is set: req[0] is its receive)
     size_t count = 0;
     DataType dtype = DataType::Float32;
+    // The Work is not handed out yet (its caller waits here, waitHere): it
+    // is completed without its lock.
+    bool unshared = false;
+  };
+  struct PendingP2p : P2pRecord {
     std::atomic<bool> claimed{false};
     std::atomic<bool> finished{false};
   };
   // A receive's record: buffer, source and tag (the rest is filled in by pendP2p).
-  static std::shared_ptr<PendingP2p> pendingRecv(Buffer buf, int src, int tag);
-  // `work` completes when `req` does: a Work whose waiter polls it, and the
-  // progress thread meanwhile. `p` describes the op (req, work and the
-  // times are filled in here).
-  std::shared_ptr<Work> pendP2p(std::shared_ptr<Work> work, MPI_Request req, std::chrono::milliseconds timeout,
-                                std::shared_ptr<PendingP2p> p);
+  static void recvRecord(P2pRecord& p, Buffer buf, int src, int tag);
+  // `q`'s op on the calling thread, which waits for it at once (a blocking
+  // call): its requests are tested until they finished, with no record for
+  // the progress thread, no wait hook and no allocation. Its deadline (from
+  // the first read of the clock, after 256 tests) fails it with a Timeout
+  // as a pending request's would.
+  void waitHere(PendingP2p& q, const std::shared_ptr<Work>& work, std::chrono::milliseconds timeout);
+  // The op of record `q` left pending (not waited for at once): `work`
+  // completes when q's requests do. The record is copied to the heap, for
+  // the Work's waiter (its wait hook polls it) and the progress thread.
+  std::shared_ptr<Work> pendP2p(std::shared_ptr<Work> work, const P2pRecord& q, std::chrono::milliseconds timeout);
   // "send to rank 1 tag 7" / "recv from any rank tag 7", with the rank prefix.
   std::string describeP2p(bool isRecv, int peer, int tag) const;
   // The same for a pending request, a sendrecv's naming both halves.
-  std::string describeP2p(const PendingP2p& p) const;
+  std::string describeP2p(const P2pRecord& p) const;
   // A completed receive's source rank; InvalidArgument naming both sizes if
   // its message was not `count` elements.
   int recvSource(const MPI_Status& st, DataType dtype, size_t count, int src, int tag) const;

@@ -8,10 +8,11 @@
 //                                with ACCL_DIAG_DUMP=1)
 //   diag_driver late S           an 8-byte allreduce that rank 1 joins S seconds late (prints
 //                                "late: done" on every rank that completed it)
-//   diag_driver p2plate S wait|poll|sendrecv  rank 0 receives 2 floats (tag 5) that rank 1
-//                                sends S seconds late, waiting on the Work or polling
+//   diag_driver p2plate S wait|poll|sendrecv|blocking  rank 0 receives 2 floats (tag 5) that
+//                                rank 1 sends S seconds late, waiting on the Work or polling
 //                                isCompleted(), or in a blocking sendrecv that also sends 2
-//                                floats to rank 1 (tag 6) (prints "p2plate: done" when the
+//                                floats to rank 1 (tag 6), or as a blocking receive
+//                                (RecvOptions::blocking) (prints "p2plate: done" when the
 //                                receive completed)
 // The backend is ACCL_DIAG_BACKEND (default accl). Every failure is printed
 // as "error (<code>): <message>".
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
       } else if (pg->rank() == 0) {
         RecvOptions ro;
         ro.tag = 5;
+        ro.blocking = std::string(argv[3]) == "blocking";
         auto w = pg->recv(Buffer(x, 2, DataType::Float32), 1, ro);
         if (std::string(argv[3]) == "poll")
           while (!w->isCompleted()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -108,7 +110,7 @@ int main(int argc, char** argv) {
       const char* d = std::getenv("ACCL_DIAG_DUMP");
       if (d && std::string(d) == "1") dumpTraces("on request");
     } else {
-      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | exit N | bulk MIB N | late S | p2plate S wait|poll\n");
+      std::fprintf(stderr, "usage: diag_driver loop | count N | mismatch | exit N | bulk MIB N | late S | p2plate S wait|poll|sendrecv|blocking\n");
       return 2;
     }
     return 0;

@@ -11,8 +11,10 @@
 # backend's progress thread polls it); either way the receive fails with
 # accl::Timeout at its deadline. p2p_sendrecv: the same receive as half of a
 # blocking sendrecv (its send completes), polled on the calling thread: the
-# sendrecv fails with accl::Timeout naming both halves.
-# usage: timeout_test.sh MPIEXEC DIAG_DRIVER blocking|nonblocking|p2p_wait|p2p_poll|p2p_sendrecv
+# sendrecv fails with accl::Timeout naming both halves. p2p_blocking: the
+# receive as a blocking call (RecvOptions::blocking), polled on the calling
+# thread before recv() returns: the same Timeout.
+# usage: timeout_test.sh MPIEXEC DIAG_DRIVER blocking|nonblocking|p2p_wait|p2p_poll|p2p_sendrecv|p2p_blocking
 set -u
 mpiexec=$1 driver=$2 mode=$3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -25,7 +27,8 @@ case $mode in
   p2p_wait) args="p2plate 30 wait" ;;
   p2p_poll) args="p2plate 30 poll" ;;
   p2p_sendrecv) args="p2plate 30 sendrecv" ;;
-  *) echo "FAILED: unknown mode $mode (blocking, nonblocking, p2p_wait, p2p_poll, p2p_sendrecv)"; exit 1 ;;
+  p2p_blocking) args="p2plate 30 blocking" ;;
+  *) echo "FAILED: unknown mode $mode (blocking, nonblocking, p2p_wait, p2p_poll, p2p_sendrecv, p2p_blocking)"; exit 1 ;;
 esac
 start=$(date +%s)
 ACCL_TIMEOUT=2s ACCL_MPI_BLOCKING_BYTES=$bytes ACCL_DIAG_BACKEND=mpi ACCL_TRACE_DIR=$tmp \
