@@ -24,7 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FrameHeader f;
     std::memcpy(&f, data + off, sizeof(f));
     off += sizeof(f);
-    if (!validateHeader(f).empty()) return 0;  // the connection is dropped
+    bool valid = validateHeader(f).empty();
+    if (valid != headerValid(f)) __builtin_trap();  // the quick check and the described one disagree
+    if (!valid) return 0;  // the connection is dropped
     std::string d = describe(f.desc);
     if (d.empty()) __builtin_trap();
     if (f.len > size - off) return 0;  // waits for more bytes

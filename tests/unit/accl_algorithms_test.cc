@@ -649,7 +649,9 @@ TEST(Wire, HeadersThatDoNotParseAreRefused) {
     FrameHeader h = ok;
     f(h);
     EXPECT_NE(validateHeader(h).find(why), std::string::npos) << validateHeader(h);
+    EXPECT_FALSE(headerValid(h)) << why;
   };
+  EXPECT_TRUE(headerValid(ok));
   bad([](FrameHeader& h) { h.magic ^= 1; }, "magic");
   bad([](FrameHeader& h) { h.version = 9; }, "version 9");
   bad([](FrameHeader& h) { h.type = 77; }, "frame type 77");
@@ -673,4 +675,27 @@ TEST(Wire, HeadersThatDoNotParseAreRefused) {
   chunk.type = static_cast<uint8_t>(FrameType::Tagged);
   chunk.offset = 16;
   EXPECT_EQ(validateHeader(chunk), "");
+  EXPECT_TRUE(headerValid(chunk));
+  EXPECT_TRUE(headerValid(farewell(8, 8)));
+  EXPECT_FALSE(headerValid(farewell(6, 6)));
+  // The quick check and the described one agree on every header of a sweep
+  // over the fields each check reads (types, lengths, offsets at the limits).
+  int n = 0;
+  for (int type = 0; type < 9; ++type)
+    for (uint64_t total : {uint64_t{0}, uint64_t{4}, uint64_t{6}, uint64_t{64}, kMaxAbortBytes + 1,
+                           kMaxFarewellBytes + 4, kMaxMessageBytes, kMaxMessageBytes + 1})
+      for (uint64_t len : {uint64_t{0}, uint64_t{4}, uint64_t{64}, total, total + 1})
+        for (uint64_t offset : {uint64_t{0}, uint64_t{4}, total - len, total})
+          for (int flaw = 0; flaw < 6; ++flaw) {
+            FrameHeader h{kWireMagic, kWireVersion, static_cast<uint8_t>(type), 0, 0, offset, len, total, OpDesc{}};
+            if (flaw == 1) h.magic ^= 1;
+            if (flaw == 2) h.version = 2;
+            if (flaw == 3) h.desc.op = 200;
+            if (flaw == 4) h.desc.dtype = 200;
+            if (flaw == 5) h.desc.redop = 200;
+            EXPECT_EQ(headerValid(h), validateHeader(h).empty()) << "type " << type << " total " << total << " len "
+                                                                  << len << " offset " << offset << " flaw " << flaw;
+            n += headerValid(h);
+          }
+  EXPECT_GT(n, 50);  // the sweep holds valid headers too
 }

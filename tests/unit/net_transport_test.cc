@@ -367,6 +367,72 @@ TEST_P(NetTransport, ASendCompletesBeforeItsReceiveIsPostedAndTheMessageArrivesI
   }
 }
 
+// Small messages that came before their receives (a local peer's lie in
+// its ring, where a receive posted with nothing pending takes its message
+// straight from it) are received in the order they were sent per tag,
+// behind a message of another tag that the same read holds, and one of
+// another size than its receive fails that receive alone (the next one of
+// its tag still arrives).
+TEST_P(NetTransport, SmallMessagesThatCameFirstKeepTheirOrderPerTagAndASizeMismatchFailsOnlyItsReceive) {
+  Pair p;
+  connect(p, GetParam());
+  ASSERT_FALSE(HasFatalFailure());
+  int32_t b = 2, a = 1, c = 3, e = 5;
+  int64_t d = 4;
+  std::vector<std::shared_ptr<Work>> sends;
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    sends.clear();
+    sends.push_back(postTaggedWork(p, 0, true, &b, sizeof(b), 6));
+    sends.push_back(postTaggedWork(p, 0, true, &a, sizeof(a), 5));
+    sends.push_back(postTaggedWork(p, 0, true, &c, sizeof(c), 5));
+    sends.push_back(postTaggedWork(p, 0, true, &d, sizeof(d), 5));
+    sends.push_back(postTaggedWork(p, 0, true, &e, sizeof(e), 5));
+    for (auto& w : sends) ASSERT_NO_THROW(w->wait());
+    // Every message has come (in the ring, or held by the progress thread)
+    // before any receive; half the rounds give them time to be read first.
+    if (round % 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    int32_t got = 0;
+    auto r = postTaggedWork(p, 1, false, &got, sizeof(got), 5);
+    ASSERT_NO_THROW(r->wait());
+    EXPECT_EQ(got, 1) << "the first message of tag 5";
+    EXPECT_EQ(r->sourceRank(), 0);
+    got = 0;
+    r = postTaggedWork(p, 1, false, &got, sizeof(got), 5);
+    ASSERT_NO_THROW(r->wait());
+    EXPECT_EQ(got, 3) << "the second message of tag 5";
+    got = 0;
+    r = postTaggedWork(p, 1, false, &got, sizeof(got), 6);
+    ASSERT_NO_THROW(r->wait());
+    EXPECT_EQ(got, 2) << "the message of tag 6, sent first";
+    got = -1;
+    r = postTaggedWork(p, 1, false, &got, sizeof(got), 5);
+    try {
+      r->wait();
+      ADD_FAILURE() << "a 4-byte receive took the 8-byte message";
+    } catch (const InvalidArgument& ex) {
+      EXPECT_NE(std::string(ex.what()).find("8"), std::string::npos) << ex.what();
+    }
+    EXPECT_EQ(got, -1) << "the failed receive's buffer was written";
+    r = postTaggedWork(p, 1, false, &got, sizeof(got), 5);
+    ASSERT_NO_THROW(r->wait());
+    EXPECT_EQ(got, 5) << "the message behind the mismatched one";
+    // A message that the receiving rank's progress thread read and holds
+    // (given 20 ms) comes before one of its tag still in the ring, whose
+    // receive is posted as soon as it is sent.
+    int32_t first = 7, second = 8;
+    ASSERT_NO_THROW(postTaggedWork(p, 0, true, &first, sizeof(first), 5)->wait());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_NO_THROW(postTaggedWork(p, 0, true, &second, sizeof(second), 5)->wait());
+    r = postTaggedWork(p, 1, false, &got, sizeof(got), 5);
+    ASSERT_NO_THROW(r->wait());
+    EXPECT_EQ(got, 7) << "a held message of tag 5 was passed by a later one";
+    r = postTaggedWork(p, 1, false, &got, sizeof(got), 5);
+    ASSERT_NO_THROW(r->wait());
+    EXPECT_EQ(got, 8);
+  }
+}
+
 // The receive rate per peer (ACCL_STATS, accl-diag's slowest link) is the
 // bytes of the timed frames (16 KiB and up) over the time they were arriving:
 // small messages count as received but are not timed (that took two precise

@@ -8,6 +8,7 @@ namespace accl {
 namespace core {
 
 std::string validateHeader(const FrameHeader& h) {
+  if (headerValid(h)) return "";
   if (h.magic != kWireMagic) return "bad magic number";
   if (h.version != kWireVersion)
     return "protocol version " + std::to_string(h.version) + " (this build speaks " +
@@ -25,7 +26,7 @@ std::string validateHeader(const FrameHeader& h) {
   if (h.desc.op > static_cast<uint16_t>(OpType::Split) || h.desc.dtype >= kNumDataTypes ||
       h.desc.redop >= kNumReduceKinds)
     return "invalid op descriptor";
-  return "";
+  return "malformed header";  // headerValid refused it for a reason not named above
 }
 
 std::string validateHello(const Hello& h, uint64_t token, int self, int size, const int* nstreams) {

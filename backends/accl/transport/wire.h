@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "accl/process_group.h"
 #include "transport/transport.h"
 
 namespace accl {
@@ -56,7 +57,22 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 64, "wire format");
 
-// Empty string if the header is well-formed, else what is wrong with it.
+// Whether the header is well-formed: the checks of validateHeader, with no
+// message to build (a frame's path; validateHeader says what is wrong).
+inline bool headerValid(const FrameHeader& h) {
+  auto t = static_cast<FrameType>(h.type);
+  bool typeOk = t == FrameType::Data || t == FrameType::Tagged || t == FrameType::Query || t == FrameType::Reply ||
+                t == FrameType::Abort || t == FrameType::Farewell;
+  return h.magic == kWireMagic && h.version == kWireVersion && typeOk && h.total <= kMaxMessageBytes &&
+         h.len <= h.total && h.offset <= h.total - h.len &&
+         !((t == FrameType::Query || t == FrameType::Reply) && h.total != 0) &&
+         !(t == FrameType::Abort && h.total > kMaxAbortBytes) &&
+         !(t == FrameType::Farewell && (h.total > kMaxFarewellBytes || h.total % 4 != 0 || h.len != h.total)) &&
+         h.desc.op <= static_cast<uint16_t>(OpType::Split) && h.desc.dtype < kNumDataTypes &&
+         h.desc.redop < kNumReduceKinds;
+}
+// Empty string if the header is well-formed (headerValid), else what is
+// wrong with it.
 std::string validateHeader(const FrameHeader& h);
 // Empty string if a Hello that rank `self` of `size` received may open stream
 // h.stream from h.rank in the job with `token` (`nstreams`: streams per peer),

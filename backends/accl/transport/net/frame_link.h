@@ -114,8 +114,8 @@ class FrameSink {
 // refused instead, by either check or by the sink (ProtocolError).
 inline LandingPtr admitHeader(FrameSink& sink, int peer, const FrameHeader& h, std::string linkBad,
                               std::string* bad) {
-  *bad = validateHeader(h);
-  if (bad->empty()) *bad = std::move(linkBad);
+  if (!headerValid(h)) *bad = validateHeader(h);
+  else *bad = std::move(linkBad);
   if (!bad->empty()) return nullptr;
   try {
     return sink.onHeader(peer, h);

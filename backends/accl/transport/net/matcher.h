@@ -116,6 +116,15 @@ class Matcher {
     return std::any_of(held_.begin(), held_.end(),
                        [&](const InboundPtr& u) { return u->peer == peer && u->space == s; });
   }
+  // Whether a message from `peer` in `s` would be the next for a new
+  // receive: none of its messages is held or under way, and no posted
+  // receive (from it or any source) would take it first.
+  bool quietFor(int peer, Space s) const {
+    if (posted_.empty() && held_.empty() && active_.empty()) return true;
+    return !hasPostedFrom(peer, s) && !holds(peer, s) &&
+           std::none_of(active_.begin(), active_.end(),
+                        [&](const Active& a) { return std::get<0>(a.key) == peer && std::get<1>(a.key) == s; });
+  }
   size_t postedCount() const { return posted_.size(); }
   // Messages held (arrived before their receive) since the matcher was made.
   uint64_t heldEver() const { return heldEver_; }

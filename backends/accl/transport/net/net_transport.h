@@ -359,6 +359,18 @@ class NetTransport : public Transport, private FrameSink {
   OpSession session_;
   Arrivals arrivals_;
   std::vector<Tagged> tagged_;           // user sends/recvs not yet completed
+  // A small receive from a local peer being posted (postTagged, mu_ held):
+  // the first whole message of its tag that its peer's ring holds, with no
+  // earlier receive or message in the way, lands in `buf` (landWhole), with
+  // no request made for it. `buf` is null otherwise.
+  struct DirectReceive {
+    int peer = -1;
+    uint64_t key = 0;
+    char* buf = nullptr;
+    size_t len = 0;
+    bool took = false;
+  };
+  DirectReceive direct_;
   std::vector<std::string> peerFailed_;  // per peer: why it failed ("" = fine)
   // Statistics per peer (mu_ held): bytes sent and received, receive busy
   // time; receiving_ counts the data frames of kTimedFrameBytes or more from

@@ -402,6 +402,25 @@ void NetTransport::postTagged(bool isSend, int peer, int tag, void* buf, size_t 
       return;
     }
   }
+  if (!isSend && len <= kReadOnPostMaxBytes && tagged_.empty() && peer >= 0 && overShm(peer) &&
+      peerFailed_[peer].empty() && !sockets_->deferring() && !sockets_->lingering() && !shm_->deferring()) {
+    // A small receive from a local peer while no other point-to-point op is
+    // pending: its message, when already in the peer's ring (the peer sent
+    // first: a small sendrecv sends first), lands in the buffer now, and
+    // the receive completes with no request made, matched or released.
+    // Whatever the ring holds before it lands as it always does; a message
+    // of this tag of another size, or one behind an earlier message or
+    // receive that comes first, is left to the request below.
+    direct_ = DirectReceive{peer, key, static_cast<char*>(buf), len, false};
+    bool moved = shm_->readPeer(peer);
+    bool took = direct_.took;
+    direct_ = DirectReceive{};
+    if (moved) cv_.notify_all();  // frames read may be steps an op's waiter waits for
+    if (took) {
+      work->completeUnshared(nullptr, peer);
+      return;
+    }
+  }
   // From the per-thread block pool, as an op's Work: a small message's
   // request lives for one op, and malloc and free were a fifth of a small
   // sendrecv's instructions.

@@ -506,9 +506,8 @@ bool ShmLink::readFrom(int peer) {
     } else {
       get(tail, reinterpret_cast<char*>(&h), sizeof(h));
       if (h.flags == kFlagAck || h.flags == kFlagRemote) {
-        std::string v = validateHeader(h);
-        if (!v.empty()) {
-          fail(peer, v);
+        if (!headerValid(h)) {
+          fail(peer, validateHeader(h));
           return true;
         }
         if (h.flags == kFlagAck) {
@@ -541,7 +540,7 @@ bool ShmLink::readFrom(int peer) {
       // A whole message whose payload does not wrap: the sink may land it
       // from the ring in one step (a small message into a posted receive).
       size_t at = (tail + sizeof(FrameHeader)) & (cap_ - 1);
-      if (fits && h.offset == 0 && h.len == h.total && at + h.len <= cap_ && validateHeader(h).empty() &&
+      if (fits && h.offset == 0 && h.len == h.total && at + h.len <= cap_ && headerValid(h) &&
           sink_->landWhole(peer, h, data + at)) {
         tail += sizeof(FrameHeader) + align64(h.len);
         r->tail.store(tail, std::memory_order_release);

@@ -129,8 +129,8 @@ void SocketLink::readConn(Conn& c) {
 }
 
 bool SocketLink::headerArrived(Conn& c) {
-  std::string bad = validateHeader(c.hdr);
-  if (!bad.empty()) {
+  if (!headerValid(c.hdr)) {
+    std::string bad = validateHeader(c.hdr);
     ACCL_WARN("NET", o_.where << ": malformed frame from rank " << c.peer << ": " << bad);
     closeConn(c, "protocol error: " + bad);
     return false;
