@@ -739,8 +739,8 @@ void MpiProcessGroup::waitHere(PendingP2p& q, const std::shared_ptr<Work>& work,
   q.timeout = timeout;
   q.unshared = true;
   // The clock is read first after 256 tests (a small exchange has mostly
-  // ended by then: a clock read is a tenth of an 8 B sendrecv's time here),
-  // and every 256 tests from then on: the deadline counts from that read.
+  // ended by then, with no clock read at all), and every 256 tests from
+  // then on: the deadline counts from that first read.
   for (unsigned spins = 0;; ++spins) {
     bool clock = (spins & 255) == 255;
     if (clock && spins == 255) {
