@@ -113,7 +113,8 @@ class MpiProcessGroup : public ProcessGroup {
     std::atomic<bool> claimed{false};
     std::atomic<bool> finished{false};
   };
-  // A receive's record: buffer, source and tag (the rest is filled in by pendP2p).
+  // A receive's record: buffer, source and tag (the rest is filled in by
+  // waitHere or pendP2p).
   static void recvRecord(P2pRecord& p, Buffer buf, int src, int tag);
   // `q`'s op on the calling thread, which waits for it at once (a blocking
   // call): its requests are tested until they finished, with no record for
