@@ -923,12 +923,10 @@ std::shared_ptr<Work> AcclProcessGroup::doSendRecv(Buffer sb, int dst, Buffer rb
     // rank posts the receive, which reads it then (NetTransport::postTagged):
     // one copy, as when the receive came first. A large message is better
     // landed in place as it streams in.
-    net_->postTagged(true, dst, o.sendTag, sb.data, sbytes, deadline, work);
-    net_->postTagged(false, src, o.recvTag, rb.data, rbytes, deadline, work);
+    net_->postSendRecv(true, dst, o.sendTag, sb.data, sbytes, src, o.recvTag, rb.data, rbytes, deadline, work);
   } else {
     // The receive first: a message that comes while the send goes out lands in place.
-    net_->postTagged(false, src, o.recvTag, rb.data, rbytes, deadline, work);
-    net_->postTagged(true, dst, o.sendTag, sb.data, sbytes, deadline, work);
+    net_->postSendRecv(false, dst, o.sendTag, sb.data, sbytes, src, o.recvTag, rb.data, rbytes, deadline, work);
   }
   addWaiterHook(*work, src, std::max(sbytes, rbytes), o.blocking);
   return work;

@@ -433,6 +433,123 @@ TEST_P(NetTransport, SmallMessagesThatCameFirstKeepTheirOrderPerTagAndASizeMisma
   }
 }
 
+// A sendrecv's two parts as the accl backend posts them (postSendRecv), the
+// caller waiting at once; the Work completes with both.
+static std::shared_ptr<Work> sendRecvWork(Pair& p, int from, bool sendFirst, const void* sb, void* rb, size_t len,
+                                          int tag) {
+  auto w = std::make_shared<Work>("sendrecv test");
+  w->setParts(2);
+  if (auto h = p.t[from]->waiterHook(1 - from, len)) w->setWaitHook(h);
+  p.t[from]->postSendRecv(sendFirst, 1 - from, tag, sb, len, 1 - from, tag, rb, len, Clock::now() + 20s, w);
+  return w;
+}
+
+static void spinFor(std::chrono::microseconds d) {
+  auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+  }
+}
+
+// A small sendrecv between ranks of one host sends first, then waits for its
+// peer's message in the ring for a few microseconds before it makes a
+// request for it. Whether that message is there at once, comes during that
+// wait, after it (the request takes it) or was read and held before (behind
+// an earlier one of its tag), each receive gets its own message in order of
+// sending; one of the wrong size fails only its sendrecv, and leaves the
+// buffer as it was. Over sockets and verbs the same calls post the receive
+// the usual way.
+TEST_P(NetTransport, SendRecvsGetTheirMessagesInOrderWhetherTheyComeAtOnceDuringTheWaitLaterOrWereHeld) {
+  Pair p;
+  connect(p, GetParam());
+  ASSERT_FALSE(HasFatalFailure());
+  const std::chrono::microseconds delays[] = {0us, 1us, 3us, 10us, 40us, 300us};
+  // Both ranks' threads start each round together (a spinning barrier), one
+  // of them late by a delay.
+  constexpr int kRounds = 240;
+  std::atomic<int> go{-1}, done0{-1};
+  int64_t gotA[kRounds], gotB[kRounds];
+  int src0[kRounds], src1[kRounds];
+  std::thread peer([&] {
+    for (int round = 0; round < kRounds; ++round) {
+      while (go.load() < round) {
+      }
+      if (round % 12 < 6) spinFor(delays[round % 6]);
+      int64_t a = 1000 + round;
+      gotA[round] = -1;
+      auto w = sendRecvWork(p, 0, true, &a, &gotA[round], sizeof(a), round);
+      EXPECT_NO_THROW(w->wait());
+      src0[round] = w->sourceRank();
+      done0.store(round);
+    }
+  });
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    go.store(round);
+    if (round % 12 >= 6) spinFor(delays[round % 6]);
+    int64_t b = 2000 + round;
+    gotB[round] = -1;
+    auto w = sendRecvWork(p, 1, true, &b, &gotB[round], sizeof(b), round);
+    EXPECT_NO_THROW(w->wait());
+    src1[round] = w->sourceRank();
+    while (done0.load() < round) {
+    }
+    EXPECT_EQ(gotA[round], b);
+    EXPECT_EQ(gotB[round], 1000 + round);
+    EXPECT_EQ(src0[round], 1);
+    EXPECT_EQ(src1[round], 0);
+  }
+  peer.join();
+  // Rank 0 sends two messages of a tag before rank 1's sendrecvs of it (the
+  // first read and held by rank 1's progress thread in half the rounds, or
+  // by the first sendrecv's wait behind its own message), then the third
+  // during them.
+  for (int round = 0; round < 40; ++round) {
+    SCOPED_TRACE("held, round " + std::to_string(round));
+    int tag = 1000 + round;
+    int32_t m1 = 1, m2 = 2, m3 = 3, back = 9, got[3] = {-1, -1, -1}, echo[3] = {-1, -1, -1};
+    ASSERT_NO_THROW(postTaggedWork(p, 0, true, &m1, sizeof(m1), tag)->wait());
+    if (round % 2) std::this_thread::sleep_for(5ms);
+    ASSERT_NO_THROW(postTaggedWork(p, 0, true, &m2, sizeof(m2), tag)->wait());
+    std::thread peer([&] {
+      spinFor(delays[round % 6]);
+      ASSERT_NO_THROW(postTaggedWork(p, 0, true, &m3, sizeof(m3), tag)->wait());
+      for (auto& e : echo) ASSERT_NO_THROW(postTaggedWork(p, 0, false, &e, sizeof(e), tag)->wait());
+    });
+    for (auto& g : got) ASSERT_NO_THROW(sendRecvWork(p, 1, true, &back, &g, sizeof(back), tag)->wait());
+    peer.join();
+    EXPECT_EQ(got[0], 1);
+    EXPECT_EQ(got[1], 2);
+    EXPECT_EQ(got[2], 3);
+    for (auto e : echo) EXPECT_EQ(e, 9);
+  }
+  // A message of the wrong size that comes while the sendrecv waits.
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("mismatch, round " + std::to_string(round));
+    int tag = 5000 + round;
+    int64_t wrong = 77;
+    int32_t right = 78, back = 5, got = -1, echo[2] = {-1, -1};
+    std::thread peer([&] {
+      spinFor(delays[round % 6]);
+      ASSERT_NO_THROW(postTaggedWork(p, 0, true, &wrong, sizeof(wrong), tag)->wait());
+      ASSERT_NO_THROW(postTaggedWork(p, 0, true, &right, sizeof(right), tag)->wait());
+      for (auto& e : echo) ASSERT_NO_THROW(postTaggedWork(p, 0, false, &e, sizeof(e), tag)->wait());
+    });
+    auto w = sendRecvWork(p, 1, true, &back, &got, sizeof(got), tag);
+    try {
+      w->wait();
+      ADD_FAILURE() << "a 4-byte receive took the 8-byte message";
+    } catch (const InvalidArgument& ex) {
+      EXPECT_NE(std::string(ex.what()).find("8"), std::string::npos) << ex.what();
+    }
+    EXPECT_EQ(got, -1) << "the failed receive's buffer was written";
+    ASSERT_NO_THROW(sendRecvWork(p, 1, true, &back, &got, sizeof(got), tag)->wait());
+    peer.join();
+    EXPECT_EQ(got, 78) << "the message behind the mismatched one";
+    EXPECT_EQ(echo[0], 5) << "the failed sendrecv's send still went";
+    EXPECT_EQ(echo[1], 5);
+  }
+}
+
 // The receive rate per peer (ACCL_STATS, accl-diag's slowest link) is the
 // bytes of the timed frames (16 KiB and up) over the time they were arriving:
 // small messages count as received but are not timed (that took two precise

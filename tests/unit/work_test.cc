@@ -327,10 +327,29 @@ TEST(OpQueue, AnOpRunInlineMakesAWorkOnlyWhenItFailsReportsASourceOrWaits) {
   int calls = 0;
   for (int i = 0; i < 3; ++i) a->onComplete([&](Work&) { ++calls; });
   EXPECT_EQ(calls, 3);
-  // Another thread has its own.
-  const Work* other = nullptr;
-  std::thread([&] { other = q.runOrEnqueueMade(make("t"), [] { return -1; }, noQueue).get(); }).join();
-  EXPECT_NE(other, a.get());
+  // It holds no reference: copies and their ends change no count.
+  EXPECT_EQ(a.use_count(), 0);
+  // Another thread has its own while both run; the object outlives its
+  // thread (a pointer to it stays valid), and the next new thread takes it.
+  std::shared_ptr<Work> fromThread;
+  std::atomic<bool> taken{false}, letGo{false};
+  std::thread t([&] {
+    fromThread = q.runOrEnqueueMade(make("t"), [] { return -1; }, noQueue);
+    taken = true;
+    while (!letGo) std::this_thread::yield();
+  });
+  while (!taken) std::this_thread::yield();
+  EXPECT_NE(fromThread.get(), a.get());
+  letGo = true;
+  t.join();
+  EXPECT_TRUE(fromThread->isCompleted());
+  EXPECT_TRUE(fromThread->isSuccess());
+  fromThread->wait();
+  long objects = internal::completedWorksMade();
+  const Work* next = nullptr;
+  std::thread([&] { next = q.runOrEnqueueMade(make("u"), [] { return -1; }, noQueue).get(); }).join();
+  EXPECT_NE(next, nullptr);
+  EXPECT_EQ(internal::completedWorksMade(), objects);  // it took one given back
   EXPECT_EQ(made, 0);
   // A failure or a source rank needs a Work of its own, completed as the op ended.
   auto bad = q.runOrEnqueueMade(make("bad"), []() -> int { throw RemoteError("peer gone"); }, noQueue);

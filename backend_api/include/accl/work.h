@@ -63,7 +63,9 @@ class Work {
   void markCompleted(std::exception_ptr error = nullptr, int sourceRank = -1);
   // The same for a Work that no other thread can reach yet: made by the
   // caller and not handed out, so no callback, waiter or trace is attached.
-  // No lock and no wake-up (an op run while it is issued).
+  // No lock and no wake-up (an op run while it is issued). For a part of a
+  // Work of several, no atomic count either while no part has been handed
+  // to another thread (partHandedOff).
   void completeUnshared(std::exception_ptr error, int sourceRank);
   // Used by backends, before the Work is handed out: the op has `n` parts
   // (a sendrecv's receive and send), each completed by one call of
@@ -78,6 +80,10 @@ class Work {
   // completes): a poller that holds completions for this Work knows
   // whether they complete it.
   int partsLeft() const { return multiPart_ ? parts_.load(std::memory_order_acquire) : 1; }
+  // Used by backends, on the thread that posts the parts, before a part goes
+  // where another thread may end it (a queue a progress thread serves): the
+  // later parts' completeUnshared count as markCompleted does.
+  void partHandedOff() { partsHandedOff_ = true; }
   // Used by backends, before the Work is handed out: wait() without a
   // timeout calls `hook` once before it blocks (an op queue may run the op on
   // the waiting thread).
@@ -115,8 +121,9 @@ class Work {
   int sourceRank_ = -1;
   std::exception_ptr error_;
   bool multiPart_ = false;     // set before the Work is handed out
+  bool partsHandedOff_ = false;  // the posting thread's: see partHandedOff
   std::atomic<int> parts_{1};  // parts not yet ended (then below 1)
-  std::exception_ptr partError_;          // under mu_: the first part's failure
+  std::exception_ptr partError_;          // under mu_ (or unshared): the first part's failure
   std::atomic<bool> partFailed_{false};   // a part failed: partError_ is set
   std::atomic<int> partSource_{-1};       // the source rank a part reported
   std::vector<std::function<void(Work&)>> callbacks_;

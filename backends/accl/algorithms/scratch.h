@@ -21,9 +21,15 @@ class Scratch {
 
   // A buffer of at least `bytes` in `slot`; its contents are undefined. A
   // larger request replaces the slot's buffer.
-  char* get(Slot slot, size_t bytes) { return bufs_[slot].get(bytes); }
-  // After an op: frees the buffers above kKeepMax or beyond the budget.
+  char* get(Slot slot, size_t bytes) {
+    used_ = true;
+    return bufs_[slot].get(bytes);
+  }
+  // After an op: frees the buffers above kKeepMax or beyond the budget (no
+  // look at them after an op that took none: most small ops).
   void trim() {
+    if (!used_) return;
+    used_ = false;
     for (auto& b : bufs_) b.trim();
   }
   size_t keptBytes() const {
@@ -34,6 +40,7 @@ class Scratch {
 
  private:
   internal::KeptBuffer bufs_[kSlots];
+  bool used_ = false;  // get() was called since the last trim()
 };
 
 }  // namespace core

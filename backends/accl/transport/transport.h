@@ -28,6 +28,15 @@ inline Clock::time_point coarseNow() {
       std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
 }
 
+// One pass of a busy wait: tells the core (and its sibling thread) so.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // An op's deadline, `timeout` from now. From a second on it is read from the
 // kernel's coarse clock (the same CLOCK_MONOTONIC that Clock reads, updated
 // every tick: a few ns where the precise read costs ~25 ns, a fifth of a

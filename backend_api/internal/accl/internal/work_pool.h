@@ -51,8 +51,13 @@ struct WorkAllocator {
 // 8-byte broadcast's instructions in the mpi backend). The same object for every
 // such op of the calling thread: a completed Work does not change (waits
 // return at once, callbacks run at once and are not kept, a trace is ended
-// at once), and no one reads its description but an error's message.
+// at once), and no one reads its description but an error's message. The
+// pointer holds no reference (use_count() 0: copying and dropping it write
+// nothing); the object is never freed, and goes to the next new thread when
+// its thread exits.
 std::shared_ptr<Work> completedWork();
+// How many such objects were made (for tests: a new thread takes one given back).
+long completedWorksMade();
 
 // std::make_shared<Work>(args...), from the pool.
 template <typename... A>

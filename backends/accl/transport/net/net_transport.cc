@@ -374,9 +374,7 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
       sched_yield();
       continue;
     }
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    cpuRelax();
   }
 }
 

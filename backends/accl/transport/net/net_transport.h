@@ -111,7 +111,14 @@ class NetTransport : public Transport, private FrameSink {
   // else on the progress thread or a waiter when it is done, failed, or
   // `deadline` passed (Timeout).
   void postTagged(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
-                  std::shared_ptr<Work> work);
+                  const std::shared_ptr<Work>& work);
+  // A sendrecv's two parts of `work`, under one hold of the lock: the send
+  // first, or the receive first (sendFirst false), as two postTagged would.
+  // With the send first (a blocking op: its caller waits next), a small
+  // receive from a local peer waits for its message in the peer's ring for
+  // a few microseconds before a request is made for it.
+  void postSendRecv(bool sendFirst, int dst, int sendTag, const void* sendBuf, size_t sendLen, int src, int recvTag,
+                    void* recvBuf, size_t recvLen, Clock::time_point deadline, const std::shared_ptr<Work>& work);
 
   // For a point-to-point Work with `peer` (-1: any source), set before the
   // Work is handed out: a thread that waits on it polls the shared-memory
@@ -344,6 +351,15 @@ class NetTransport : public Transport, private FrameSink {
   // point-to-point ops, taken off tagged_ into `out` (appended).
   // Clock::time_point::min(): no deadlines checked.
   void reapTagged(std::vector<Completion>& out, Clock::time_point now);
+  // A small receive from local peer `peer` may land straight in its buffer
+  // (no point-to-point op pending, nothing deferred or lingering), mu_ held.
+  bool directAllowedLocked(int peer, size_t len) const;
+  // Such a receive: reads the peer's ring, and completes `work`'s part if its
+  // message was there (true). mu_ held.
+  bool directLocked(int peer, uint64_t key, void* buf, size_t len, const std::shared_ptr<Work>& work);
+  // postTagged's body, mu_ held.
+  void postTaggedLocked(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
+                        const std::shared_ptr<Work>& work);
 
   Options o_;
   mutable std::mutex mu_;

@@ -726,6 +726,12 @@ int ShmLink::readRemote(int peer, const FrameHeader& h, uint64_t pos) {
 bool ShmLink::poll() { return pollRings(true); }
 bool ShmLink::pollAsGuest() { return pollRings(false); }
 
+bool ShmLink::framesFrom(int peer) const {
+  if (peer < 0 || peer >= o_.size) return false;
+  const Ring* r = in_[peer].ring;
+  return r && r->head.load(std::memory_order_acquire) != r->tail.load(std::memory_order_relaxed);
+}
+
 bool ShmLink::pollRings(bool owner) {
   bool any = false;
   for (int p = 0; p < o_.size; ++p) {

@@ -130,6 +130,10 @@ class ShmLink : public FrameLink, public EventHandler {
   // small message sent before this receive then lands in it now, and the
   // receive needs no waiting). True if frames moved. With the transport's lock.
   bool readPeer(int peer) { return peer >= 0 && peer < o_.size && readFrom(peer); }
+  // Whether the ring from `peer` holds frames not yet read. Without the
+  // transport's lock (the ring is this rank's for the link's life): a
+  // waiter looks before it takes the lock.
+  bool framesFrom(int peer) const;
 
   struct Ring;  // shared-memory layout (shm_link.cc)
   // For tests that play a broken peer: writes `bytes` raw into the ring to
