@@ -43,6 +43,13 @@ constexpr auto kYieldFor = std::chrono::milliseconds(2);
 // (docs/performance.md, "The single-copy threshold").
 constexpr size_t kCmaMinBytes = 16u << 10;
 constexpr size_t kCmaMinReduceBytes = 32u << 10;
+// Between two local ranks a reduce keeps the slots up to 256 KiB: up to 128 KiB
+// the root reduces the whole piece in one round (kRootReducesWholeBytes), and
+// at 128-256 KiB the slots' split reduce was as fast as single copy. 2 ranks
+// with a core each, the builds alternating, 6 rounds (accl-vs-mpi --op reduce):
+// time against Open MPI at 32 / 64 / 128 / 256 KiB 1.18 / 1.10 / 1.04 / 1.07
+// before, 0.75 / 0.94 / 0.97 / 1.01 after (medians; docs/performance.md).
+constexpr size_t kCmaMinReduceTwoRanksBytes = 256u << 10;
 constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // ACCL_SHM_CMA=auto with a CPU per local rank: single copy against the
 // slots, timed when the domain is made at each of these sizes; each decides
@@ -64,6 +71,9 @@ constexpr int kProbeReps = 4;  // timed batches of each way (the best counts)
 constexpr double kSingleCopyWins = 1.0;
 constexpr uint64_t kBandsUnknown = ~uint64_t(0);
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
+// Between two local ranks, a reduce's piece up to this size goes whole to the
+// root, which reduces it alone: one round, where the split reduce takes two.
+constexpr size_t kRootReducesWholeBytes = 128u << 10;
 constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-copy reductions (L2-resident)
 // Eager rooted ops: a rank that only sends (the root of a broadcast or a
 // scatter, the others of a gather or a reduce) leaves its data in a cell of
@@ -457,7 +467,7 @@ void ShmDomain::checkOversubscribed() {
 void ShmDomain::shareCpus(bool shared) {
   oversubscribed_ = shared;
   cmaMin_ = shared ? kCmaMinSharedCpuBytes : kCmaMinBytes;
-  cmaMinReduce_ = std::max(cmaMin_, kCmaMinReduceBytes);
+  cmaMinReduce_ = std::max(cmaMin_, o_.localSize == 2 ? kCmaMinReduceTwoRanksBytes : kCmaMinReduceBytes);
 }
 
 void ShmDomain::setOversubscribed() {
@@ -870,9 +880,10 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     return;
   }
   begin(deadline);
+  size_t wholeMax = n == 2 ? kRootReducesWholeBytes : kSmallReduceBytes;
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
-    bool small = m * es <= kSmallReduceBytes;
+    bool small = m * es <= wholeMax;
     copyInButOwnSlice(i + off * es, m, es, small);
     round(d);
     uint64_t r = round_;
