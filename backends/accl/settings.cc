@@ -99,13 +99,15 @@ const config::Var<std::string> shmCma(
     "has a CPU, a group times single copy against the shared segment's slots at 64 KiB - 1 MiB when it "
     "is made (a few ms; once per set of processes; broadcasts with allgathers, and scatters apart) and "
     "its broadcast, allgather, alltoall, gather, reduce and scatter take single copy in the size bands "
-    "(from 32 KiB; the 1 MiB probe decides every larger size) where it was faster; "
+    "(from 32 KiB, reduce between two local ranks from 256 KiB; the 1 MiB probe decides every larger "
+    "size) where it was faster; "
     "every other collective, and all of them where the ranks share CPUs, copies through the slots; "
     "point-to-point messages of 1 MiB and more (256 KiB where the host's ranks share CPUs; from the "
     "start of the probe's single-copy bands where those reach 1 MiB, as in a launch whose copies through "
     "shared memory run slow) are read by single copy where the kernel allows it, smaller ones go through "
     "the rings; ACCL_DEBUG=INFO prints the probe, the bands and that size. on: single copy for "
-    "collectives from 16 KiB (reduce 32 KiB) and point-to-point messages from 8 KiB (where the host's "
+    "collectives from 16 KiB (reduce 32 KiB; between two local ranks 256 KiB) and point-to-point "
+    "messages from 8 KiB (where the host's "
     "ranks share CPUs: 64 KiB and 16 KiB), faster from about 16 MiB for buffers on huge pages; fails if unavailable; off: never.");
 
 const config::Var<int> inlineBytes(
