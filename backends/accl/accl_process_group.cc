@@ -19,6 +19,7 @@
 #include "algorithms/algorithms.h"
 #include "nic_choice.h"
 #include "settings.h"
+#include "transport/copy.h"
 #include "transport/machine.h"
 #include "transport/shm.h"
 
@@ -141,6 +142,12 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.shmWanted = shmOn;
   to.shmCma = settings::shmCma.get() != "off";
   to.shmCmaAlways = settings::shmCma.get() == "on";
+  {
+    // Process-wide (copy.h): every group reads the same environment.
+    int stream = settings::shmStreamBytes.get();
+    if (stream == 0) internal::setStreamingMin(SIZE_MAX);
+    else if (stream > 0) internal::setStreamingMin(static_cast<size_t>(stream));
+  }
   to.unexpectedCacheBytes = static_cast<size_t>(settings::unexpectedCacheMb.get()) << 20;
   to.remote.resize(size);
   for (int r = 0; r < size; ++r) to.remote[r] = layout_.hostOf[r] != layout_.myHost;
@@ -174,6 +181,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     // faster when the domain was made (shm.cc, kProbeBytes).
     const std::string& cma = settings::shmCma.get();
     so.cma = cma == "on" ? 1 : cma == "off" ? -1 : 0;
+    so.stream = settings::shmStreamBytes.get();
     // Ranks that share cores (this host's, or with the other hosts of this
     // machine): a spinning waiter takes the core its peer needs, and a
     // single-copy message makes its sender wait for a hand-off.

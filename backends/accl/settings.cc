@@ -110,6 +110,19 @@ const config::Var<std::string> shmCma(
     "messages from 8 KiB (where the host's "
     "ranks share CPUs: 64 KiB and 16 KiB), faster from about 16 MiB for buffers on huge pages; fails if unavailable; off: never.");
 
+const config::Var<int> shmStreamBytes(
+    "ACCL_SHM_STREAM_BYTES", kOwner, autoInt(0, 1 << 30), -1,
+    "(auto: copies into an output from the host's last-level cache size, 16 MiB where the kernel does not "
+    "list it; writes into the slots where measured faster)",
+    "Non-temporal stores (x86-64) for copies within a host, which skip reading each destination line before "
+    "writing it and leave the bytes out of the cache. Into an op's output (from the shared segment or a "
+    "ring), they are faster where the output is larger than the cache and slower where it fits. Into the "
+    "segment's slots (broadcast, allgather, gather, scatter), the readers then take the bytes from memory "
+    "rather than from the writer's cache: under auto, the group times the slots both ways beside single copy "
+    "when it is made (see ACCL_SHM_CMA) and streams the bands where that was faster. A value streams both "
+    "kinds of copy for every op of at least that many bytes (point-to-point messages: their whole size; "
+    "collectives: their output, or the data they move); 0: never.");
+
 const config::Var<int> inlineBytes(
     "ACCL_INLINE_BYTES", kOwner, config::intRange(0, 1L << 30), 65536, nullptr,
     "Ops of at most this many bytes issued while the group is idle run on the calling thread "
@@ -146,6 +159,7 @@ void validate() {
   socketNstreams.get();
   shmCma.get();
   inlineBytes.get();
+  shmStreamBytes.get();
   unexpectedCacheMb.get();
   tuningFile.get();
 }

@@ -21,6 +21,7 @@ extern const config::Var<std::string> algo;                     // ACCL_ALGO (""
 extern const config::Var<std::string> hostId;                   // ACCL_HOSTID ("": derived)
 extern const config::Var<int> socketNstreams;                   // ACCL_SOCKET_NSTREAMS
 extern const config::Var<std::string> shmCma;                   // ACCL_SHM_CMA: auto, on, off
+extern const config::Var<int> shmStreamBytes;                   // ACCL_SHM_STREAM_BYTES
 extern const config::Var<int> inlineBytes;                      // ACCL_INLINE_BYTES
 extern const config::Var<int> unexpectedCacheMb;                // ACCL_UNEXPECTED_CACHE_MB
 extern const config::Var<std::string> tuningFile;               // ACCL_TUNING_FILE ("": none)

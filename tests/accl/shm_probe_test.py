@@ -10,7 +10,10 @@ is below 1 (size S decides [S, 2S), the first also [S/2, S), the last every
 size from S), both ranks name
 the same, point-to-point messages go by single copy from 1 MiB or from the
 start of the last band where that reaches the top, and every op of accl-perf
-across the bands gives the right result. off and on name their fixed paths. Exit 77: skipped.
+across the bands gives the right result. The slots are also timed written
+with non-temporal stores (ACCL_SHM_STREAM_BYTES=auto), and the bands named for
+that are those where it beat plain writes and single copy did not take the
+band. off and on name their fixed paths. Exit 77: skipped.
 
     shm_probe_test.py BUILD_DIR
 """
@@ -114,6 +117,47 @@ else:
             want += " (faster at start-up;"
             check(desc.startswith(want), f"auto: single copy named for exactly the bands where it was faster: "
                                          f"'{others}' and, for scatter, '{scatter}'")
+        # The slots written with non-temporal stores (ACCL_SHM_STREAM_BYTES
+        # auto): in the bands where that way's time over plain writes' was
+        # below 1 and single copy did not take the band. Checked size by size;
+        # a size whose printed ratio rounds to 1.00 could go either way.
+        sm = re.search(r"; slots written with non-temporal stores for (.*?) \(their time / plain writes', "
+                       r"broadcast\+allgather \| scatter:((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x)+)\)$", desc)
+        check(sm is not None, "auto: the streamed writes' bands and ratios are given")
+        if sm:
+            srows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x", sm.group(2))
+            check([int(n) * UNITS[u] for n, u, _, _ in srows] == PROBES, "auto: streamed writes timed at 64 KiB - 1 MiB")
+            sratios = [[float(a) for _, _, a, _ in srows], [float(b) for _, _, _, b in srows]]
+            check(all(0.05 < r < 20 for rs in sratios for r in rs), f"auto: streamed ratios are timings: {sratios}")
+            named = sm.group(1)
+
+            def ranges(text):
+                # "32 KiB - 256 KiB, 1 MiB and up" -> [(lo, hi or None)]
+                got = []
+                for part in text.split(", "):
+                    m2 = re.match(r"(\d+) ([KM]iB)(?: - (\d+) ([KM]iB)| and up)$", part)
+                    if m2:
+                        lo = int(m2.group(1)) * UNITS[m2.group(2)]
+                        hi = int(m2.group(3)) * UNITS[m2.group(4)] if m2.group(3) else None
+                        got.append((lo, hi))
+                return got
+
+            parts = {"others": "", "scatter": ""}
+            if named != "no size":
+                m3 = re.match(r"(?:broadcast, allgather and gather of (.*?))?(?:(?: and for )?scatter of (.*))?$", named)
+                check(m3 is not None, f"auto: streamed bands parse: '{named}'")
+                if m3:
+                    parts = {"others": m3.group(1) or "", "scatter": m3.group(2) or ""}
+            for cls, key in ((0, "others"), (1, "scatter")):
+                rs = ranges(parts[key])
+                for i, size in enumerate(PROBES):
+                    sr, cr = sratios[cls][i], ratios[cls][i]
+                    if f"{sr:.2f}" == "1.00" or f"{cr:.2f}" == "1.00":
+                        continue
+                    want = sr < 1.0 and cr >= 1.0
+                    have = any(lo <= size and (hi is None or size < hi) for lo, hi in rs)
+                    check(want == have, f"auto: {key} at {size_text(size)} streamed={have}, as its ratios "
+                                        f"({sr:.2f}x plain, single copy {cr:.2f}x) call for")
         # Point-to-point: single copy from 1 MiB, or from where the broadcast
         # probe found it faster in every band up to the top (not below 8 KiB).
         last = re.search(r"(\d+ [KM]iB) and up$", others)

@@ -20,6 +20,7 @@
 #include "algorithms/algorithms.h"
 #include "algorithms/scratch.h"
 #include "algorithms/select.h"
+#include "transport/copy.h"
 #include "transport/host_group.h"
 #include "transport/wire.h"
 
@@ -698,4 +699,39 @@ TEST(Wire, HeadersThatDoNotParseAreRefused) {
             n += headerValid(h);
           }
   EXPECT_GT(n, 50);  // the sweep holds valid headers too
+}
+
+// The non-temporal copy against memcpy: every destination alignment within a
+// 16-byte line and sizes around its 64-byte steps, the bytes on either side of
+// the destination untouched; and the threshold setter.
+TEST(CopyStreaming, CopiesExactlyWhatMemcpyWouldAtEveryAlignmentAndSize) {
+  const size_t sizes[] = {0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 4096 + 7, (1u << 20) + 3};
+  std::vector<char> src((1u << 20) + 64 + 16);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 131 + 7);
+  for (size_t n : sizes)
+    for (size_t dstOff = 0; dstOff < 16; ++dstOff)
+      for (size_t srcOff : {size_t(0), size_t(3)}) {
+        std::vector<char> got(n + 64, '\x5a'), want(n + 64, '\x5a');
+        internal::copyStreaming(got.data() + 16 + dstOff % 16, src.data() + srcOff, n);
+        std::memcpy(want.data() + 16 + dstOff % 16, src.data() + srcOff, n);
+        ASSERT_TRUE(got == want) << n << " bytes to offset " << dstOff << " from offset " << srcOff;
+      }
+}
+
+TEST(CopyStreaming, CopyOutStreamsFromTheThresholdAndTheCacheSizeIsRead) {
+  size_t before = internal::streamingMin();
+  EXPECT_GT(before, 0u);
+  internal::setStreamingMin(4096);
+  EXPECT_EQ(internal::streamingMin(), 4096u);
+  std::vector<char> a(8192, 'a'), b(8192, 'b');
+  internal::copyOut(b.data(), a.data(), 100, 4095);  // below: memcpy
+  internal::copyOut(b.data() + 100, a.data(), 8092, 8192);  // from it: streamed
+  EXPECT_TRUE(a == b);
+  internal::setStreamingMin(before);
+  // sysfs lists the caches on Linux; 0 only where it does not.
+  size_t llc = internal::lastLevelCacheBytes();
+  if (llc) {
+    EXPECT_GE(llc, size_t(64) << 10);
+    EXPECT_LE(llc, size_t(4) << 30);
+  }
 }

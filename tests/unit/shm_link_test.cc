@@ -19,6 +19,7 @@
 
 #include "accl/process_group.h"
 #include "accl/store.h"
+#include "transport/copy.h"
 #include "transport/net/shm/shm_link.h"
 #include "transport/wire.h"
 
@@ -188,6 +189,15 @@ static void framesArriveIntact(bool cma, size_t one) {
   ASSERT_TRUE(p.pump([&] { return p.sink[1].done.size() == msgs.size() + 2 && mAt->framesLeft == 0; }));
   EXPECT_TRUE(p.sink[1].done[msgs.size()].second == below);
   EXPECT_TRUE(p.sink[1].done[msgs.size() + 1].second == at);
+}
+
+// The reader's copies out of the ring with non-temporal stores (copy.h), as
+// for messages larger than the cache: every message of the test, from 1 byte.
+TEST(ShmLink, FramesCopiedOutWithNonTemporalStoresArriveIntact) {
+  size_t before = internal::streamingMin();
+  internal::setStreamingMin(1);
+  framesArriveIntact(false, ShmLink::kSingleCopyMinOwnCpus);
+  internal::setStreamingMin(before);
 }
 
 INSTANTIATE_TEST_SUITE_P(ShmLink, ShmLinkCopies, ::testing::Values(true, false),

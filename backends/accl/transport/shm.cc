@@ -24,6 +24,7 @@
 #include "accl/internal/reduce_kernels.h"
 #include "accl/logging.h"
 #include "accl/internal/strings.h"
+#include "transport/copy.h"
 
 namespace accl {
 namespace core {
@@ -154,6 +155,9 @@ struct alignas(128) ShmDomain::Ctl {
   // kProbeBytes.
   uint64_t cmaBands[ShmDomain::kCopyClasses];
   uint64_t probeRatio[ShmDomain::kCopyClasses][kNumProbes];
+  // The same for the slots written with non-temporal stores (streamBands_).
+  uint64_t streamBands[ShmDomain::kCopyClasses];
+  uint64_t streamRatio[ShmDomain::kCopyClasses][kNumProbes];
   uint64_t ptrIn, ptrOut, aux;
   // alltoallv's layout word of round k at k % 2: the largest chunk this rank
   // sends, and its flags (kSlotsWritten when its chunks are in its slot already,
@@ -280,6 +284,7 @@ namespace {
 struct KnownBands {
   std::vector<int32_t> pids;
   uint64_t bands[ShmDomain::kCopyClasses];
+  uint64_t stream[ShmDomain::kCopyClasses];
   std::vector<ShmDomain::Probe> probes;
 };
 std::mutex gBandsMu;
@@ -299,7 +304,7 @@ void ShmDomain::measureSingleCopy() {
   int n = o_.localSize, me = o_.localRank;
   std::vector<int32_t> pids;
   for (int p = 0; p < n; ++p) pids.push_back(ctl(p).pid);
-  KnownBands known{pids, {kBandsUnknown, kBandsUnknown}, {}};
+  KnownBands known{pids, {kBandsUnknown, kBandsUnknown}, {0, 0}, {}};
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
     for (const auto& e : gBands)
@@ -313,29 +318,33 @@ void ShmDomain::measureSingleCopy() {
   for (int p = 0; p < n; ++p)
     for (int c = 0; c < kCopyClasses; ++c) allKnow = allKnow && ctl(p).cmaBands[c] == known.bands[c];
   if (allKnow) {
-    for (int c = 0; c < kCopyClasses; ++c) cmaBands_[c] = known.bands[c];
+    for (int c = 0; c < kCopyClasses; ++c) cmaBands_[c] = known.bands[c], streamBands_[c] = known.stream[c];
     probes_ = known.probes;
     return;
   }
   // Every rank runs the same ops (local rank 0's clock decides), each class
   // of ops on its own: broadcasts from local rank 0 and allgathers; scatters
-  // from local rank 0. Each size both ways, the two alternating which goes
-  // first, after one untimed batch of each (first touches of the buffers,
-  // the kernel's first pins of their pages).
+  // from local rank 0. Each size three ways (the slots written plainly, the
+  // slots written with non-temporal stores, single copy), in turns that
+  // rotate which goes first, after one untimed batch of each (first touches
+  // of the buffers, the kernel's first pins of their pages). The slots' time
+  // is the faster of their two ways.
   Clock::time_point deadline = Clock::now() + o_.timeout;
   size_t largest = kProbeBytes[kNumProbes - 1];
   std::vector<char> buf(largest, 1), out(largest, 0), in(largest / static_cast<size_t>(n) + 64, 2);
-  uint64_t bands[kCopyClasses] = {0, 0};
+  uint64_t bands[kCopyClasses] = {0, 0}, stream[kCopyClasses] = {0, 0};
   std::vector<Probe> probes;
   for (size_t i = 0; i < kNumProbes; ++i) {
     size_t per = (kProbeBytes[i] / static_cast<size_t>(n)) & ~size_t(63);
     std::vector<size_t> parts(static_cast<size_t>(n), per);
     size_t total = per * static_cast<size_t>(n);
     d.count = total;
-    Probe pr{kProbeBytes[i], {0, 0}};
+    Probe pr{kProbeBytes[i], {0, 0}, {0, 0}};
     for (int c = 0; c < kCopyClasses; ++c) {
-      auto batch = [&](bool single) {
-        cmaBands_[c] = single ? ~uint64_t(0) : 0;
+      // way 0: the slots; 1: the slots, streamed; 2: single copy.
+      auto batch = [&](int way) {
+        cmaBands_[c] = way == 2 ? ~uint64_t(0) : 0;
+        streamBands_[c] = way == 1 ? ~uint64_t(0) : 0;
         auto t0 = Clock::now();
         for (int k = 0; k < kProbeOps; ++k) {
           if (c == 0) {
@@ -347,45 +356,55 @@ void ShmDomain::measureSingleCopy() {
           }
         }
         cmaBands_[c] = 0;
+        streamBands_[c] = 0;
         return std::chrono::duration<double>(Clock::now() - t0).count();
       };
-      batch(false);
-      batch(true);
-      double best[2] = {1e300, 1e300};
+      // Only under ACCL_SHM_STREAM_BYTES=auto (a value decides it).
+      bool tryStream = o_.stream < 0;
+      for (int way = 0; way < 3; ++way)
+        if (way != 1 || tryStream) batch(way);
+      double best[3] = {1e300, 1e300, 1e300};
       for (int r = 0; r < kProbeReps; ++r)
-        for (int j = 0; j < 2; ++j) {
-          bool single = (r + j) % 2 == 1;
-          best[single] = std::min(best[single], batch(single));
+        for (int j = 0; j < 3; ++j) {
+          int way = (r + j) % 3;
+          if (way != 1 || tryStream) best[way] = std::min(best[way], batch(way));
         }
-      pr.ratio[c] = best[1] / best[0];
-      if (pr.ratio[c] < kSingleCopyWins) {
-        // [size, 2 x size): the bit of the size's power of two (the first
-        // size's band also takes the one below, the last every size above).
-        int b = 63 - __builtin_clzll(kProbeBytes[i]);
-        if (i + 1 == kNumProbes)
-          bands[c] |= ~uint64_t(0) << b;
-        else
-          bands[c] |= (uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b));
-      }
+      bool streamed = best[1] < best[0];
+      pr.streamRatio[c] = best[1] / best[0];
+      pr.ratio[c] = best[2] / best[streamed ? 1 : 0];
+      // [size, 2 x size): the bit of the size's power of two (the first
+      // size's band also takes the one below, the last every size above).
+      int b = 63 - __builtin_clzll(kProbeBytes[i]);
+      uint64_t band = i + 1 == kNumProbes ? ~uint64_t(0) << b : uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b);
+      if (pr.ratio[c] < kSingleCopyWins) bands[c] |= band;
+      else if (streamed) stream[c] |= band;
     }
     probes.push_back(pr);
   }
   if (me == 0) {
     for (int c = 0; c < kCopyClasses; ++c) {
       ctl(0).cmaBands[c] = bands[c];
-      for (size_t i = 0; i < kNumProbes; ++i) ctl(0).probeRatio[c][i] = static_cast<uint64_t>(probes[i].ratio[c] * 1e6);
+      ctl(0).streamBands[c] = stream[c];
+      for (size_t i = 0; i < kNumProbes; ++i) {
+        ctl(0).probeRatio[c][i] = static_cast<uint64_t>(probes[i].ratio[c] * 1e6);
+        ctl(0).streamRatio[c][i] = static_cast<uint64_t>(probes[i].streamRatio[c] * 1e6);
+      }
     }
   }
   d.count = 0;
   round(d);
   for (int c = 0; c < kCopyClasses; ++c) {
     cmaBands_[c] = ctl(0).cmaBands[c];
-    for (size_t i = 0; i < kNumProbes; ++i) probes[i].ratio[c] = ctl(0).probeRatio[c][i] / 1e6;
+    streamBands_[c] = ctl(0).streamBands[c];
+    for (size_t i = 0; i < kNumProbes; ++i) {
+      probes[i].ratio[c] = ctl(0).probeRatio[c][i] / 1e6;
+      probes[i].streamRatio[c] = ctl(0).streamRatio[c][i] / 1e6;
+    }
   }
   probes_ = probes;
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
-    KnownBands k{pids, {cmaBands_[0], cmaBands_[1]}, probes_};
+    KnownBands k{pids, {cmaBands_[0], cmaBands_[1]}, {streamBands_[0], streamBands_[1]}, probes_};
     bool found = false;
     for (auto& e : gBands)
       if (e.pids == pids) {
@@ -758,6 +777,11 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
   }
 }
 
+void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream) {
+  if (stream) internal::copyStreaming(slot, src, n);
+  else std::memcpy(slot, src, n);
+}
+
 void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole) {
   // A piece reduced slice by slice: this rank's slice is reduced by this rank
   // alone, which reads it from its input (reduceFromAll's `ownIn`), so only the
@@ -822,7 +846,7 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
       round(d);
       for (int p = 0; p < n; ++p) {
         part(m, n, p, &lo, &hi);
-        std::memcpy(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es);
+        internal::copyOut(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es, bytes);
       }
     }
     if (count == 0) break;
@@ -897,7 +921,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
       if (me == root)
         for (int p = 0; p < n; ++p) {
           part(m, n, p, &lo, &hi);
-          std::memcpy(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es);
+          internal::copyOut(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es, bytes);
         }
     }
     if (count == 0) break;
@@ -948,25 +972,26 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
   // arrive, and the round's check names the mismatch.
   begin(deadline);
   size_t piece = std::max<size_t>(kFillPieceMin, ((bytes < slot_ ? bytes : slot_) / 8 + 4095) & ~size_t(4095));
+  bool stream = streamFor(bytes);
   for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += slot_) {
     size_t m = std::min(slot_, bytes - off);
     if (me == root) {
       char* s = slot(round_ + 1, me);
       for (size_t x = 0; x < m; x += piece) {
         size_t y = std::min(m, x + piece);
-        std::memcpy(s + x, b + off + x, y - x);
+        copyIn(s + x, b + off + x, y - x, stream);
         fill(y);
       }
       round(d);
     } else {
       arrive(d);
-      readAsFilled(root, 0, m, b + off);
+      readAsFilled(root, 0, m, b + off, bytes);
     }
     if (bytes == 0) break;
   }
 }
 
-void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst) {
+void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst, size_t total) {
   uint64_t k = round_;
   const Ctl& r = ctl(root);
   const char* s = slot(k, root) + start;
@@ -981,11 +1006,11 @@ void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst) {
       return have > got || r.arrive.load(std::memory_order_acquire) >= k;
     });
     if (have <= got) break;  // the root arrived: its slot is full, or it runs another op
-    std::memcpy(dst + got, s + got, have - got);
+    internal::copyOut(dst + got, s + got, have - got, total);
     got = have;
   }
   waitAll();
-  if (got < m) std::memcpy(dst + got, s + got, m - got);
+  if (got < m) internal::copyOut(dst + got, s + got, m - got, total);
 }
 
 void ShmDomain::fill(size_t bytes) {
@@ -1020,12 +1045,13 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
     round(d);
     return;
   }
+  bool stream = streamFor(displ[n]);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
-    if (off < bytes[me]) std::memcpy(slot(round_ + 1, me), o + displ[me] + off, std::min(slot_, bytes[me] - off));
+    if (off < bytes[me]) copyIn(slot(round_ + 1, me), o + displ[me] + off, std::min(slot_, bytes[me] - off), stream);
     round(d);
     for (int p = 0; p < n; ++p)
       if (p != me && off < bytes[p])
-        std::memcpy(o + displ[p] + off, slot(round_, p), std::min(slot_, bytes[p] - off));
+        internal::copyOut(o + displ[p] + off, slot(round_, p), std::min(slot_, bytes[p] - off), displ[n]);
     if (maxb == 0) break;
   }
 }
@@ -1130,7 +1156,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     // Every rank took the slots (one that would read by single copy did not
     // write early), and every chunk is whole in them.
     for (int p = 0; p < n; ++p)
-      if (p != me && recvBytes[p]) std::memcpy(o + rd[p], slot(round_, p) + me * q, recvBytes[p]);
+      if (p != me && recvBytes[p]) internal::copyOut(o + rd[p], slot(round_, p) + me * q, recvBytes[p], rd[n]);
     copyOwn();
     return;
   }
@@ -1161,7 +1187,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
         size_t m = partner != me && off < recvBytes[partner] ? std::min(kSwapChunk, recvBytes[partner] - off) : 0;
         if (m) cmaRead(partner, ctl(partner).ptrIn + ctl(partner).offs[me] + off, tmp_.data(), m);
         round(d);
-        if (m) std::memcpy(o + rd[partner] + off, tmp_.data(), m);
+        if (m) internal::copyOut(o + rd[partner] + off, tmp_.data(), m, rd[n]);
       }
     }
     return;
@@ -1180,7 +1206,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     round(d);
     for (int p = 0; p < n; ++p)
       if (p != me && off < recvBytes[p])
-        std::memcpy(o + rd[p] + off, slot(round_, p) + me * q, std::min(q, recvBytes[p] - off));
+        internal::copyOut(o + rd[p] + off, slot(round_, p) + me * q, std::min(q, recvBytes[p] - off), rd[n]);
   }
   copyOwn();
 }
@@ -1233,13 +1259,15 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
   }
   begin(deadline);
   const auto& displ = prefixSums(bytes, displA_);
+  bool stream = streamFor(total);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
     if (me != root && off < bytes[me])
-      std::memcpy(slot(round_ + 1, me), static_cast<const char*>(in) + off, std::min(slot_, bytes[me] - off));
+      copyIn(slot(round_ + 1, me), static_cast<const char*>(in) + off, std::min(slot_, bytes[me] - off), stream);
     round(d);
     if (me == root)
       for (int p = 0; p < n; ++p)
-        if (p != me && off < bytes[p]) std::memcpy(o + displ[p] + off, slot(round_, p), std::min(slot_, bytes[p] - off));
+        if (p != me && off < bytes[p])
+          internal::copyOut(o + displ[p] + off, slot(round_, p), std::min(slot_, bytes[p] - off), displ[n]);
     if (maxb == 0) break;
   }
 }
@@ -1304,6 +1332,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   size_t q = (slot_ / n) & ~size_t(63);
   size_t piece = std::max<size_t>(kFillPieceMin, (std::min(maxb, q) / 8 + 4095) & ~size_t(4095));
   char* o = static_cast<char*>(out);
+  bool stream = streamFor(total, kScatterClass);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += q) {
     if (me == root) {  // (the root's own part went to its output above)
       char* s = slot(round_ + 1, me);
@@ -1312,14 +1341,14 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
         size_t m = std::min(q, bytes[p] - off);
         for (size_t x = 0; x < m; x += piece) {
           size_t y = std::min(m, x + piece);
-          std::memcpy(s + p * q + x, i + displ[p] + off + x, y - x);
+          copyIn(s + p * q + x, i + displ[p] + off + x, y - x, stream);
           fill(p * q + y);
         }
       }
       round(d);
     } else {
       arrive(d);
-      readAsFilled(root, me * q, off < bytes[me] ? std::min(q, bytes[me] - off) : 0, o + off);
+      readAsFilled(root, me * q, off < bytes[me] ? std::min(q, bytes[me] - off) : 0, o + off, bytes[me]);
     }
     if (maxb == 0) break;
   }
@@ -1330,24 +1359,44 @@ std::string ShmDomain::describe() const {
   std::string s = "copy through the segment";
   if (!cma_ || (cmaBands_[0] | cmaBands_[1]) == 0) {
     if (!probes_.empty()) s += " (single copy was not faster at start-up; " + probeText() + ")";
+  } else {
+    s += "; single-copy process_vm_readv for ";
+    if (cmaBands_[0]) s += "broadcast, allgather, alltoall, gather and reduce of " + bandsText(cmaBands_[0], cmaMin_);
+    if (cmaBands_[0] && cmaBands_[kScatterClass]) s += " and for ";
+    if (cmaBands_[kScatterClass]) s += "scatter of " + bandsText(cmaBands_[kScatterClass], cmaMin_);
+    s += " (faster at start-up; " + probeText() + ")";
+  }
+  if (o_.stream >= 0) {
+    if (o_.stream > 0) s += "; slots written with non-temporal stores from " + internal::sizeText(o_.stream) + " (set)";
     return s;
   }
-  s += "; single-copy process_vm_readv for ";
-  if (cmaBands_[0]) s += "broadcast, allgather, alltoall, gather and reduce of " + bandsText(0);
-  if (cmaBands_[0] && cmaBands_[kScatterClass]) s += " and for ";
-  if (cmaBands_[kScatterClass]) s += "scatter of " + bandsText(kScatterClass);
-  return s + " (faster at start-up; " + probeText() + ")";
+  if (probes_.empty()) return s;
+  // "; slots written with non-temporal stores for ... (their time / plain
+  // writes', broadcast+allgather | scatter: 64 KiB 0.52x | 0.61x, ...)"
+  s += "; slots written with non-temporal stores for ";
+  if ((streamBands_[0] | streamBands_[kScatterClass]) == 0) s += "no size";
+  if (streamBands_[0]) s += "broadcast, allgather and gather of " + bandsText(streamBands_[0], 1);
+  if (streamBands_[0] && streamBands_[kScatterClass]) s += " and for ";
+  if (streamBands_[kScatterClass]) s += "scatter of " + bandsText(streamBands_[kScatterClass], 1);
+  s += " (their time / plain writes', broadcast+allgather | scatter:";
+  char b[96];
+  for (size_t i = 0; i < probes_.size(); ++i) {
+    const Probe& p = probes_[i];
+    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx", i ? "," : "", internal::sizeText(p.bytes).c_str(),
+             p.streamRatio[0], p.streamRatio[kScatterClass]);
+    s += b;
+  }
+  return s + ")";
 }
 
-std::string ShmDomain::bandsText(int cls) const {
+std::string ShmDomain::bandsText(uint64_t m, size_t min) const {
   std::string s;
-  uint64_t m = cmaBands_[cls];
   for (int b = 0; b < 64; ++b) {
     if (!((m >> b) & 1) || (b > 0 && ((m >> (b - 1)) & 1))) continue;
     int e = b;
     while (e < 63 && ((m >> (e + 1)) & 1)) ++e;
     if (!s.empty()) s += ", ";
-    s += internal::sizeText(std::max(uint64_t(1) << b, uint64_t(cmaMin_)));
+    s += internal::sizeText(std::max(uint64_t(1) << b, uint64_t(min)));
     s += e == 63 ? " and up" : " - " + internal::sizeText(uint64_t(2) << e);
   }
   return s;

@@ -32,6 +32,10 @@ class ShmDomain : public HostGroup {
     std::vector<int> ranks;   // group rank of each local rank (for messages)
     std::string segmentName;  // unique per communicator and host
     int cma = 0;              // ACCL_SHM_CMA: 0 auto (measured), 1 required, -1 off
+    // ACCL_SHM_STREAM_BYTES: -1 auto (slots written with non-temporal stores
+    // in the bands measured faster), 0 never, else every op of that many
+    // bytes and more (copy.h).
+    long long stream = -1;
     // The ranks share cores with other hosts' ranks of this machine (its
     // namespaces or containers): waits yield, and auto measures nothing.
     bool cpusShared = false;
@@ -71,6 +75,9 @@ class ShmDomain : public HostGroup {
   struct Probe {
     size_t bytes;
     double ratio[kCopyClasses];
+    // The slots written with non-temporal stores: their time over plain
+    // writes' (the slots' time above is the faster of the two).
+    double streamRatio[kCopyClasses];
   };
   // Fewer CPUs among the local ranks' affinity masks than local ranks.
   bool oversubscribed() const { return oversubscribed_; }
@@ -128,7 +135,8 @@ class ShmDomain : public HostGroup {
   // start + m) of `root`'s slot into dst as the root's fill() passes them,
   // then waits for every local rank (the round's check) and copies what is
   // left (the root arrived without publishing: a full slot, or a mismatch).
-  void readAsFilled(int root, size_t start, size_t m, char* dst);
+  // total: the output's size (copy.h)
+  void readAsFilled(int root, size_t start, size_t m, char* dst, size_t total);
   // Throws if local rank p's ops up to round x differ from this rank's,
   // naming the first round among the last kDepth where they differ.
   void checkPeer(int p, uint64_t x) const;
@@ -155,8 +163,8 @@ class ShmDomain : public HostGroup {
   void measureSingleCopy();
   // The probes' ratios, as describe() gives them.
   std::string probeText() const;
-  // The bands of class `cls` as byte ranges: "32 KiB - 512 KiB, ...".
-  std::string bandsText(int cls) const;
+  // The bands of `m` as byte ranges, from `min`: "32 KiB - 512 KiB, ...".
+  std::string bandsText(uint64_t m, size_t min) const;
   // Whether a collective of class `cls` that moves `bytes` in all (reduce:
   // cmaMinReduce_) goes by single copy: allowed, from the threshold, and in
   // a band that takes it (ACCL_SHM_CMA=on: every band; auto: the measured
@@ -164,6 +172,17 @@ class ShmDomain : public HostGroup {
   bool singleCopyFor(size_t bytes, size_t min, int cls = 0) const {
     return cma_ && bytes >= min && ((cmaBands_[cls] >> (63 - __builtin_clzll(bytes))) & 1);
   }
+  // Whether an op of class `cls` that moves `bytes` writes its slots with
+  // non-temporal stores (streamBands_): the readers then take the bytes from
+  // memory rather than from the writer's cache, which was faster at
+  // 64-256 KiB on one VM, and at every size in its launches whose copies
+  // between cores ran slow.
+  bool streamFor(size_t bytes, int cls = 0) const {
+    if (o_.stream >= 0) return o_.stream > 0 && bytes >= static_cast<size_t>(o_.stream);
+    return bytes && ((streamBands_[cls] >> (63 - __builtin_clzll(bytes))) & 1);
+  }
+  // Into this rank's slot: plainly, or with non-temporal stores.
+  static void copyIn(void* slot, const void* src, size_t n, bool stream);
   // Allreduce and reduce_scatter: single copy only where asked for
   // (ACCL_SHM_CMA=on); auto keeps the segment, whose own-slice reads beat it.
   bool singleCopyReducing(size_t bytes) const { return cma_ && cmaEvery_ && bytes >= cmaMin_; }
@@ -198,6 +217,10 @@ class ShmDomain : public HostGroup {
   // Per class, bit b: single copy for collectives of [2^b, 2^(b+1)) bytes
   // (with cma_ and the thresholds below).
   uint64_t cmaBands_[kCopyClasses] = {0, 0};
+  // Per class, bit b: the slots of such collectives are written with
+  // non-temporal stores (measured with single copy's bands; never where
+  // nothing was measured).
+  uint64_t streamBands_[kCopyClasses] = {0, 0};
   std::vector<Probe> probes_;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)

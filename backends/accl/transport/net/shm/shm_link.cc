@@ -17,6 +17,7 @@
 
 #include "accl/errors.h"
 #include "accl/logging.h"
+#include "transport/copy.h"
 #include "transport/wire.h"
 
 namespace accl {
@@ -558,7 +559,18 @@ bool ShmLink::readFrom(int peer) {
       return true;
     }
     if (i.dead) return true;  // the sink dropped the peer meanwhile
-    if (h.len && l && l->base) get(tail + sizeof(FrameHeader), l->base + h.offset, h.len);
+    if (h.len && l && l->base) {
+      // Into the destination with non-temporal stores where the whole
+      // message is larger than the cache (copy.h).
+      if (h.total >= internal::streamingMin()) {
+        uint64_t pos = tail + sizeof(FrameHeader);
+        size_t at = pos & (cap_ - 1), first = std::min<size_t>(h.len, cap_ - at);
+        internal::copyStreaming(l->base + h.offset, data + at, first);
+        if (h.len > first) internal::copyStreaming(l->base + h.offset + first, data, h.len - first);
+      } else {
+        get(tail + sizeof(FrameHeader), l->base + h.offset, h.len);
+      }
+    }
     tail += sizeof(FrameHeader) + align64(h.len);
     r->tail.store(tail, std::memory_order_release);
     sink_->onFrame(peer, h, l);
