@@ -735,3 +735,14 @@ TEST(CopyStreaming, CopyOutStreamsFromTheThresholdAndTheCacheSizeIsRead) {
     EXPECT_LE(llc, size_t(4) << 30);
   }
 }
+
+// The slot's write way: the probe's choice stands, and plain writes that run
+// at under half the streamed ones' rate (both measured) switch to streamed.
+TEST(CopyStreaming, SlotWritesStreamWhereProbedOrWherePlainWritesRunAtUnderHalfTheStreamedRate) {
+  EXPECT_TRUE(internal::streamWay(true, 40e9, 20e9));
+  EXPECT_FALSE(internal::streamWay(false, 40e9, 20e9));
+  EXPECT_FALSE(internal::streamWay(false, 15e9, 25e9));  // slower, not half
+  EXPECT_TRUE(internal::streamWay(false, 2.7e9, 31e9));  // the slow state seen
+  EXPECT_FALSE(internal::streamWay(false, 0, 31e9));     // plain not measured yet
+  EXPECT_FALSE(internal::streamWay(false, 2.7e9, 0));    // streamed not measured yet
+}

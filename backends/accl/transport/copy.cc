@@ -30,6 +30,10 @@ std::atomic<size_t>& streamingMinRef() {
 size_t streamingMin() { return streamingMinRef().load(std::memory_order_relaxed); }
 void setStreamingMin(size_t bytes) { streamingMinRef().store(bytes, std::memory_order_relaxed); }
 
+bool streamWay(bool probed, double plainRate, double streamedRate) {
+  return probed || (plainRate > 0 && streamedRate > 0 && plainRate < 0.5 * streamedRate);
+}
+
 size_t lastLevelCacheBytes() {
   // sysfs: the highest level the kernel lists for cpu0 (glibc's sysconf
   // answers 0 on some CPUs and in some VMs).

@@ -35,6 +35,15 @@ inline void copyOut(void* dst, const void* src, size_t n, size_t total) {
   else std::memcpy(dst, src, n);
 }
 
+// The way a rank writes its slot of the shared segment (ShmDomain): with
+// non-temporal stores where the group's probe found that faster (`probed`),
+// or where its plain writes have lately run at under half the rate of its
+// streamed ones (bytes/s; 0: not measured yet). On one VM a state came and
+// went during runs where plain writes into the slots ran at 2-9 GB/s
+// against their usual 20-45 (the lines the readers hold passed back to the
+// writer's core slowly) while streamed ones kept their 25-33.
+bool streamWay(bool probed, double plainRate, double streamedRate);
+
 // The host's last-level data cache size in bytes, 0 if unknown.
 size_t lastLevelCacheBytes();
 

@@ -85,6 +85,14 @@ constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
 // A broadcast through the slots publishes its progress every eighth of the
 // slot's share, and at least every this many bytes.
 constexpr size_t kFillPieceMin = 16u << 10;
+// The run-time check of the slots' write way (ShmDomain::streamNow): ops of
+// at least kRateMinBytes decide by this rank's rates of writing its slot,
+// which copies of at least kRateMinPiece feed (copy.h: streamWay); the way
+// not taken is tried once per kRateExplore (not where the ranks outnumber
+// the cores: there a copy's time is mostly the time its core was away).
+constexpr size_t kRateMinBytes = 64u << 10;
+constexpr size_t kRateMinPiece = 16u << 10;
+constexpr std::chrono::milliseconds kRateExplore{100};
 // Ctl::a2a's flags beside the largest chunk: the chunks are in the slot
 // already; the buffers overlap (in place); in place with equal send and
 // receive layouts (chunks swap pairwise).
@@ -331,6 +339,7 @@ void ShmDomain::measureSingleCopy() {
   // is the faster of their two ways.
   Clock::time_point deadline = Clock::now() + o_.timeout;
   size_t largest = kProbeBytes[kNumProbes - 1];
+  probing_ = true;  // each way as set below (streamNow)
   std::vector<char> buf(largest, 1), out(largest, 0), in(largest / static_cast<size_t>(n) + 64, 2);
   uint64_t bands[kCopyClasses] = {0, 0}, stream[kCopyClasses] = {0, 0};
   std::vector<Probe> probes;
@@ -391,6 +400,7 @@ void ShmDomain::measureSingleCopy() {
       }
     }
   }
+  probing_ = false;
   d.count = 0;
   round(d);
   for (int c = 0; c < kCopyClasses; ++c) {
@@ -777,6 +787,34 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
   }
 }
 
+bool ShmDomain::streamNow(size_t bytes, int cls) {
+  bool way = streamFor(bytes, cls);
+  if (o_.stream >= 0 || probing_ || bytes < kRateMinBytes) return way;
+  double plain = inRate_[cls][0], streamed = inRate_[cls][1];
+  way = internal::streamWay(way, plain, streamed);
+  // Now and then the other way (once per kRateExplore per class), so that
+  // the way not taken keeps a current rate.
+  Clock::time_point now = coarseNow();
+  if (now >= exploreAt_[cls] && !oversubscribed_) {
+    exploreAt_[cls] = now + kRateExplore;
+    way = !way;
+  }
+  return way;
+}
+
+void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream, int cls) {
+  if (n < kRateMinPiece || o_.stream >= 0) {
+    copyIn(slot, src, n, stream);
+    return;
+  }
+  auto t0 = Clock::now();
+  copyIn(slot, src, n, stream);
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  double r = static_cast<double>(n) / std::max(s, 1e-9);
+  double& mean = inRate_[cls][stream ? 1 : 0];
+  mean = mean > 0 ? (mean + r) / 2 : r;
+}
+
 void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream) {
   if (stream) internal::copyStreaming(slot, src, n);
   else std::memcpy(slot, src, n);
@@ -972,14 +1010,14 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
   // arrive, and the round's check names the mismatch.
   begin(deadline);
   size_t piece = std::max<size_t>(kFillPieceMin, ((bytes < slot_ ? bytes : slot_) / 8 + 4095) & ~size_t(4095));
-  bool stream = streamFor(bytes);
+  bool stream = me == root && streamNow(bytes);
   for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += slot_) {
     size_t m = std::min(slot_, bytes - off);
     if (me == root) {
       char* s = slot(round_ + 1, me);
       for (size_t x = 0; x < m; x += piece) {
         size_t y = std::min(m, x + piece);
-        copyIn(s + x, b + off + x, y - x, stream);
+        copyIn(s + x, b + off + x, y - x, stream, 0);
         fill(y);
       }
       round(d);
@@ -1045,9 +1083,9 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
     round(d);
     return;
   }
-  bool stream = streamFor(displ[n]);
+  bool stream = streamNow(displ[n]);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
-    if (off < bytes[me]) copyIn(slot(round_ + 1, me), o + displ[me] + off, std::min(slot_, bytes[me] - off), stream);
+    if (off < bytes[me]) copyIn(slot(round_ + 1, me), o + displ[me] + off, std::min(slot_, bytes[me] - off), stream, 0);
     round(d);
     for (int p = 0; p < n; ++p)
       if (p != me && off < bytes[p])
@@ -1259,10 +1297,10 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
   }
   begin(deadline);
   const auto& displ = prefixSums(bytes, displA_);
-  bool stream = streamFor(total);
+  bool stream = me != root && streamNow(total);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
     if (me != root && off < bytes[me])
-      copyIn(slot(round_ + 1, me), static_cast<const char*>(in) + off, std::min(slot_, bytes[me] - off), stream);
+      copyIn(slot(round_ + 1, me), static_cast<const char*>(in) + off, std::min(slot_, bytes[me] - off), stream, 0);
     round(d);
     if (me == root)
       for (int p = 0; p < n; ++p)
@@ -1332,7 +1370,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   size_t q = (slot_ / n) & ~size_t(63);
   size_t piece = std::max<size_t>(kFillPieceMin, (std::min(maxb, q) / 8 + 4095) & ~size_t(4095));
   char* o = static_cast<char*>(out);
-  bool stream = streamFor(total, kScatterClass);
+  bool stream = me == root && streamNow(total, kScatterClass);
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += q) {
     if (me == root) {  // (the root's own part went to its output above)
       char* s = slot(round_ + 1, me);
@@ -1341,7 +1379,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
         size_t m = std::min(q, bytes[p] - off);
         for (size_t x = 0; x < m; x += piece) {
           size_t y = std::min(m, x + piece);
-          copyIn(s + p * q + x, i + displ[p] + off + x, y - x, stream);
+          copyIn(s + p * q + x, i + displ[p] + off + x, y - x, stream, kScatterClass);
           fill(p * q + y);
         }
       }

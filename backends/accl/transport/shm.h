@@ -172,17 +172,27 @@ class ShmDomain : public HostGroup {
   bool singleCopyFor(size_t bytes, size_t min, int cls = 0) const {
     return cma_ && bytes >= min && ((cmaBands_[cls] >> (63 - __builtin_clzll(bytes))) & 1);
   }
-  // Whether an op of class `cls` that moves `bytes` writes its slots with
-  // non-temporal stores (streamBands_): the readers then take the bytes from
-  // memory rather than from the writer's cache, which was faster at
-  // 64-256 KiB on one VM, and at every size in its launches whose copies
-  // between cores ran slow.
+  // Whether the group's probe found an op of class `cls` that moves `bytes`
+  // faster with its slots written with non-temporal stores (streamBands_; or
+  // ACCL_SHM_STREAM_BYTES set): the readers then take the bytes from memory
+  // rather than from the writer's cache, which was faster at 64-256 KiB on
+  // one VM, and at every size in its launches whose copies between cores ran
+  // slow. streamNow decides each op, with this rank's measured rates.
   bool streamFor(size_t bytes, int cls = 0) const {
     if (o_.stream >= 0) return o_.stream > 0 && bytes >= static_cast<size_t>(o_.stream);
     return bytes && ((streamBands_[cls] >> (63 - __builtin_clzll(bytes))) & 1);
   }
   // Into this rank's slot: plainly, or with non-temporal stores.
   static void copyIn(void* slot, const void* src, size_t n, bool stream);
+  // The way this rank writes its slot for an op of class `cls` moving
+  // `bytes`: streamFor's, but with non-temporal stores where this rank's
+  // plain writes into its slot have lately run at under half the rate of
+  // its streamed ones, and the other way now and then (shm.cc,
+  // kRateExplore).
+  bool streamNow(size_t bytes, int cls = 0);
+  // copyIn, timed (from kRateMinPiece bytes) into this rank's rate of
+  // writing its slot that way for class `cls`.
+  void copyIn(void* slot, const void* src, size_t n, bool stream, int cls);
   // Allreduce and reduce_scatter: single copy only where asked for
   // (ACCL_SHM_CMA=on); auto keeps the segment, whose own-slice reads beat it.
   bool singleCopyReducing(size_t bytes) const { return cma_ && cmaEvery_ && bytes >= cmaMin_; }
@@ -221,6 +231,9 @@ class ShmDomain : public HostGroup {
   // non-temporal stores (measured with single copy's bands; never where
   // nothing was measured).
   uint64_t streamBands_[kCopyClasses] = {0, 0};
+  bool probing_ = false;  // measureSingleCopy sets each way itself
+  Clock::time_point exploreAt_[kCopyClasses] = {};
+  double inRate_[kCopyClasses][2] = {};  // bytes/s into the slot, plain [0] and streamed [1] (a running mean)
   std::vector<Probe> probes_;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
