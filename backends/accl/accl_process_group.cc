@@ -142,6 +142,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   to.shmWanted = shmOn;
   to.shmCma = settings::shmCma.get() != "off";
   to.shmCmaAlways = settings::shmCma.get() == "on";
+  to.shmStream = settings::shmStreamBytes.get();
   {
     // Process-wide (copy.h): every group reads the same environment.
     int stream = settings::shmStreamBytes.get();

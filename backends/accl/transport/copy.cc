@@ -1,7 +1,9 @@
 #include "copy.h"
 
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -32,6 +34,38 @@ void setStreamingMin(size_t bytes) { streamingMinRef().store(bytes, std::memory_
 
 bool streamWay(bool probed, double plainRate, double streamedRate) {
   return probed || (plainRate > 0 && streamedRate > 0 && plainRate < 0.5 * streamedRate);
+}
+
+bool WriteWay::choose(bool probed, bool explore) {
+  bool way = streamWay(probed, rate_[0], rate_[1]);
+  if (explore) {
+    // The coarse clock: a few ns (transport.h's coarseNow, which this layer
+    // below the transport does not include).
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    auto now = std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+    if (now >= exploreAt_) {
+      exploreAt_ = now + kExplore;
+      way = !way;
+    }
+  }
+  return way;
+}
+
+void WriteWay::copy(void* dst, const void* src, size_t n, bool streamed) {
+  if (n < kMinTimedBytes) {
+    if (streamed) copyStreaming(dst, src, n);
+    else std::memcpy(dst, src, n);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  if (streamed) copyStreaming(dst, src, n);
+  else std::memcpy(dst, src, n);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double r = static_cast<double>(n) / std::max(s, 1e-9);
+  double& mean = rate_[streamed ? 1 : 0];
+  mean = mean > 0 ? (mean + r) / 2 : r;
 }
 
 size_t lastLevelCacheBytes() {

@@ -11,6 +11,7 @@
 // bytes are not in the cache afterwards, so they are used only where the op's
 // whole output is at least streamingMin() bytes.
 
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 
@@ -43,6 +44,32 @@ inline void copyOut(void* dst, const void* src, size_t n, size_t total) {
 // against their usual 20-45 (the lines the readers hold passed back to the
 // writer's core slowly) while streamed ones kept their 25-33.
 bool streamWay(bool probed, double plainRate, double streamedRate);
+
+// How one writer (a rank into its slots of the shared segment, or into its
+// rings) writes the bytes its local peers read: plainly or with
+// non-temporal stores. It times its own writes of either way (from
+// kMinTimedBytes) into a running mean of each way's rate, and takes the
+// streamed way where streamWay says so; once per kExplore it takes the other
+// way, so that the way not taken keeps a current rate. Not thread-safe: one
+// per writer.
+class WriteWay {
+ public:
+  static constexpr size_t kMinTimedBytes = 16u << 10;
+  static constexpr std::chrono::milliseconds kExplore{100};
+
+  // The way for the next write: `probed` (the way chosen by measurement at
+  // set-up, or by the setting) unless the rates call for streaming, and the
+  // other way once per kExplore where `explore`.
+  bool choose(bool probed, bool explore);
+  // dst[0..n) = src[0..n) the given way, timed where long enough.
+  void copy(void* dst, const void* src, size_t n, bool streamed);
+  // bytes/s of each way so far (0: not measured).
+  double rate(bool streamed) const { return rate_[streamed ? 1 : 0]; }
+
+ private:
+  double rate_[2] = {0, 0};
+  std::chrono::steady_clock::time_point exploreAt_{};
+};
 
 // The host's last-level data cache size in bytes, 0 if unknown.
 size_t lastLevelCacheBytes();

@@ -86,13 +86,11 @@ constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
 // slot's share, and at least every this many bytes.
 constexpr size_t kFillPieceMin = 16u << 10;
 // The run-time check of the slots' write way (ShmDomain::streamNow): ops of
-// at least kRateMinBytes decide by this rank's rates of writing its slot,
-// which copies of at least kRateMinPiece feed (copy.h: streamWay); the way
-// not taken is tried once per kRateExplore (not where the ranks outnumber
-// the cores: there a copy's time is mostly the time its core was away).
+// at least kRateMinBytes decide by this rank's rates of writing its slot
+// (copy.h: WriteWay); the way not taken is tried now and then, but not
+// where the ranks outnumber the cores (there a copy's time is mostly the
+// time its core was away).
 constexpr size_t kRateMinBytes = 64u << 10;
-constexpr size_t kRateMinPiece = 16u << 10;
-constexpr std::chrono::milliseconds kRateExplore{100};
 // Ctl::a2a's flags beside the largest chunk: the chunks are in the slot
 // already; the buffers overlap (in place); in place with equal send and
 // receive layouts (chunks swap pairwise).
@@ -787,32 +785,14 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
   }
 }
 
-bool ShmDomain::streamNow(size_t bytes, int cls) {
-  bool way = streamFor(bytes, cls);
-  if (o_.stream >= 0 || probing_ || bytes < kRateMinBytes) return way;
-  double plain = inRate_[cls][0], streamed = inRate_[cls][1];
-  way = internal::streamWay(way, plain, streamed);
-  // Now and then the other way (once per kRateExplore per class), so that
-  // the way not taken keeps a current rate.
-  Clock::time_point now = coarseNow();
-  if (now >= exploreAt_[cls] && !oversubscribed_) {
-    exploreAt_[cls] = now + kRateExplore;
-    way = !way;
-  }
-  return way;
+bool ShmDomain::streamNow(size_t bytes, int cls, bool probed) {
+  if (o_.stream >= 0 || probing_ || bytes < kRateMinBytes) return probed;
+  return writeWay_[cls].choose(probed, !oversubscribed_);
 }
 
 void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream, int cls) {
-  if (n < kRateMinPiece || o_.stream >= 0) {
-    copyIn(slot, src, n, stream);
-    return;
-  }
-  auto t0 = Clock::now();
-  copyIn(slot, src, n, stream);
-  double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  double r = static_cast<double>(n) / std::max(s, 1e-9);
-  double& mean = inRate_[cls][stream ? 1 : 0];
-  mean = mean > 0 ? (mean + r) / 2 : r;
+  if (o_.stream >= 0) copyIn(slot, src, n, stream);
+  else writeWay_[cls].copy(slot, src, n, stream);
 }
 
 void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream) {
@@ -820,21 +800,23 @@ void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream) {
   else std::memcpy(slot, src, n);
 }
 
-void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole) {
+void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole, size_t total) {
   // A piece reduced slice by slice: this rank's slice is reduced by this rank
   // alone, which reads it from its input (reduceFromAll's `ownIn`), so only the
   // others' slices go into the slot. A small piece, which every rank reduces
-  // whole, goes in whole.
+  // whole, goes in whole. (Streamed only where this rank's rates call for it,
+  // or where set: the reductions were not timed by the probe.)
   if (m == 0) return;
   char* s = slot(round_ + 1, o_.localRank);
+  bool stream = streamNow(total, kReduceClass, streamForSetting(total));
   if (whole) {
-    std::memcpy(s, src, m * es);
+    copyIn(s, src, m * es, stream, kReduceClass);
     return;
   }
   size_t lo, hi;
   part(m, o_.localSize, o_.localRank, &lo, &hi);
-  if (lo) std::memcpy(s, src, lo * es);
-  if (hi < m) std::memcpy(s + hi * es, src + hi * es, (m - hi) * es);
+  if (lo) copyIn(s, src, lo * es, stream, kReduceClass);
+  if (hi < m) copyIn(s + hi * es, src + hi * es, (m - hi) * es, stream, kReduceClass);
 }
 
 void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, ReduceKind k,
@@ -871,7 +853,7 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
     bool small = m * es <= kSmallReduceBytes;
-    copyInButOwnSlice(i + off * es, m, es, small);
+    copyInButOwnSlice(i + off * es, m, es, small, bytes);
     round(d);
     uint64_t r = round_;
     if (small) {
@@ -946,7 +928,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
     bool small = m * es <= wholeMax;
-    copyInButOwnSlice(i + off * es, m, es, small);
+    copyInButOwnSlice(i + off * es, m, es, small, bytes);
     round(d);
     uint64_t r = round_;
     if (small) {
@@ -1010,7 +992,7 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
   // arrive, and the round's check names the mismatch.
   begin(deadline);
   size_t piece = std::max<size_t>(kFillPieceMin, ((bytes < slot_ ? bytes : slot_) / 8 + 4095) & ~size_t(4095));
-  bool stream = me == root && streamNow(bytes);
+  bool stream = me == root && streamNow(bytes, 0, streamFor(bytes));
   for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += slot_) {
     size_t m = std::min(slot_, bytes - off);
     if (me == root) {
@@ -1083,7 +1065,7 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
     round(d);
     return;
   }
-  bool stream = streamNow(displ[n]);
+  bool stream = streamNow(displ[n], 0, streamFor(displ[n]));
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
     if (off < bytes[me]) copyIn(slot(round_ + 1, me), o + displ[me] + off, std::min(slot_, bytes[me] - off), stream, 0);
     round(d);
@@ -1173,9 +1155,12 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   size_t q = (slot_ / n) & ~size_t(63);
   bool early = mine <= q && (!singleCopyFor(mine * n, cmaMin_) || overlap);
   if (early) {
+    // (alltoall was not timed by the probe: streamed only where the rates
+    // call for it, or where set)
     char* s = slot(round_ + 1, me);
+    bool stream = streamNow(mine * n, kAlltoallClass, streamForSetting(mine * n));
     for (int p = 0; p < n; ++p)
-      if (p != me && sendBytes[p]) std::memcpy(s + p * q, i + sd[p], sendBytes[p]);
+      if (p != me && sendBytes[p]) copyIn(s + p * q, i + sd[p], sendBytes[p], stream, kAlltoallClass);
   }
   c.a2a[(round_ + 1) & 1] = mine | (early ? kSlotsWritten : 0) | (overlap ? kOverlap : 0) | (swap ? kSwap : 0);
   round(d);
@@ -1237,10 +1222,12 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     i = staged.data();
   }
   // (maxb > 0 here: with nothing to send every rank wrote early.)
+  bool stream = streamNow(maxb * n, kAlltoallClass, streamForSetting(maxb * n));
   for (size_t off = 0; off < maxb; off += q) {
     char* s = slot(round_ + 1, me);
     for (int p = 0; p < n; ++p)  // (the own chunk is copied straight across, below)
-      if (p != me && off < sendBytes[p]) std::memcpy(s + p * q, i + sd[p] + off, std::min(q, sendBytes[p] - off));
+      if (p != me && off < sendBytes[p])
+        copyIn(s + p * q, i + sd[p] + off, std::min(q, sendBytes[p] - off), stream, kAlltoallClass);
     round(d);
     for (int p = 0; p < n; ++p)
       if (p != me && off < recvBytes[p])
@@ -1297,7 +1284,7 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
   }
   begin(deadline);
   const auto& displ = prefixSums(bytes, displA_);
-  bool stream = me != root && streamNow(total);
+  bool stream = me != root && streamNow(total, 0, streamFor(total));
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
     if (me != root && off < bytes[me])
       copyIn(slot(round_ + 1, me), static_cast<const char*>(in) + off, std::min(slot_, bytes[me] - off), stream, 0);
@@ -1370,7 +1357,7 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
   size_t q = (slot_ / n) & ~size_t(63);
   size_t piece = std::max<size_t>(kFillPieceMin, (std::min(maxb, q) / 8 + 4095) & ~size_t(4095));
   char* o = static_cast<char*>(out);
-  bool stream = me == root && streamNow(total, kScatterClass);
+  bool stream = me == root && streamNow(total, kScatterClass, streamFor(total, kScatterClass));
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += q) {
     if (me == root) {  // (the root's own part went to its output above)
       char* s = slot(round_ + 1, me);

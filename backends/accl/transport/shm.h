@@ -19,6 +19,7 @@
 
 #include "accl/store.h"
 #include "accl/types.h"
+#include "transport/copy.h"
 #include "transport/host_group.h"
 
 namespace accl {
@@ -67,6 +68,12 @@ class ShmDomain : public HostGroup {
   // and allgathers), and scatter (timed with scatters).
   static constexpr int kCopyClasses = 2;
   static constexpr int kScatterClass = 1;
+  // The ways of writing into the slots are timed per class (WriteWay): the
+  // two above, and alltoall and the reductions' copies in apart (the probe
+  // times neither).
+  static constexpr int kAlltoallClass = 2;
+  static constexpr int kReduceClass = 3;
+  static constexpr int kWayClasses = 4;
   // Whether any collective goes by single copy (process_vm_readv).
   bool singleCopy() const { return cma_ && (cmaBands_[0] | cmaBands_[1]) != 0; }
   // Under ACCL_SHM_CMA=auto with a CPU per local rank: single copy's time
@@ -184,14 +191,15 @@ class ShmDomain : public HostGroup {
   }
   // Into this rank's slot: plainly, or with non-temporal stores.
   static void copyIn(void* slot, const void* src, size_t n, bool stream);
-  // The way this rank writes its slot for an op of class `cls` moving
-  // `bytes`: streamFor's, but with non-temporal stores where this rank's
-  // plain writes into its slot have lately run at under half the rate of
-  // its streamed ones, and the other way now and then (shm.cc,
-  // kRateExplore).
-  bool streamNow(size_t bytes, int cls = 0);
-  // copyIn, timed (from kRateMinPiece bytes) into this rank's rate of
-  // writing its slot that way for class `cls`.
+  // ACCL_SHM_STREAM_BYTES set: whether an op of `bytes` streams.
+  bool streamForSetting(size_t bytes) const { return o_.stream > 0 && bytes >= static_cast<size_t>(o_.stream); }
+  // The way this rank writes its slot for an op of way class `cls` moving
+  // `bytes`: `probed` (streamFor's, or streamForSetting's for the classes the
+  // probe does not time), but with non-temporal stores where this rank's
+  // plain writes of the class have lately run at under half the rate of its
+  // streamed ones, and the other way now and then (copy.h, WriteWay).
+  bool streamNow(size_t bytes, int cls, bool probed);
+  // copyIn, timed into this rank's rates of writing its slot for class `cls`.
   void copyIn(void* slot, const void* src, size_t n, bool stream, int cls);
   // Allreduce and reduce_scatter: single copy only where asked for
   // (ACCL_SHM_CMA=on); auto keeps the segment, whose own-slice reads beat it.
@@ -210,7 +218,7 @@ class ShmDomain : public HostGroup {
                      uint64_t round, bool fromSlots, size_t slotOff, const char* ownIn = nullptr);
   // Copies a piece of m elements (es bytes each) into this rank's slot of the
   // next round: whole, or all but this rank's slice (part(m, n, rank)).
-  void copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole);
+  void copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole, size_t total);
   // Sets oversubscribed_ and the single-copy thresholds that follow from it.
   void shareCpus(bool shared);
   // Options::cpusShared: the local ranks share cores all the same (with the
@@ -232,8 +240,7 @@ class ShmDomain : public HostGroup {
   // nothing was measured).
   uint64_t streamBands_[kCopyClasses] = {0, 0};
   bool probing_ = false;  // measureSingleCopy sets each way itself
-  Clock::time_point exploreAt_[kCopyClasses] = {};
-  double inRate_[kCopyClasses][2] = {};  // bytes/s into the slot, plain [0] and streamed [1] (a running mean)
+  internal::WriteWay writeWay_[kWayClasses];
   std::vector<Probe> probes_;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)

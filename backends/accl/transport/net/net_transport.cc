@@ -158,6 +158,7 @@ void NetTransport::setupShm(Clock::time_point deadline) {
   so.deadline = deadline;
   so.where = o_.where;
   so.cma = o_.shmCma;
+  so.stream = o_.shmStream;
   shm_ = ShmLink::connect(so, this, &shmWhy_);
   if (shm_) shm_->setSingleCopyMin(o_.shmCmaAlways ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyNever);
   if (!shmWhy_.empty())
@@ -176,6 +177,7 @@ void NetTransport::setLocalRanksShareCpus(bool shared, size_t probedSingleCopyFr
       shm_->setSingleCopyMin(std::min(ShmLink::kSingleCopyAutoMinOwnCpus,
                                       std::max(probedSingleCopyFrom, ShmLink::kSingleCopyMinOwnCpus)));
     shm_->setDeferMin(shared ? ShmLink::kDeferMinSharedCpus : ShmLink::kDeferMinOwnCpus);
+    shm_->setTryWriteWays(!shared);
   }
 }
 

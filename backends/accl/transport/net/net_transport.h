@@ -64,6 +64,8 @@ class NetTransport : public Transport, private FrameSink {
     // ACCL_SHM_CMA=on: from ShmLink's thresholds (kSingleCopyMin*); else
     // (auto) from kSingleCopyAutoMin*: larger sizes than on's.
     bool shmCmaAlways = false;
+    // ACCL_SHM_STREAM_BYTES (ShmLink::Options::stream).
+    long long shmStream = -1;
     // The process's budget for the buffers of large messages that arrived
     // before their receive, kept for the next (Matcher; ACCL_UNEXPECTED_CACHE_MB).
     size_t unexpectedCacheBytes = Matcher::kDefaultSpareLimit;

@@ -392,6 +392,18 @@ bool ShmLink::sendNow(int peer, FrameType type, uint64_t key, const OpDesc& desc
   return writeNow(peer, h, buf);
 }
 
+void ShmLink::putPayload(Out& o, char* data, uint64_t pos, const char* src, size_t n, uint64_t total) {
+  if (n < internal::WriteWay::kMinTimedBytes || o_.stream == 0) {
+    putAt(data, pos, src, n);
+    return;
+  }
+  bool streamed = o_.stream > 0 ? total >= static_cast<uint64_t>(o_.stream)
+                                : o.way.choose(false, tryWriteWays_.load(std::memory_order_relaxed));
+  size_t at = pos & (cap_ - 1), first = std::min(n, cap_ - at);  // the ring wraps
+  o.way.copy(data + at, src, first, streamed);
+  if (n > first) o.way.copy(data, src + first, n - first, streamed);
+}
+
 void ShmLink::putAt(char* data, uint64_t pos, const char* src, size_t n) const {
   size_t at = pos & (cap_ - 1), first = std::min(n, cap_ - at);  // the ring wraps
   std::memcpy(data + at, src, first);
@@ -413,7 +425,7 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   char* data = r->data();
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
-  if (h.len) put(head + sizeof(FrameHeader), buf, h.len);
+  if (h.len) putPayload(o, data, head + sizeof(FrameHeader), buf, h.len, h.total);
   r->head.store(head + rec, std::memory_order_release);
   ringIfAsleep(peer);
   return true;
@@ -463,7 +475,7 @@ bool ShmLink::flush(int peer) {
       put(head + sizeof(FrameHeader), reinterpret_cast<const char*>(&d), sizeof(d));
       r->slots[f.seq % kSlots].store(f.seq << 2 | kPosted, std::memory_order_relaxed);  // published by head
     } else if (f.hdr.len) {
-      put(head + sizeof(FrameHeader), f.data, f.hdr.len);
+      putPayload(o, data, head + sizeof(FrameHeader), f.data, f.hdr.len, f.hdr.total);
     }
     head += rec;
     r->head.store(head, std::memory_order_release);

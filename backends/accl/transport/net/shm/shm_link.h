@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/copy.h"
 #include "accl/store.h"
 #include "transport/net/event_loop.h"
 #include "transport/net/frame_link.h"
@@ -65,6 +66,10 @@ class ShmLink : public FrameLink, public EventHandler {
     Clock::time_point deadline;
     std::string where;
     bool cma = true;  // single copy where the peers may read this process
+    // ACCL_SHM_STREAM_BYTES: -1 auto (payloads written with non-temporal
+    // stores where this rank's plain writes run slow: copy.h, WriteWay), 0
+    // never, else those of messages of at least that many bytes.
+    long long stream = -1;
   };
   // Null when no local peer can be served; *why then (or for the peers that
   // cannot) says why. Throws Timeout if local peers never publish.
@@ -171,6 +176,10 @@ class ShmLink : public FrameLink, public EventHandler {
   size_t singleCopyMin() const { return singleCopyMin_.load(std::memory_order_relaxed); }
   // The group sets it once it knows whether its local ranks share CPUs.
   void setSingleCopyMin(size_t bytes) { singleCopyMin_.store(bytes, std::memory_order_relaxed); }
+  // The group sets it once it knows that its local ranks have a CPU each:
+  // only then are a payload's two ways of writing tried in turn (where the
+  // ranks share CPUs a copy's time is mostly the time its core was away).
+  void setTryWriteWays(bool on) { tryWriteWays_.store(on, std::memory_order_relaxed); }
 
  private:
   bool pollRings(bool owner);
@@ -180,6 +189,7 @@ class ShmLink : public FrameLink, public EventHandler {
   bool writeNow(int peer, const FrameHeader& h, const char* buf);
   // Copies n bytes to ring position `pos` of the ring data at `data`.
   void putAt(char* data, uint64_t pos, const char* src, size_t n) const;
+
   void ringIfAsleep(int peer);
   struct OutFrame {
     FrameHeader hdr{};
@@ -201,7 +211,11 @@ class ShmLink : public FrameLink, public EventHandler {
     uint64_t nextSeq = 0;    // of single-copy messages
     size_t remoteOut = 0;    // single-copy messages queued or pending
     std::deque<Pending> pending;
+    internal::WriteWay way;  // how payloads are written into this ring
   };
+  // The same for a frame's payload, of a message of `total` bytes, to `o`'s
+  // peer: plainly or with non-temporal stores (Out::way).
+  void putPayload(Out& o, char* data, uint64_t pos, const char* src, size_t n, uint64_t total);
   struct In {  // from one peer: its ring in this rank's segment
     Ring* ring = nullptr;
     int bell = -1;  // the peer's doorbell (space freed)
@@ -229,6 +243,7 @@ class ShmLink : public FrameLink, public EventHandler {
   Options o_;
   FrameSink* sink_ = nullptr;
   std::atomic<size_t> singleCopyMin_{kSingleCopyMinSharedCpus};
+  std::atomic<bool> tryWriteWays_{false};
   std::atomic<Clock::rep> lazyUntil_{0};
   std::atomic<bool> loopLazy_{false};  // the loop sleeps without doorbells
   size_t cap_ = 0;       // bytes of each ring's data (a power of two)
