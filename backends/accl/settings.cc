@@ -117,9 +117,11 @@ const config::Var<int> shmStreamBytes(
     "Non-temporal stores (x86-64) for copies within a host, which skip reading each destination line before "
     "writing it and leave the bytes out of the cache. Into an op's output (from the shared segment or a "
     "ring), they are faster where the output is larger than the cache and slower where it fits. Into the "
-    "segment's slots (broadcast, allgather, gather, scatter), the readers then take the bytes from memory "
+    "segment's slots, the readers then take the bytes from memory "
     "rather than from the writer's cache: under auto, the group times the slots both ways beside single copy "
-    "when it is made (see ACCL_SHM_CMA) and streams the bands where that was faster. A value streams both "
+    "when it is made (see ACCL_SHM_CMA) and streams broadcasts, gathers and scatters in the bands where that was "
+    "faster; after that, each rank times its own writes both ways now and then and streams where its plain "
+    "writes run at under half the rate of its streamed ones (not where the ranks share CPUs). A value streams both "
     "kinds of copy for every op of at least that many bytes (point-to-point messages: their whole size; "
     "collectives: their output, or the data they move); 0: never.");
 

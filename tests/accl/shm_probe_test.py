@@ -144,7 +144,7 @@ else:
 
             parts = {"others": "", "scatter": ""}
             if named != "no size":
-                m3 = re.match(r"(?:broadcast, allgather and gather of (.*?))?(?:(?: and for )?scatter of (.*))?$", named)
+                m3 = re.match(r"(?:broadcast and gather of (.*?))?(?:(?: and for )?scatter of (.*))?$", named)
                 check(m3 is not None, f"auto: streamed bands parse: '{named}'")
                 if m3:
                     parts = {"others": m3.group(1) or "", "scatter": m3.group(2) or ""}
