@@ -1067,8 +1067,8 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
   }
   // Streamed only where this rank's rates call for it (or where set): in
   // launches whose probe streamed the broadcasts and allgathers it timed
-  // together, allgathers of 512 KiB - 8 MiB ran at 0.73-1.07 of Open MPI's
-  // busbw against 1.1-1.5 with plain writes.
+  // together, allgathers of 512 KiB - 8 MiB ran at 0.73-1.05 of Open MPI's
+  // busbw against 1.1-1.8 with plain writes.
   bool stream = streamNow(displ[n], 0, streamForSetting(displ[n]));
   for (size_t off = 0; off < maxb || (maxb == 0 && off == 0); off += slot_) {
     if (off < bytes[me]) copyIn(slot(round_ + 1, me), o + displ[me] + off, std::min(slot_, bytes[me] - off), stream, 0);
