@@ -1,6 +1,7 @@
 #include "copy.h"
 
-#include <time.h>
+#include "transport/transport.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,12 +40,7 @@ bool streamWay(bool probed, double plainRate, double streamedRate) {
 bool WriteWay::choose(bool probed, bool explore) {
   bool way = streamWay(probed, rate_[0], rate_[1]);
   if (explore) {
-    // The coarse clock: a few ns (transport.h's coarseNow, which this layer
-    // below the transport does not include).
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    auto now = std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+    auto now = core::coarseNow();  // a few ns; 1-4 ms behind at most
     if (now >= exploreAt_) {
       exploreAt_ = now + kExplore;
       way = !way;
@@ -55,13 +51,11 @@ bool WriteWay::choose(bool probed, bool explore) {
 
 void WriteWay::copy(void* dst, const void* src, size_t n, bool streamed) {
   if (n < kMinTimedBytes) {
-    if (streamed) copyStreaming(dst, src, n);
-    else std::memcpy(dst, src, n);
+    copyWay(dst, src, n, streamed);
     return;
   }
   auto t0 = std::chrono::steady_clock::now();
-  if (streamed) copyStreaming(dst, src, n);
-  else std::memcpy(dst, src, n);
+  copyWay(dst, src, n, streamed);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double r = static_cast<double>(n) / std::max(s, 1e-9);
   double& mean = rate_[streamed ? 1 : 0];

@@ -1,5 +1,6 @@
 #pragma once
-// Copies out of shared memory into an op's output.
+// Copies within a host with stores that bypass the cache: into an op's
+// output, and into the shared memory the local peers read (WriteWay).
 //
 // A copy into a destination larger than the cache writes lines that the
 // core first reads from memory (a write allocates its line), only to evict
@@ -29,6 +30,12 @@ void copyStreaming(void* dst, const void* src, size_t n);
 // setStreamingMin (the accl backend, from its setting); read on every copy.
 size_t streamingMin();
 void setStreamingMin(size_t bytes);
+
+// dst[0..n) = src[0..n): with non-temporal stores where `streamed`.
+inline void copyWay(void* dst, const void* src, size_t n, bool streamed) {
+  if (streamed) copyStreaming(dst, src, n);
+  else std::memcpy(dst, src, n);
+}
 
 // A copy of part of an output of `total` bytes.
 inline void copyOut(void* dst, const void* src, size_t n, size_t total) {

@@ -791,13 +791,8 @@ bool ShmDomain::streamNow(size_t bytes, int cls, bool probed) {
 }
 
 void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream, int cls) {
-  if (o_.stream >= 0) copyIn(slot, src, n, stream);
+  if (o_.stream >= 0) internal::copyWay(slot, src, n, stream);
   else writeWay_[cls].copy(slot, src, n, stream);
-}
-
-void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream) {
-  if (stream) internal::copyStreaming(slot, src, n);
-  else std::memcpy(slot, src, n);
 }
 
 void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole, size_t total) {

@@ -186,11 +186,9 @@ class ShmDomain : public HostGroup {
   // one VM, and at every size in its launches whose copies between cores ran
   // slow. streamNow decides each op, with this rank's measured rates.
   bool streamFor(size_t bytes, int cls = 0) const {
-    if (o_.stream >= 0) return o_.stream > 0 && bytes >= static_cast<size_t>(o_.stream);
+    if (o_.stream >= 0) return streamForSetting(bytes);
     return bytes && ((streamBands_[cls] >> (63 - __builtin_clzll(bytes))) & 1);
   }
-  // Into this rank's slot: plainly, or with non-temporal stores.
-  static void copyIn(void* slot, const void* src, size_t n, bool stream);
   // ACCL_SHM_STREAM_BYTES set: whether an op of `bytes` streams.
   bool streamForSetting(size_t bytes) const { return o_.stream > 0 && bytes >= static_cast<size_t>(o_.stream); }
   // The way this rank writes its slot for an op of way class `cls` moving
@@ -199,7 +197,8 @@ class ShmDomain : public HostGroup {
   // plain writes of the class have lately run at under half the rate of its
   // streamed ones, and the other way now and then (copy.h, WriteWay).
   bool streamNow(size_t bytes, int cls, bool probed);
-  // copyIn, timed into this rank's rates of writing its slot for class `cls`.
+  // Into this rank's slot, with non-temporal stores where `stream`; timed
+  // into this rank's rates of writing its slot for class `cls` (copy.h).
   void copyIn(void* slot, const void* src, size_t n, bool stream, int cls);
   // Allreduce and reduce_scatter: single copy only where asked for
   // (ACCL_SHM_CMA=on); auto keeps the segment, whose own-slice reads beat it.
