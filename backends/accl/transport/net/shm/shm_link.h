@@ -189,6 +189,12 @@ class ShmLink : public FrameLink, public EventHandler {
   bool writeNow(int peer, const FrameHeader& h, const char* buf);
   // Copies n bytes to ring position `pos` of the ring data at `data`.
   void putAt(char* data, uint64_t pos, const char* src, size_t n) const;
+  // Asks for the lines of the frame header at ring position `pos` and of
+  // the payload line after it.
+  void prefetchFrame(const char* data, uint64_t pos) const {
+    __builtin_prefetch(data + (pos & (cap_ - 1)));
+    __builtin_prefetch(data + ((pos + 64) & (cap_ - 1)));
+  }
 
   void ringIfAsleep(int peer);
   struct OutFrame {
