@@ -75,6 +75,7 @@ constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduc
 // Between two local ranks, a reduce's piece up to this size goes whole to the
 // root, which reduces it alone: one round, where the split reduce takes two.
 constexpr size_t kRootReducesWholeBytes = 128u << 10;
+constexpr size_t kStreamChunk = 32u << 10;     // a reduction's chunks on their way into a slot (L1/L2-resident)
 constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-copy reductions (L2-resident)
 // Eager rooted ops: a rank that only sends (the root of a broadcast or a
 // scatter, the others of a gather or a reduce) leaves its data in a cell of
@@ -748,7 +749,7 @@ void ShmDomain::cmaWrite(int peer, const void* local, uint64_t remote, size_t le
 // [off, off + n) of each rank's data: from the slots of `round` at slotOff,
 // or from the ranks' published inputs (single copy).
 void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, ReduceKind k,
-                              uint64_t rnd, bool fromSlots, size_t slotOff, const char* ownIn) {
+                              uint64_t rnd, bool fromSlots, size_t slotOff, const char* ownIn, bool stream) {
   size_t es = dataTypeSize(t);
   if (n == 0) return;
   if (fromSlots) {
@@ -760,8 +761,24 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
       std::memmove(dst, s0, n * es);
       return;
     }
-    internal::reduce(dst, s0, src(1), n, t, k);
-    for (int p = 2; p < o_.localSize; ++p) internal::reduce(dst, dst, src(p), n, t, k);
+    if (!stream) {
+      internal::reduce(dst, s0, src(1), n, t, k);
+      for (int p = 2; p < o_.localSize; ++p) internal::reduce(dst, dst, src(p), n, t, k);
+      return;
+    }
+    // Into the slot with non-temporal stores: where the lines the peers read
+    // come back to this core slowly, plain stores into them ran at a fraction
+    // of the rate (the reductions' slowest launches, copy.h's streamWay).
+    // Each chunk is reduced in cache, then streamed out.
+    size_t chunkElems = std::max<size_t>(1, kStreamChunk / es);
+    if (tmp_.size() < chunkElems * es) tmp_.resize(chunkElems * es);
+    char* acc = tmp_.data();
+    for (size_t c = 0; c < n; c += chunkElems) {
+      size_t m = std::min(chunkElems, n - c), at = c * es;
+      internal::reduce(acc, s0 + at, src(1) + at, m, t, k);
+      for (int p = 2; p < o_.localSize; ++p) internal::reduce(acc, acc, src(p) + at, m, t, k);
+      internal::copyStreaming(dst + at, acc, m * es);
+    }
     return;
   }
   // Single copy: own input first, then each peer's, in cache-sized chunks.
@@ -795,7 +812,7 @@ void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream, int c
   else writeWay_[cls].copy(slot, src, n, stream);
 }
 
-void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole, size_t total) {
+void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole, bool stream) {
   // A piece reduced slice by slice: this rank's slice is reduced by this rank
   // alone, which reads it from its input (reduceFromAll's `ownIn`), so only the
   // others' slices go into the slot. A small piece, which every rank reduces
@@ -803,7 +820,6 @@ void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool who
   // or where set: the reductions were not timed by the probe.)
   if (m == 0) return;
   char* s = slot(round_ + 1, o_.localRank);
-  bool stream = streamNow(total, kReduceClass, streamForSetting(total));
   if (whole) {
     copyIn(s, src, m * es, stream, kReduceClass);
     return;
@@ -848,7 +864,8 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
     bool small = m * es <= kSmallReduceBytes;
-    copyInButOwnSlice(i + off * es, m, es, small, bytes);
+    bool stream = streamReducing(bytes);
+    copyInButOwnSlice(i + off * es, m, es, small, stream);
     round(d);
     uint64_t r = round_;
     if (small) {
@@ -857,7 +874,7 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
       size_t lo, hi;
       part(m, n, me, &lo, &hi);
       // Reduce this rank's slice into its slot of the next round, then gather.
-      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es);
+      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es, stream);
       round(d);
       for (int p = 0; p < n; ++p) {
         part(m, n, p, &lo, &hi);
@@ -923,7 +940,8 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
     bool small = m * es <= wholeMax;
-    copyInButOwnSlice(i + off * es, m, es, small, bytes);
+    bool stream = streamReducing(bytes);
+    copyInButOwnSlice(i + off * es, m, es, small, stream);
     round(d);
     uint64_t r = round_;
     if (small) {
@@ -931,7 +949,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     } else {
       size_t lo, hi;
       part(m, n, me, &lo, &hi);
-      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es);
+      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es, stream);
       round(d);
       if (me == root)
         for (int p = 0; p < n; ++p) {
@@ -1102,13 +1120,14 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
   bool inPlace = o == i + displ[me] * es;
   for (size_t off = 0; off < total || (total == 0 && off == 0); off += per) {
     size_t m = std::min(per, total - off);
+    bool stream = streamReducing(total * es);
     size_t lo = std::max(off, displ[me]), hi = std::min(off + m, displ[me + 1]);
     char* s = slot(round_ + 1, me);
     if (inPlace || lo >= hi) {
-      if (m) std::memcpy(s, i + off * es, m * es);
+      if (m) copyIn(s, i + off * es, m * es, stream, kReduceClass);
     } else {
-      if (lo > off) std::memcpy(s, i + off * es, (lo - off) * es);
-      if (off + m > hi) std::memcpy(s + (hi - off) * es, i + hi * es, (off + m - hi) * es);
+      if (lo > off) copyIn(s, i + off * es, (lo - off) * es, stream, kReduceClass);
+      if (off + m > hi) copyIn(s + (hi - off) * es, i + hi * es, (off + m - hi) * es, stream, kReduceClass);
     }
     round(d);
     if (lo < hi)

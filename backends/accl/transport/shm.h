@@ -213,11 +213,22 @@ class ShmDomain : public HostGroup {
   // rank order: from the slots of `round` (fromSlots; this rank's own from
   // `ownIn` instead where given: its input, laid out as its slot, whose slice
   // it did not copy there), or by single copy from the published inputs.
+  // `stream` (fromSlots only): dst is this rank's slot, which its peers
+  // read next; the result goes there with non-temporal stores, reduced a
+  // cache-sized chunk at a time into tmp_ first.
   void reduceFromAll(char* dst, size_t off, size_t n, DataType t, ReduceKind k,
-                     uint64_t round, bool fromSlots, size_t slotOff, const char* ownIn = nullptr);
+                     uint64_t round, bool fromSlots, size_t slotOff, const char* ownIn = nullptr,
+                     bool stream = false);
+  // Whether a reduction of `total` bytes writes its slot's next piece with
+  // non-temporal stores (the setting's way, or this rank's rates). Asked
+  // once per piece, for its copy in and its reduced slice alike: the way
+  // not taken is tried once per WriteWay::kExplore, on one piece (a whole
+  // large op tried the slower way cost its runs 3-6 %).
+  bool streamReducing(size_t total) { return streamNow(total, kReduceClass, streamForSetting(total)); }
   // Copies a piece of m elements (es bytes each) into this rank's slot of the
-  // next round: whole, or all but this rank's slice (part(m, n, rank)).
-  void copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole, size_t total);
+  // next round: whole, or all but this rank's slice (part(m, n, rank)); with
+  // non-temporal stores where `stream`.
+  void copyInButOwnSlice(const char* src, size_t m, size_t es, bool whole, bool stream);
   // Sets oversubscribed_ and the single-copy thresholds that follow from it.
   void shareCpus(bool shared);
   // Options::cpusShared: the local ranks share cores all the same (with the
