@@ -439,8 +439,8 @@ void NetTransport::postSendRecv(bool sendFirst, int dst, int sendTag, const void
     // polls the rings next (the op is blocking), and ends its own guest
     // time as served or not.
     shm_->guestEnd(true);
-    lk.lock();
     if (took) return;
+    lk.lock();
   }
   postTaggedLocked(false, src, recvTag, recvBuf, recvLen, deadline, work);
 }
