@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -124,6 +125,33 @@ void futexWakeAll(std::atomic<uint32_t>* addr) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// Whether this process can take part in light arrivals (ShmDomain::light_):
+// registered for the kernel's global expedited memory barrier, which a rank
+// about to sleep then issues on every registered process's running threads
+// (Linux 4.16 and later; a seccomp filter may refuse it). Once per process.
+bool registerForBarriers() {
+  static const bool ok = [] {
+#ifdef __NR_membarrier
+    long q = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    return q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) && (q & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) &&
+           syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
+// A full memory barrier on every running thread of the registered processes
+// (this host's local ranks). False if the kernel refused it.
+bool barrierEverywhere() {
+#ifdef __NR_membarrier
+  return syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+#else
+  return false;
+#endif
+}
+
 size_t align64(size_t x) { return (x + 63) & ~size_t(63); }
 
 // Splits n elements into p near-equal parts; part i is [lo, hi).
@@ -156,6 +184,7 @@ struct alignas(128) ShmDomain::Ctl {
   OpDesc desc[kDepth];
   int32_t pid;
   int32_t cmaOk;
+  int32_t barriersOk;  // registered for the global expedited barrier (registerForBarriers)
   // Single copy's bands per class of ops (ShmDomain::cmaBands_): this
   // rank's from an earlier domain of the same processes (kBandsUnknown:
   // none), then local rank 0's decision, with its time ratios (x 1e6) at
@@ -476,7 +505,14 @@ void ShmDomain::checkOversubscribed() {
   CPU_ZERO(&mine);
   if (sched_getaffinity(0, sizeof(mine), &mine) != 0) std::memset(&mine, 0xff, sizeof(mine));
   std::memcpy(ctl(o_.localRank).cpus, &mine, std::min(sizeof(mine), sizeof(Ctl::cpus)));
+  ctl(o_.localRank).barriersOk = registerForBarriers() ? 1 : 0;
   round(d);
+  // Light arrivals once every local rank can issue and receive the barrier
+  // (each rank decides after this round's wait, before it waits on a light
+  // arrival: the next round's).
+  bool light = true;
+  for (int p = 0; p < o_.localSize; ++p) light = light && ctl(p).barriersOk;
+  light_ = light;
   cpu_set_t all;
   CPU_ZERO(&all);
   std::memcpy(&all, ctl(0).cpus, std::min(sizeof(all), sizeof(Ctl::cpus)));
@@ -538,6 +574,11 @@ void ShmDomain::waitFor(const F& arrived) {
   auto lastCheck = Clock::now();
   for (;;) {
     h->sleepers.fetch_add(1);
+    // Against a light arrival (arrive, fill): the barrier runs on the
+    // arriving rank's core too, so either its arrival is seen below or its
+    // load of `sleepers` sees this one. Should the kernel refuse it, the
+    // wait below still ends within its 5 ms to look again.
+    if (light_) barrierEverywhere();
     uint32_t v = h->futex.load();
     if (allIn()) {
       h->sleepers.fetch_sub(1);
@@ -581,11 +622,25 @@ void ShmDomain::arrive(const OpDesc& d) {
   me.desc[k % kDepth] = d;
   me.chainLong[k % kDepth].store(chain_, std::memory_order_relaxed);
   me.chain[k % kShort].store(chain_, std::memory_order_relaxed);
-  // Sleepers register before re-checking the arrivals (both seq_cst): either
-  // this load sees them, or they see this arrival.
-  me.arrive.store(k, std::memory_order_seq_cst);
+  // Sleepers register before re-checking the arrivals: either this load
+  // sees them, or they see this arrival. Light (light_): the sleeper's
+  // barrier on this core orders the store before the load (waitFor); the
+  // store leaves the lines this op wrote (its cell, its chain entries) to
+  // reach the peers as the core gets them out, where a full fence waited for
+  // all of them on every op (2 ranks, 10 alternating launches, time against
+  // Open MPI's: scatter of 8 B 1.06 -> 1.01 median, reduce of 128 B 0.83 ->
+  // 0.75). Where the ranks share CPUs the store stays seq_cst (4 ranks on 2
+  // cores ran no faster light, and some launches slower); the sleeper's
+  // barrier pairs with either.
   auto* h = static_cast<Header*>(base_);
-  if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
+  bool light = light_ && !oversubscribed_;
+  if (light) {
+    me.arrive.store(k, std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    me.arrive.store(k, std::memory_order_seq_cst);
+  }
+  if (h->sleepers.load(light ? std::memory_order_relaxed : std::memory_order_seq_cst) > 0) {
     h->futex.fetch_add(1);
     futexWakeAll(&h->futex);
   }
@@ -1047,11 +1102,18 @@ void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst, size_t
 }
 
 void ShmDomain::fill(size_t bytes) {
-  // seq_cst, as an arrival: a reader that registered as a sleeper before this
-  // store is seen by the load below and woken.
-  ctl(o_.localRank).filled.store(((round_ + 1) << kFillBits) | bytes, std::memory_order_seq_cst);
+  // As an arrival: a reader that registered as a sleeper before this store
+  // is seen by the load below and woken.
+  uint64_t v = ((round_ + 1) << kFillBits) | bytes;
+  bool light = light_ && !oversubscribed_;
+  if (light) {
+    ctl(o_.localRank).filled.store(v, std::memory_order_release);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    ctl(o_.localRank).filled.store(v, std::memory_order_seq_cst);
+  }
   auto* h = static_cast<Header*>(base_);
-  if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
+  if (h->sleepers.load(light ? std::memory_order_relaxed : std::memory_order_seq_cst) > 0) {
     h->futex.fetch_add(1);
     futexWakeAll(&h->futex);
   }

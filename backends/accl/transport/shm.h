@@ -252,6 +252,11 @@ class ShmDomain : public HostGroup {
   bool probing_ = false;  // measureSingleCopy sets each way itself
   internal::WriteWay writeWay_[kWayClasses];
   std::vector<Probe> probes_;
+  // Every local rank can issue and take the kernel's global barrier: while
+  // the ranks have a CPU each, arrivals are light (their store is not
+  // followed by a full fence), and a rank about to sleep issues that
+  // barrier on the others' cores instead (waitFor, arrive).
+  bool light_ = false;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
   size_t cmaMinReduce_ = 64u << 10;  // the same for reduce
