@@ -758,7 +758,7 @@ bool ShmLink::framesFrom(int peer) const {
   // for with the head's on every pass (as readFrom does), so that they come
   // beside it rather than after it once the frame is published (2 ranks,
   // sendrecv of 8 B against Open MPI's time, alternating launches: 1.41-1.51
-  // -> 1.36-1.38, and 1.57-1.70 -> 1.43-1.57 where copies between the cores
+  // -> 1.36-1.38, and 1.57-1.72 -> 1.43-1.57 where copies between the cores
   // ran slow).
   prefetchFrame(const_cast<Ring*>(r)->data(), tail);
   return r->head.load(std::memory_order_acquire) != tail;
