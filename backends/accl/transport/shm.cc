@@ -622,28 +622,7 @@ void ShmDomain::arrive(const OpDesc& d) {
   me.desc[k % kDepth] = d;
   me.chainLong[k % kDepth].store(chain_, std::memory_order_relaxed);
   me.chain[k % kShort].store(chain_, std::memory_order_relaxed);
-  // Sleepers register before re-checking the arrivals: either this load
-  // sees them, or they see this arrival. Light (light_): the sleeper's
-  // barrier on this core orders the store before the load (waitFor); the
-  // store leaves the lines this op wrote (its cell, its chain entries) to
-  // reach the peers as the core gets them out, where a full fence waited for
-  // all of them on every op (2 ranks, 10 alternating launches, time against
-  // Open MPI's: scatter of 8 B 1.06 -> 1.01 median, reduce of 128 B 0.83 ->
-  // 0.75). Where the ranks share CPUs the store stays seq_cst (4 ranks on 2
-  // cores ran no faster light, and some launches slower); the sleeper's
-  // barrier pairs with either.
-  auto* h = static_cast<Header*>(base_);
-  bool light = light_ && !oversubscribed_;
-  if (light) {
-    me.arrive.store(k, std::memory_order_release);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-  } else {
-    me.arrive.store(k, std::memory_order_seq_cst);
-  }
-  if (h->sleepers.load(light ? std::memory_order_relaxed : std::memory_order_seq_cst) > 0) {
-    h->futex.fetch_add(1);
-    futexWakeAll(&h->futex);
-  }
+  publish(me.arrive, k);
   round_ = k;
 }
 
@@ -1101,16 +1080,25 @@ void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst, size_t
   if (got < m) internal::copyOut(dst + got, s + got, m - got, total);
 }
 
-void ShmDomain::fill(size_t bytes) {
-  // As an arrival: a reader that registered as a sleeper before this store
-  // is seen by the load below and woken.
-  uint64_t v = ((round_ + 1) << kFillBits) | bytes;
+void ShmDomain::fill(size_t bytes) { publish(ctl(o_.localRank).filled, ((round_ + 1) << kFillBits) | bytes); }
+
+void ShmDomain::publish(std::atomic<uint64_t>& line, uint64_t v) {
+  // Sleepers register before they look at the lines again (waitFor): either
+  // the load below sees them, or they see this store. Light (light_, the
+  // ranks with a CPU each): the sleeper's barrier on this core orders the
+  // store before the load; the store leaves the lines the op wrote (its
+  // cell, its chain entries) to reach the peers as the core gets them out,
+  // where a full fence waited for all of them on every op (2 ranks, 8
+  // alternating launches, time against Open MPI's: scatter of 8 B 1.09 ->
+  // 1.03 median, reduce of 128 B 0.83 -> 0.75). Where the ranks share CPUs
+  // the store stays seq_cst (4 ranks on 2 cores ran no faster light, and
+  // some launches slower); the sleeper's barrier pairs with either.
   bool light = light_ && !oversubscribed_;
   if (light) {
-    ctl(o_.localRank).filled.store(v, std::memory_order_release);
+    line.store(v, std::memory_order_release);
     std::atomic_signal_fence(std::memory_order_seq_cst);
   } else {
-    ctl(o_.localRank).filled.store(v, std::memory_order_seq_cst);
+    line.store(v, std::memory_order_seq_cst);
   }
   auto* h = static_cast<Header*>(base_);
   if (h->sleepers.load(light ? std::memory_order_relaxed : std::memory_order_seq_cst) > 0) {

@@ -135,6 +135,9 @@ class ShmDomain : public HostGroup {
   void arrive(const OpDesc& d);
   void waitAll();
   void waitRoot(int root);
+  // Stores v into one of this rank's lines that waiting peers poll (its
+  // arrival, its fill level), and wakes them if they sleep.
+  void publish(std::atomic<uint64_t>& line, uint64_t v);
   // Publishes that this rank's slot of the next round holds its first
   // `bytes` bytes (the readers of a broadcast take them as they land).
   void fill(size_t bytes);
