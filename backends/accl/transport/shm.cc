@@ -574,7 +574,7 @@ void ShmDomain::waitFor(const F& arrived) {
   auto lastCheck = Clock::now();
   for (;;) {
     h->sleepers.fetch_add(1);
-    // Against a light arrival (arrive, fill): the barrier runs on the
+    // Against a light store (publish): the barrier runs on the
     // arriving rank's core too, so either its arrival is seen below or its
     // load of `sleepers` sees this one. Should the kernel refuse it, the
     // wait below still ends within its 5 ms to look again.
@@ -850,8 +850,8 @@ void ShmDomain::copyInButOwnSlice(const char* src, size_t m, size_t es, bool who
   // A piece reduced slice by slice: this rank's slice is reduced by this rank
   // alone, which reads it from its input (reduceFromAll's `ownIn`), so only the
   // others' slices go into the slot. A small piece, which every rank reduces
-  // whole, goes in whole. (Streamed only where this rank's rates call for it,
-  // or where set: the reductions were not timed by the probe.)
+  // whole, goes in whole. (`stream`: streamReducing's way for the piece;
+  // the reductions were not timed by the probe.)
   if (m == 0) return;
   char* s = slot(round_ + 1, o_.localRank);
   if (whole) {

@@ -258,7 +258,7 @@ class ShmDomain : public HostGroup {
   // Every local rank can issue and take the kernel's global barrier: while
   // the ranks have a CPU each, arrivals are light (their store is not
   // followed by a full fence), and a rank about to sleep issues that
-  // barrier on the others' cores instead (waitFor, arrive).
+  // barrier on the others' cores instead (waitFor, publish).
   bool light_ = false;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
