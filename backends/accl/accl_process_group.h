@@ -110,7 +110,7 @@ class AcclProcessGroup : public ProcessGroup {
   uint64_t runningSeq_ = 0;
   // The running op's byte sizes per rank (ops run one at a time): refilled
   // per op without an allocation (the uniform ops built one to five vectors
-  // per op before; docs/performance.md has the figures).
+  // per op before; docs/performance-history.md has the figures).
   std::vector<size_t> sizesA_, sizesB_;
   // The uniform ops' sizes, size() copies of uniformOf_: kept apart from the
   // vectors above, so that an op of the last one's size leaves them as they

@@ -42,7 +42,7 @@ constexpr auto kYieldFor = std::chrono::milliseconds(2);
 // ranks share CPUs, from 64 KiB (the single-copy steps make each rank wait
 // for its peers' reads, more hand-offs of the shared CPUs). Measured with
 // accl-vs-mpi at 8-64 KiB, 2 ranks bound and unbound and 4 ranks on 2 cores
-// (docs/performance.md, "The single-copy threshold").
+// (docs/performance-history.md, "The single-copy threshold").
 constexpr size_t kCmaMinBytes = 16u << 10;
 constexpr size_t kCmaMinReduceBytes = 32u << 10;
 // Between two local ranks a reduce keeps the slots up to 256 KiB: up to 128 KiB
@@ -50,7 +50,7 @@ constexpr size_t kCmaMinReduceBytes = 32u << 10;
 // at 128-256 KiB the slots' split reduce was as fast as single copy. 2 ranks
 // with a core each, the builds alternating, 6 rounds (accl-vs-mpi --op reduce):
 // time against Open MPI at 32 / 64 / 128 / 256 KiB 1.18 / 1.10 / 1.04 / 1.07
-// before, 0.75 / 0.94 / 0.97 / 1.01 after (medians; docs/performance.md).
+// before, 0.75 / 0.94 / 0.97 / 1.01 after (medians; docs/performance-history.md).
 constexpr size_t kCmaMinReduceTwoRanksBytes = 256u << 10;
 constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // ACCL_SHM_CMA=auto with a CPU per local rank: single copy against the

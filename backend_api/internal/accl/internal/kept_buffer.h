@@ -1,6 +1,6 @@
 // A scratch buffer kept from op to op. A buffer allocated for one op costs,
 // the first time each 4 KiB page is touched, a page fault and a zeroed page
-// (about 0.85 ms per MiB on the VMs measured, docs/performance.md): more
+// (about 0.85 ms per MiB on the VMs measured, docs/performance-history.md): more
 // than copying the bytes, and more than moving them over a fast link. A
 // group that runs one op at a time keeps one per use. When the op ends
 // (trim), a buffer is kept only if it holds at most kKeepMax and fits the

@@ -110,7 +110,7 @@ namespace {
 // were otherwise mapped by a fault each on first use, in both processes:
 // about 500 faults for a 2-rank group's 1 MiB rings, which made its first
 // 10-20 ms of small messages up to 2x slower on a 2-core VM (docs/
-// performance.md, "Small point-to-point messages: the clock, and a group's
+// performance-history.md, "Small point-to-point messages: the clock, and a group's
 // first milliseconds"). Best effort: a kernel before 5.14 has no
 // MADV_POPULATE_WRITE and faults them in as before.
 #ifndef MADV_POPULATE_WRITE
