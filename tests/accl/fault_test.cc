@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -35,6 +36,11 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The ranks' stderr (dir/err<rank>) holds INFO lines: what each group chose,
+// and what some tests look for. Set before anything reads the configuration,
+// which the forked ranks inherit as read.
+const bool kInfoLogs = [] { return setenv("ACCL_DEBUG", "INFO", 1) == 0; }();
 
 struct Ctx {
   std::string dir;
@@ -67,7 +73,8 @@ bool wantsSingleCopy(const std::string& transports) {
 std::vector<int> runRanks(int n, const std::string& transports,
                           const std::function<void(int, ProcessGroup&, Ctx&)>& body,
                           std::chrono::seconds limit = 60s, std::string* dirOut = nullptr,
-                          const std::function<void(Ctx&)>& parent = nullptr) {
+                          const std::function<void(Ctx&)>& parent = nullptr,
+                          const std::function<void(int)>& beforeGroup = nullptr) {
   char tmpl[] = "/tmp/accl-fault-XXXXXX";
   std::string dir = mkdtemp(tmpl);
   runDirs().push_back(dir);
@@ -86,6 +93,7 @@ std::vector<int> runRanks(int n, const std::string& transports,
       setenv("ACCL_SHM_CMA", cma ? "on" : "auto", 1);
       int code = 0;
       try {
+        if (beforeGroup) beforeGroup(r);
         Ctx ctx{dir, std::make_shared<FileStore>(dir + "/store")};
         ProcessGroupOptions o;
         o.timeout = 20s;
@@ -844,6 +852,83 @@ TEST_P(EagerShm, EagerAndLockStepOpsInARowKeepEveryResult) {
     });
   }, 120s, &dir);
   for (int r = 0; r < n; ++r) EXPECT_EQ(out(dir, r).substr(0, 2), "ok") << "rank " << r << ": " << out(dir, r);
+}
+
+// Pins every thread of this process to `cpu`.
+void pinProcess(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    if (sched_setaffinity(std::stoi(e.path().filename().string()), sizeof(one), &one) != 0)
+      throw std::runtime_error("cannot pin to CPU " + std::to_string(cpu) + ": " + std::strerror(errno));
+}
+
+// "N waits found a late local rank on this rank's CPU" from a rank's log (0 if absent).
+long stackedWaits(const std::string& log) {
+  const std::string tail = " waits found a late local rank on this rank's CPU";
+  size_t at = log.find(tail);
+  if (at == std::string::npos) return 0;
+  size_t from = log.rfind(": ", at);
+  return std::stol(log.substr(from + 2, at - from - 2));
+}
+
+// Ranks that each had a CPU when the group was made, and that the scheduler
+// later runs on one CPU (here: every thread pinned there after set-up): a
+// rank that waits for a late peer on its own CPU gives the CPU up at once
+// instead of spinning first (ShmDomain::stackedOnMe), and says so at INFO
+// once; every result stays right. Pinned to a CPU each from before the group
+// is made, the same ops never find a peer on their CPU.
+TEST_P(EagerShm, RanksMovedOntoOneCpuAfterSetUpGiveItUpWhileTheyWait) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs, so that the group is made with a CPU per rank";
+  ASSERT_TRUE(kInfoLogs);
+  const int iters = 200;
+  for (bool oneCpu : {true, false}) {
+    std::string dir;
+    runRanks(2, GetParam(), [&](int r, ProcessGroup& pg, Ctx& c) {
+      recordOutcome(c, r, [&] {
+        if (oneCpu) pinProcess(cpus[0]);
+        const size_t k = 32768;  // 128 KiB of floats: several rounds per op
+        std::vector<float> a(k), b(k), s(2), t(2);
+        for (int it = 0; it < iters; ++it) {
+          for (size_t i = 0; i < k; ++i) a[i] = static_cast<float>((it + r * 5 + i) % 512);
+          s[0] = static_cast<float>(r + it);
+          s[1] = 1.0f;
+          pg.allreduce(Buffer(a.data(), k, DataType::Float32), Buffer(b.data(), k, DataType::Float32))->wait();
+          pg.allreduce(Buffer(s.data(), 2, DataType::Float32), Buffer(t.data(), 2, DataType::Float32))->wait();
+          for (size_t i = 0; i < k; ++i)
+            if (b[i] != static_cast<float>((it + i) % 512 + (it + 5 + i) % 512))
+              throw std::runtime_error("iteration " + std::to_string(it) + ": element " + std::to_string(i) +
+                                       " is " + std::to_string(b[i]));
+          if (t[0] != static_cast<float>(1 + 2 * it) || t[1] != 2.0f)
+            throw std::runtime_error("iteration " + std::to_string(it) + ": the 8 B allreduce is wrong");
+        }
+      });
+    }, 120s, &dir, nullptr, [&](int r) {
+      if (!oneCpu) pinProcess(cpus[r]);
+    });
+    long found = 0;
+    bool said = false;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(out(dir, r).substr(0, 2), "ok") << "one CPU " << oneCpu << ", rank " << r << ": " << out(dir, r);
+      std::string log = slurp(dir + "/err" + std::to_string(r));
+      found += stackedWaits(log);
+      said = said || log.find("was last on this rank's CPU") != std::string::npos;
+    }
+    if (oneCpu) {
+      EXPECT_TRUE(said) << "no rank said it found its peer on its CPU";
+      // Nearly every op of the 400 has a rank wait for the other.
+      EXPECT_GE(found, iters) << "waits that found the peer on the same CPU";
+    } else {
+      EXPECT_EQ(found, 0) << "waits that found the peer on the same CPU with a CPU per rank";
+      EXPECT_FALSE(said);
+    }
+  }
 }
 
 // alltoallv where ranks' chunks lie on different sides of the shared-memory

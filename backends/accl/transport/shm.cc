@@ -179,7 +179,12 @@ struct alignas(128) ShmDomain::Ctl {
   // to name a mismatch.
   std::atomic<uint64_t> arrive;
   std::atomic<uint64_t> chain[kShort];
-  char pad0[64 - 8 - 8 * kShort];
+  // The CPU this rank last arrived or waited on (-1: none yet), stored only
+  // when it changes, in the line a waiting peer reads anyway: a peer that has
+  // to wait and finds this rank late on its own CPU gives the CPU up at once
+  // (stackedOnMe).
+  std::atomic<int32_t> cpu;
+  char pad0[64 - 8 - 8 * kShort - 4];
   std::atomic<uint64_t> chainLong[kDepth];
   OpDesc desc[kDepth];
   int32_t pid;
@@ -288,6 +293,7 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
       throw Internal(o_.where + ": shared memory " + name + " has an unexpected layout");
   }
   ctl(o_.localRank).pid = getpid();
+  ctl(o_.localRank).cpu.store(-1, std::memory_order_relaxed);
   // The segment lives while mapped; unlink it once everyone has it open so
   // that nothing is left behind in /dev/shm, even after a crash.
   o_.store->set(name + "/opened/" + std::to_string(o_.localRank), toBytes("1"));
@@ -455,6 +461,8 @@ void ShmDomain::measureSingleCopy() {
 }
 
 ShmDomain::~ShmDomain() {
+  if (stackedWaits_)
+    ACCL_INFO("COLL", o_.where << ": " << stackedWaits_ << " waits found a late local rank on this rank's CPU");
   if (base_ && base_ != MAP_FAILED) munmap(base_, mapBytes_);
 }
 
@@ -541,6 +549,37 @@ void ShmDomain::setOversubscribed() {
                                 "their CPU instead of spinning");
 }
 
+int ShmDomain::noteCpu() {
+  // glibc reads the CPU from the thread's rseq area (2.35 and later), else
+  // from the vDSO: a few nanoseconds either way.
+  int cpu = sched_getcpu();
+  std::atomic<int32_t>& mine = ctl(o_.localRank).cpu;
+  if (mine.load(std::memory_order_relaxed) != cpu) mine.store(cpu, std::memory_order_relaxed);
+  return cpu;
+}
+
+template <typename F>
+bool ShmDomain::stackedOnMe(const F& arrived) {
+  // A spin on a CPU that a late peer waits to run on lasts its whole length
+  // before the peer gets the CPU, at every hand-off: a 128 KiB allreduce of
+  // 2 ranks took 121 us instead of 23 with the ranks moved onto one CPU after
+  // the group was made, an 8 B one 31 us instead of 2 (docs/performance.md,
+  // "Two ranks on one CPU"). The CPU each rank arrived or waited on last
+  // tells it: a round ago at most, unless the rank was moved while it waited.
+  int cpu = noteCpu();
+  if (cpu < 0) return false;
+  for (int p = 0; p < o_.localSize; ++p)
+    if (p != o_.localRank && !arrived(p) && ctl(p).cpu.load(std::memory_order_relaxed) == cpu) {
+      if (stackedWaits_++ == 0)
+        ACCL_INFO("COLL", o_.where << ": local rank " << p << " (rank " << o_.ranks[p] << ") is late and was last on "
+                                   << "this rank's CPU " << cpu << ": while ranks share a CPU, the one that waits "
+                                   << "gives it up at once instead of spinning (binding each rank to cores of its "
+                                   << "own avoids it, e.g. mpirun --bind-to core)");
+      return true;
+    }
+  return false;
+}
+
 template <typename F>
 void ShmDomain::waitFor(const F& arrived) {
   auto allIn = [&] {
@@ -554,8 +593,11 @@ void ShmDomain::waitFor(const F& arrived) {
   // behind. With more local ranks than cores, spinning holds the core the
   // late peer needs: give it up at once instead (as Open MPI does when
   // oversubscribed), and for longer before sleeping (a futex wake-up costs
-  // tens of microseconds there).
-  if (!oversubscribed_)
+  // tens of microseconds there). The same where the affinity masks leave a
+  // core per rank but the scheduler has put a late peer on this rank's CPU
+  // for now (woken there, or pinned there after the group was made).
+  const bool yieldAtOnce = oversubscribed_ || stackedOnMe(arrived);
+  if (!yieldAtOnce)
     for (int i = 0; i < 2000; ++i) {
       if (allIn()) return;
       cpuRelax();
@@ -565,7 +607,7 @@ void ShmDomain::waitFor(const F& arrived) {
   // kept a waiter from its periodic checks below (a dead peer, the stall
   // warning, the deadline) for seconds.
   auto yieldFrom = Clock::now();
-  for (int i = 0, n = oversubscribed_ ? 2000 : 20; i < n; ++i) {
+  for (int i = 0, n = yieldAtOnce ? 2000 : 20; i < n; ++i) {
     if (allIn()) return;
     sched_yield();
     if ((i & 7) == 7 && Clock::now() - yieldFrom > kYieldFor) break;
@@ -622,6 +664,7 @@ void ShmDomain::arrive(const OpDesc& d) {
   me.desc[k % kDepth] = d;
   me.chainLong[k % kDepth].store(chain_, std::memory_order_relaxed);
   me.chain[k % kShort].store(chain_, std::memory_order_relaxed);
+  noteCpu();
   publish(me.arrive, k);
   round_ = k;
 }

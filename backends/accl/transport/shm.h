@@ -160,6 +160,13 @@ class ShmDomain : public HostGroup {
   char* cell(uint64_t round, int r) const;
   template <typename F>
   void waitFor(const F& arrived);
+  // Stores the CPU this thread runs on in this rank's arrival line
+  // (Ctl::cpu) where it changed; returns it (-1: unknown).
+  int noteCpu();
+  // Notes the CPU this rank waits on; true if a peer that has not arrived
+  // (by `arrived`) last arrived or waited on the same CPU.
+  template <typename F>
+  bool stackedOnMe(const F& arrived);
   void cmaRead(int peer, uint64_t remote, void* local, size_t len);
   void cmaWrite(int peer, const void* local, uint64_t remote, size_t len);
   // Throws the error a failed process_vm_readv/writev stands for: the peer or
@@ -260,6 +267,8 @@ class ShmDomain : public HostGroup {
   // followed by a full fence), and a rank about to sleep issues that
   // barrier on the others' cores instead (waitFor, publish).
   bool light_ = false;
+  // Waits that found a late peer on this rank's CPU (stackedOnMe).
+  uint64_t stackedWaits_ = 0;
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
   size_t cmaMinReduce_ = 64u << 10;  // the same for reduce
