@@ -877,8 +877,8 @@ long stackedWaits(const std::string& log) {
 // later runs on one CPU (here: every thread pinned there after set-up): a
 // rank that waits for a late peer on its own CPU gives the CPU up at once
 // instead of spinning first (ShmDomain::stackedOnMe), and says so at INFO
-// once; every result stays right. Pinned to a CPU each from before the group
-// is made, the same ops never find a peer on their CPU.
+// once; every result stays right, sendrecv's too. Pinned to a CPU each from
+// before the group is made, the same ops never find a peer on their CPU.
 TEST_P(EagerShm, RanksMovedOntoOneCpuAfterSetUpGiveItUpWhileTheyWait) {
   cpu_set_t mine;
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
@@ -907,6 +907,16 @@ TEST_P(EagerShm, RanksMovedOntoOneCpuAfterSetUpGiveItUpWhileTheyWait) {
                                        " is " + std::to_string(b[i]));
           if (t[0] != static_cast<float>(1 + 2 * it) || t[1] != 2.0f)
             throw std::runtime_error("iteration " + std::to_string(it) + ": the 8 B allreduce is wrong");
+          // Point-to-point: each sends its input to the other (the waiter's
+          // poll of the rings, NetTransport::progressForWaiter).
+          for (size_t n : {size_t(2), k}) {
+            pg.sendrecv(Buffer(a.data(), n, DataType::Float32), 1 - r, Buffer(b.data(), n, DataType::Float32), 1 - r)
+                ->wait();
+            for (size_t i = 0; i < n; ++i)
+              if (b[i] != static_cast<float>((it + (1 - r) * 5 + i) % 512))
+                throw std::runtime_error("iteration " + std::to_string(it) + ": sendrecv of " + std::to_string(n) +
+                                         " floats, element " + std::to_string(i) + " is " + std::to_string(b[i]));
+          }
         }
       });
     }, 120s, &dir, nullptr, [&](int r) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -333,6 +334,38 @@ TEST(ShmLink, WithdrawTellsWhetherAnyFrameWasWritten) {
   EXPECT_FALSE(p.link[0]->withdraw(a)) << "part of a was written: the receiver must discard the rest";
   EXPECT_TRUE(p.link[0]->withdraw(b)) << "nothing of b was written";
   EXPECT_TRUE(p.link[0]->withdraw(std::make_shared<OutMessage>())) << "a message this link never had";
+}
+
+// The reader knows which CPU its peer last wrote from (a waiter on that CPU
+// yields instead of spinning, NetTransport::progressForWaiter): none before
+// the first frame, then the writing thread's CPU, following it when it moves.
+TEST(ShmLink, TheReaderKnowsTheCpuItsPeerLastWroteFrom) {
+  PairOfLinks p(false);
+  ASSERT_TRUE(p.link[0] && p.link[1]);
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  for (int c : cpus) EXPECT_FALSE(p.link[1]->writerOnCpu(c)) << "nothing written yet, CPU " << c;
+  char byte = 7;
+  for (int round = 0; round < 4; ++round) {
+    int cpu = cpus[round % cpus.size()];
+    std::thread w([&] {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+      auto m = std::make_shared<OutMessage>();
+      p.link[0]->send(1, FrameType::Tagged, round, desc(), &byte, 1, m, FrameLink::Route::Ordered);
+    });
+    w.join();
+    EXPECT_TRUE(p.link[1]->writerOnCpu(cpu)) << "round " << round;
+    for (int c : cpus)
+      if (c != cpu) EXPECT_FALSE(p.link[1]->writerOnCpu(c)) << "round " << round << ", CPU " << c;
+    EXPECT_FALSE(p.link[0]->writerOnCpu(cpu)) << "rank 1 wrote nothing";
+    ASSERT_TRUE(p.pump([&] { return p.sink[1].done.size() == static_cast<size_t>(round + 1); }));
+  }
 }
 
 // A single-copy message withdrawn before the reader took it is never read

@@ -354,6 +354,12 @@ void NetTransport::progressForWaiter(WaiterGate& g, Work& w, std::chrono::micros
       stop = served || spin.count() == 0;
       // A pass that yields may take a while: the clock is read every 4th.
       if (!stop && (n & (yieldNow ? 3 : 63)) == (yieldNow ? 3 : 63)) {
+        // A peer on this waiter's CPU (the scheduler put them together, or
+        // they were pinned there after the group was made) gets the CPU only
+        // when the spin ends: yield from here on. Ranks moved onto one CPU,
+        // sendrecv of 8 B took 211 us a message spinning (docs/performance.md,
+        // "Two ranks on one CPU").
+        if (!yields && tcpPeer < 0 && t->shm_->writerOnCpu(sched_getcpu())) yields = true;
         auto now = Clock::now();
         if (until == Clock::time_point{}) until = now + spin;
         // While frames move (a large message copied piece by piece, its

@@ -1,6 +1,7 @@
 #include "transport/net/shm/shm_link.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
@@ -94,6 +95,10 @@ std::string bellPath(uint64_t token, int rank) { return "/dev/shm/accl-" + hex(t
 // modulo the ring's size.
 struct ShmLink::Ring {
   alignas(64) std::atomic<uint64_t> head{0};  // bytes published by the writer
+  // The CPU the writer's caller last wrote a frame from (-1: none yet), stored
+  // only when it changes, in the line the reader polls anyway: a waiter that
+  // finds a writer on its own CPU yields instead of spinning (writerOnCpu).
+  std::atomic<int32_t> writerCpu{-1};
   alignas(64) std::atomic<uint64_t> tail{0};  // bytes the reader is done with
   // The reader waits for a doorbell; it starts so (its loop has not polled yet).
   alignas(64) std::atomic<uint32_t> readerAsleep{1};
@@ -426,9 +431,17 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
   if (h.len) putPayload(o, data, head + sizeof(FrameHeader), buf, h.len, h.total);
+  int cpu = sched_getcpu();  // from the thread's rseq area (glibc 2.35+) or the vDSO
+  if (r->writerCpu.load(std::memory_order_relaxed) != cpu) r->writerCpu.store(cpu, std::memory_order_relaxed);
   r->head.store(head + rec, std::memory_order_release);
   ringIfAsleep(peer);
   return true;
+}
+
+bool ShmLink::writerOnCpu(int cpu) const {
+  for (const In& i : in_)
+    if (i.ring && i.ring->writerCpu.load(std::memory_order_relaxed) == cpu) return true;
+  return false;
 }
 
 void ShmLink::ringIfAsleep(int peer) {

@@ -98,6 +98,9 @@ class ShmLink : public FrameLink, public EventHandler {
   // asleep/waiting flags alone, so that a loop that armed them and sleeps
   // still gets its doorbell when the next frame comes.
   bool pollAsGuest();
+  // Whether a local peer's caller last wrote a frame to this rank from CPU
+  // `cpu` (a waiter on that CPU that spins keeps the peer from it).
+  bool writerOnCpu(int cpu) const;
   // Around a guest's polls: while one polls, writers to this rank ring no
   // doorbell; the end wakes the loop for a frame that came meanwhile.
   // `served`: the guest got what it waited for (else it gives up and sleeps:
