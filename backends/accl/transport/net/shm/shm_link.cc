@@ -95,9 +95,9 @@ std::string bellPath(uint64_t token, int rank) { return "/dev/shm/accl-" + hex(t
 // modulo the ring's size.
 struct ShmLink::Ring {
   alignas(64) std::atomic<uint64_t> head{0};  // bytes published by the writer
-  // The CPU the writer's caller last wrote a frame from (-1: none yet), stored
-  // only when it changes, in the line the reader polls anyway: a waiter that
-  // finds a writer on its own CPU yields instead of spinning (writerOnCpu).
+  // The CPU the writer last wrote frames from (-1: none yet), stored only
+  // when it changes, in the line the reader polls anyway: a waiter that finds
+  // a writer on its own CPU yields instead of spinning (writerOnCpu).
   std::atomic<int32_t> writerCpu{-1};
   alignas(64) std::atomic<uint64_t> tail{0};  // bytes the reader is done with
   // The reader waits for a doorbell; it starts so (its loop has not polled yet).
@@ -431,11 +431,15 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
   if (h.len) putPayload(o, data, head + sizeof(FrameHeader), buf, h.len, h.total);
-  int cpu = sched_getcpu();  // from the thread's rseq area (glibc 2.35+) or the vDSO
-  if (r->writerCpu.load(std::memory_order_relaxed) != cpu) r->writerCpu.store(cpu, std::memory_order_relaxed);
+  noteWriterCpu(r);
   r->head.store(head + rec, std::memory_order_release);
   ringIfAsleep(peer);
   return true;
+}
+
+void ShmLink::noteWriterCpu(Ring* r) {
+  int cpu = sched_getcpu();  // from the thread's rseq area (glibc 2.35+) or the vDSO
+  if (r->writerCpu.load(std::memory_order_relaxed) != cpu) r->writerCpu.store(cpu, std::memory_order_relaxed);
 }
 
 bool ShmLink::writerOnCpu(int cpu) const {
@@ -464,6 +468,9 @@ bool ShmLink::flush(int peer) {
   uint64_t head = r->head.load(std::memory_order_relaxed);
   uint64_t tail = o.tailSeen;  // read again below when the room it shows is too small
   bool any = false;
+  // Pieces of large messages are written here, by the caller or the progress
+  // thread: either is what a waiter for them waits on.
+  noteWriterCpu(r);
   while (!o.queue.empty()) {
     OutFrame& f = o.queue.front();
     bool remote = f.hdr.flags & kFlagRemote;

@@ -98,8 +98,8 @@ class ShmLink : public FrameLink, public EventHandler {
   // asleep/waiting flags alone, so that a loop that armed them and sleeps
   // still gets its doorbell when the next frame comes.
   bool pollAsGuest();
-  // Whether a local peer's caller last wrote a frame to this rank from CPU
-  // `cpu` (a waiter on that CPU that spins keeps the peer from it).
+  // Whether a local peer last wrote frames to this rank from CPU `cpu` (a
+  // waiter on that CPU that spins keeps the peer from it).
   bool writerOnCpu(int cpu) const;
   // Around a guest's polls: while one polls, writers to this rank ring no
   // doorbell; the end wakes the loop for a frame that came meanwhile.
@@ -144,6 +144,8 @@ class ShmLink : public FrameLink, public EventHandler {
   bool framesFrom(int peer) const;
 
   struct Ring;  // shared-memory layout (shm_link.cc)
+  // Stores the CPU this thread runs on in r's head line where it changed.
+  static void noteWriterCpu(Ring* r);
   // For tests that play a broken peer: writes `bytes` raw into the ring to
   // `peer` and publishes them (as a writer that ignores the format would).
   void writeRawForTest(int peer, const void* bytes, size_t len);
