@@ -561,10 +561,10 @@ int ShmDomain::noteCpu() {
 template <typename F>
 bool ShmDomain::stackedOnMe(const F& arrived) {
   // A spin on a CPU that a late peer waits to run on lasts its whole length
-  // before the peer gets the CPU, at every hand-off: a 128 KiB allreduce of
-  // 2 ranks took 121 us instead of 23 with the ranks moved onto one CPU after
-  // the group was made, an 8 B one 31 us instead of 2 (docs/performance.md,
-  // "Two ranks on one CPU"). The CPU each rank arrived or waited on last
+  // before the peer gets the CPU, at every hand-off: with 2 ranks moved onto
+  // one CPU after the group was made, a 128 KiB allreduce took 132 us and an
+  // 8 B one 53 us, against 29 and 2 where the group knew from the start
+  // (bench/cpu_sharing.sh; docs/performance.md, "Two ranks on one CPU"). The CPU each rank arrived or waited on last
   // tells it: a round ago at most, unless the rank was moved while it waited.
   int cpu = noteCpu();
   if (cpu < 0) return false;
