@@ -549,15 +549,6 @@ void ShmDomain::setOversubscribed() {
                                 "their CPU instead of spinning");
 }
 
-int ShmDomain::noteCpu() {
-  // glibc reads the CPU from the thread's rseq area (2.35 and later), else
-  // from the vDSO: a few nanoseconds either way.
-  int cpu = sched_getcpu();
-  std::atomic<int32_t>& mine = ctl(o_.localRank).cpu;
-  if (mine.load(std::memory_order_relaxed) != cpu) mine.store(cpu, std::memory_order_relaxed);
-  return cpu;
-}
-
 template <typename F>
 bool ShmDomain::stackedOnMe(const F& arrived) {
   // A spin on a CPU that a late peer waits to run on lasts its whole length
@@ -566,7 +557,7 @@ bool ShmDomain::stackedOnMe(const F& arrived) {
   // 8 B one 53 us, against 29 and 2 where the group knew from the start
   // (bench/cpu_sharing.sh; docs/performance.md, "Two ranks on one CPU"). The CPU each rank arrived or waited on last
   // tells it: a round ago at most, unless the rank was moved while it waited.
-  int cpu = noteCpu();
+  int cpu = core::noteCpu(ctl(o_.localRank).cpu);
   if (cpu < 0) return false;
   for (int p = 0; p < o_.localSize; ++p)
     if (p != o_.localRank && !arrived(p) && ctl(p).cpu.load(std::memory_order_relaxed) == cpu) {
@@ -664,7 +655,7 @@ void ShmDomain::arrive(const OpDesc& d) {
   me.desc[k % kDepth] = d;
   me.chainLong[k % kDepth].store(chain_, std::memory_order_relaxed);
   me.chain[k % kShort].store(chain_, std::memory_order_relaxed);
-  noteCpu();
+  core::noteCpu(me.cpu);
   publish(me.arrive, k);
   round_ = k;
 }

@@ -160,9 +160,6 @@ class ShmDomain : public HostGroup {
   char* cell(uint64_t round, int r) const;
   template <typename F>
   void waitFor(const F& arrived);
-  // Stores the CPU this thread runs on in this rank's arrival line
-  // (Ctl::cpu) where it changed; returns it (-1: unknown).
-  int noteCpu();
   // Notes the CPU this rank waits on; true if a peer that has not arrived
   // (by `arrived`) last arrived or waited on the same CPU.
   template <typename F>

@@ -3,8 +3,10 @@
 // never see sockets, verbs or shared memory.
 #pragma once
 
+#include <sched.h>
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +37,17 @@ inline void cpuRelax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+// Stores the CPU this thread runs on into `word` where it changed (a word
+// that peers read anyway: a waiter that finds a late peer on its own CPU
+// yields instead of spinning); returns it (-1: unknown). glibc reads the CPU
+// from the thread's rseq area (2.35 and later), else from the vDSO: a few
+// nanoseconds either way.
+inline int noteCpu(std::atomic<int32_t>& word) {
+  int cpu = sched_getcpu();
+  if (word.load(std::memory_order_relaxed) != cpu) word.store(cpu, std::memory_order_relaxed);
+  return cpu;
 }
 
 // An op's deadline, `timeout` from now. From a second on it is read from the

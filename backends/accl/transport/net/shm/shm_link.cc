@@ -1,7 +1,6 @@
 #include "transport/net/shm/shm_link.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
@@ -19,6 +18,7 @@
 #include "accl/errors.h"
 #include "accl/logging.h"
 #include "transport/copy.h"
+#include "transport/transport.h"
 #include "transport/wire.h"
 
 namespace accl {
@@ -431,15 +431,10 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
   if (h.len) putPayload(o, data, head + sizeof(FrameHeader), buf, h.len, h.total);
-  noteWriterCpu(r);
+  noteCpu(r->writerCpu);
   r->head.store(head + rec, std::memory_order_release);
   ringIfAsleep(peer);
   return true;
-}
-
-void ShmLink::noteWriterCpu(Ring* r) {
-  int cpu = sched_getcpu();  // from the thread's rseq area (glibc 2.35+) or the vDSO
-  if (r->writerCpu.load(std::memory_order_relaxed) != cpu) r->writerCpu.store(cpu, std::memory_order_relaxed);
 }
 
 bool ShmLink::writerOnCpu(int cpu) const {
@@ -470,7 +465,7 @@ bool ShmLink::flush(int peer) {
   bool any = false;
   // Pieces of large messages are written here, by the caller or the progress
   // thread: either is what a waiter for them waits on.
-  noteWriterCpu(r);
+  noteCpu(r->writerCpu);
   while (!o.queue.empty()) {
     OutFrame& f = o.queue.front();
     bool remote = f.hdr.flags & kFlagRemote;

@@ -144,8 +144,6 @@ class ShmLink : public FrameLink, public EventHandler {
   bool framesFrom(int peer) const;
 
   struct Ring;  // shared-memory layout (shm_link.cc)
-  // Stores the CPU this thread runs on in r's head line where it changed.
-  static void noteWriterCpu(Ring* r);
   // For tests that play a broken peer: writes `bytes` raw into the ring to
   // `peer` and publishes them (as a writer that ignores the format would).
   void writeRawForTest(int peer, const void* bytes, size_t len);
