@@ -817,7 +817,8 @@ void ShmDomain::cmaWrite(int peer, const void* local, uint64_t remote, size_t le
 // [off, off + n) of each rank's data: from the slots of `round` at slotOff,
 // or from the ranks' published inputs (single copy).
 void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, ReduceKind k,
-                              uint64_t rnd, bool fromSlots, size_t slotOff, const char* ownIn, bool stream) {
+                              uint64_t rnd, bool fromSlots, size_t slotOff, const char* ownIn, bool stream,
+                              char* alsoOut, size_t outTotal) {
   size_t es = dataTypeSize(t);
   if (n == 0) return;
   if (fromSlots) {
@@ -829,7 +830,7 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
       std::memmove(dst, s0, n * es);
       return;
     }
-    if (!stream) {
+    if (!stream && !alsoOut) {
       internal::reduce(dst, s0, src(1), n, t, k);
       for (int p = 2; p < o_.localSize; ++p) internal::reduce(dst, dst, src(p), n, t, k);
       return;
@@ -837,15 +838,20 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
     // Into the slot with non-temporal stores: where the lines the peers read
     // come back to this core slowly, plain stores into them ran at a fraction
     // of the rate (the reductions' slowest launches, copy.h's streamWay).
-    // Each chunk is reduced in cache, then streamed out.
+    // Each chunk is reduced in cache, then streamed out. With plain stores
+    // and a second destination, each chunk is reduced into the slot and
+    // copied from there while in cache.
+    // No slot (dst null): the result goes to alsoOut alone.
     size_t chunkElems = std::max<size_t>(1, kStreamChunk / es);
-    if (tmp_.size() < chunkElems * es) tmp_.resize(chunkElems * es);
-    char* acc = tmp_.data();
+    bool viaTmp = stream || !dst;
+    if (viaTmp && tmp_.size() < chunkElems * es) tmp_.resize(chunkElems * es);
     for (size_t c = 0; c < n; c += chunkElems) {
       size_t m = std::min(chunkElems, n - c), at = c * es;
+      char* acc = viaTmp ? tmp_.data() : dst + at;
       internal::reduce(acc, s0 + at, src(1) + at, m, t, k);
       for (int p = 2; p < o_.localSize; ++p) internal::reduce(acc, acc, src(p) + at, m, t, k);
-      internal::copyStreaming(dst + at, acc, m * es);
+      if (dst && stream) internal::copyStreaming(dst + at, acc, m * es);
+      if (alsoOut) internal::copyOut(alsoOut + at, acc, m * es, outTotal);
     }
     return;
   }
@@ -941,10 +947,13 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
     } else {
       size_t lo, hi;
       part(m, n, me, &lo, &hi);
-      // Reduce this rank's slice into its slot of the next round, then gather.
-      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es, stream);
+      // Reduce this rank's slice into its slot of the next round and its
+      // output, then gather the others' slices.
+      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es, stream,
+                    o + (off + lo) * es, bytes);
       round(d);
       for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
         part(m, n, p, &lo, &hi);
         internal::copyOut(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es, bytes);
       }
@@ -1017,10 +1026,16 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     } else {
       size_t lo, hi;
       part(m, n, me, &lo, &hi);
-      reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es, stream);
+      // The root's slice goes straight to its output: no one reads it from
+      // the root's slot.
+      if (me == root)
+        reduceFromAll(nullptr, lo, hi - lo, t, k, r, true, 0, i + off * es, false, o + (off + lo) * es, bytes);
+      else
+        reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es, stream);
       round(d);
       if (me == root)
         for (int p = 0; p < n; ++p) {
+          if (p == me) continue;
           part(m, n, p, &lo, &hi);
           internal::copyOut(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es, bytes);
         }

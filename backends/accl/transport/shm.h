@@ -222,10 +222,13 @@ class ShmDomain : public HostGroup {
   // it did not copy there), or by single copy from the published inputs.
   // `stream` (fromSlots only): dst is this rank's slot, which its peers
   // read next; the result goes there with non-temporal stores, reduced a
-  // cache-sized chunk at a time into tmp_ first.
+  // cache-sized chunk at a time into tmp_ first. `alsoOut` (fromSlots
+  // only): each chunk also goes there while in cache, this rank's slice of
+  // an output of `outTotal` bytes (internal::copyOut), so the rank does not
+  // read its own result back from its slot; with dst null, only there.
   void reduceFromAll(char* dst, size_t off, size_t n, DataType t, ReduceKind k,
                      uint64_t round, bool fromSlots, size_t slotOff, const char* ownIn = nullptr,
-                     bool stream = false);
+                     bool stream = false, char* alsoOut = nullptr, size_t outTotal = 0);
   // Whether a reduction of `total` bytes writes its slot's next piece with
   // non-temporal stores (the setting's way, or this rank's rates). Asked
   // once per piece, for its copy in and its reduced slice alike: the way
