@@ -935,6 +935,7 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
   }
   size_t per = slot_ / es;
   const char* i = static_cast<const char*>(in);
+  size_t weight = outputWeight(bytes, 2 * bytes * static_cast<size_t>(n), in == out);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
     bool small = m * es <= kSmallReduceBytes;
@@ -950,12 +951,12 @@ void ShmDomain::allreduce(const void* in, void* out, size_t count, DataType t, R
       // Reduce this rank's slice into its slot of the next round and its
       // output, then gather the others' slices.
       reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es, stream,
-                    o + (off + lo) * es, bytes);
+                    o + (off + lo) * es, weight);
       round(d);
       for (int p = 0; p < n; ++p) {
         if (p == me) continue;
         part(m, n, p, &lo, &hi);
-        internal::copyOut(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es, bytes);
+        internal::copyOut(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es, weight);
       }
     }
     if (count == 0) break;
@@ -1014,6 +1015,8 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
   }
   begin(deadline);
   size_t wholeMax = n == 2 ? kRootReducesWholeBytes : kSmallReduceBytes;
+  // Every rank's input and the root's output.
+  size_t weight = outputWeight(bytes, bytes * (static_cast<size_t>(n) + 1), in == out);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
     size_t m = std::min(per, count - off);
     bool small = m * es <= wholeMax;
@@ -1029,7 +1032,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
       // The root's slice goes straight to its output: no one reads it from
       // the root's slot.
       if (me == root)
-        reduceFromAll(nullptr, lo, hi - lo, t, k, r, true, 0, i + off * es, false, o + (off + lo) * es, bytes);
+        reduceFromAll(nullptr, lo, hi - lo, t, k, r, true, 0, i + off * es, false, o + (off + lo) * es, weight);
       else
         reduceFromAll(slot(r + 1, me) + lo * es, lo, hi - lo, t, k, r, true, 0, i + off * es, stream);
       round(d);
@@ -1037,7 +1040,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
         for (int p = 0; p < n; ++p) {
           if (p == me) continue;
           part(m, n, p, &lo, &hi);
-          internal::copyOut(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es, bytes);
+          internal::copyOut(o + (off + lo) * es, slot(round_, p) + lo * es, (hi - lo) * es, weight);
         }
     }
     if (count == 0) break;

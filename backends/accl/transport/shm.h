@@ -9,6 +9,7 @@
 // are then gathered.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -198,6 +199,18 @@ class ShmDomain : public HostGroup {
   }
   // ACCL_SHM_STREAM_BYTES set: whether an op of `bytes` streams.
   bool streamForSetting(size_t bytes) const { return o_.stream > 0 && bytes >= static_cast<size_t>(o_.stream); }
+  // The size an op's copies into its output compare with the streaming
+  // threshold (internal::copyOut's `total`): its output's `bytes`, but under
+  // auto, out of place, the bytes of the op's inputs and outputs on all
+  // local ranks together (`footprint`): where those exceed the cache, the
+  // output's lines are not in it, and plain stores read each one from memory
+  // first (2 ranks, allreduce out of place, 8 and 16 MiB: 8.2-9.1 and 6.2-6.9
+  // GB/s busbw plainly, 9.8-14.0 and 9.0-11.2 streamed). In place the op has
+  // just read those lines: plain stores found them in the cache (the same
+  // sizes streamed: 11-16 GB/s -> 8-9.5).
+  size_t outputWeight(size_t bytes, size_t footprint, bool inPlace) const {
+    return o_.stream >= 0 || inPlace ? bytes : std::max(bytes, footprint);
+  }
   // The way this rank writes its slot for an op of way class `cls` moving
   // `bytes`: `probed` (streamFor's, or streamForSetting's for the classes the
   // probe does not time), but with non-temporal stores where this rank's
