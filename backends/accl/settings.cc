@@ -113,7 +113,8 @@ const config::Var<std::string> shmCma(
 const config::Var<int> shmStreamBytes(
     "ACCL_SHM_STREAM_BYTES", kOwner, autoInt(0, 1 << 30), -1,
     "(auto: copies into an output from the host's last-level cache size, 16 MiB where the kernel does not "
-    "list it; writes into the slots where measured faster)",
+    "list it, or out of place where an allreduce's or a reduce's buffers on all local ranks together reach it; "
+    "writes into the slots where measured faster)",
     "Non-temporal stores (x86-64) for copies within a host, which skip reading each destination line before "
     "writing it and leave the bytes out of the cache. Into an op's output (from the shared segment or a "
     "ring), they are faster where the output is larger than the cache and slower where it fits. Into the "
