@@ -113,7 +113,8 @@ const config::Var<std::string> shmCma(
 const config::Var<int> shmStreamBytes(
     "ACCL_SHM_STREAM_BYTES", kOwner, autoInt(0, 1 << 30), -1,
     "(auto: copies into an output from the host's last-level cache size, 16 MiB where the kernel does not "
-    "list it, or out of place where an allreduce's or a reduce's buffers on all local ranks together reach it; "
+    "list it, or where an allgather's, or an out-of-place allreduce's or reduce's, buffers on all local ranks "
+    "together reach it; "
     "writes into the slots where measured faster)",
     "Non-temporal stores (x86-64) for copies within a host, which skip reading each destination line before "
     "writing it and leave the bytes out of the cache. Into an op's output (from the shared segment or a "
@@ -122,7 +123,8 @@ const config::Var<int> shmStreamBytes(
     "rather than from the writer's cache: under auto, the group times the slots both ways beside single copy "
     "when it is made (see ACCL_SHM_CMA) and streams broadcasts, gathers and scatters in the bands where that was "
     "faster; after that, each rank times its own writes both ways now and then and streams where its plain "
-    "writes run at under half the rate of its streamed ones (not where the ranks share CPUs). A value streams both "
+    "writes run at under half the rate of its streamed ones (the slots: also where the ranks share CPUs, by the "
+    "fastest recent writes of each way; the rings: not there). A value streams both "
     "kinds of copy for every op of at least that many bytes (point-to-point messages: their whole size; "
     "collectives: their output, or the data they move); 0: never.");
 

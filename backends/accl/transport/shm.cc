@@ -89,9 +89,13 @@ constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
 constexpr size_t kFillPieceMin = 16u << 10;
 // The run-time check of the slots' write way (ShmDomain::streamNow): ops of
 // at least kRateMinBytes decide by this rank's rates of writing its slot
-// (copy.h: WriteWay); the way not taken is tried now and then, but not
-// where the ranks outnumber the cores (there a copy's time is mostly the
-// time its core was away).
+// (copy.h: WriteWay); the way not taken is tried now and then. Where the
+// ranks outnumber the cores, a copy's time may include time its core ran
+// another rank, and the rates are the fastest recent samples (WriteWay's
+// setShared). 4 ranks on 2 cores, in launches where plain writes into the
+// slots ran slow, reduce and gather of 2 MiB took 1.6-2.2 and 0.26-0.74 ms
+// with plain writes against 0.47-0.62 and 0.11-0.16 streamed; in the others
+// 0.26-0.40 and 0.07-0.11 plain against 0.57-0.76 and 0.14-0.16 streamed.
 constexpr size_t kRateMinBytes = 64u << 10;
 // Ctl::a2a's flags beside the largest chunk: the chunks are in the slot
 // already; the buffers overlap (in place); in place with equal send and
@@ -538,6 +542,7 @@ void ShmDomain::checkOversubscribed() {
 
 void ShmDomain::shareCpus(bool shared) {
   oversubscribed_ = shared;
+  for (auto& w : writeWay_) w.setShared(shared);
   cmaMin_ = shared ? kCmaMinSharedCpuBytes : kCmaMinBytes;
   cmaMinReduce_ = std::max(cmaMin_, o_.localSize == 2 ? kCmaMinReduceTwoRanksBytes : kCmaMinReduceBytes);
 }
@@ -840,8 +845,8 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
     // of the rate (the reductions' slowest launches, copy.h's streamWay).
     // Each chunk is reduced in cache, then streamed out. With plain stores
     // and a second destination, each chunk is reduced into the slot and
-    // copied from there while in cache.
-    // No slot (dst null): the result goes to alsoOut alone.
+    // copied from there while in cache; with no slot (dst null), reduced in
+    // cache and copied to alsoOut alone.
     size_t chunkElems = std::max<size_t>(1, kStreamChunk / es);
     bool viaTmp = stream || !dst;
     if (viaTmp && tmp_.size() < chunkElems * es) tmp_.resize(chunkElems * es);
@@ -878,7 +883,7 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
 
 bool ShmDomain::streamNow(size_t bytes, int cls, bool probed) {
   if (o_.stream >= 0 || probing_ || bytes < kRateMinBytes) return probed;
-  return writeWay_[cls].choose(probed, !oversubscribed_);
+  return writeWay_[cls].choose(probed, true);
 }
 
 void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream, int cls) {

@@ -204,10 +204,11 @@ class ShmDomain : public HostGroup {
   // auto, out of place, the bytes of the op's inputs and outputs on all
   // local ranks together (`footprint`): where those exceed the cache, the
   // output's lines are not in it, and plain stores read each one from memory
-  // first (2 ranks, allreduce out of place, 8 and 16 MiB: 8.2-9.1 and 6.2-6.9
-  // GB/s busbw plainly, 9.8-14.0 and 9.0-11.2 streamed). In place the op has
-  // just read those lines: plain stores found them in the cache (the same
-  // sizes streamed: 11-16 GB/s -> 8-9.5).
+  // first (2 ranks, allreduce out of place, 16 MiB: 5.2-6.7 GB/s busbw plainly,
+  // 7.9-8.3 streamed). In place an allreduce or a reduce has just read those
+  // lines itself, and plain stores find them in the cache (streamed there, 8
+  // and 16 MiB ran slower; docs/performance-history.md, "A reduction's own
+  // slice straight to the output").
   size_t outputWeight(size_t bytes, size_t footprint, bool inPlace) const {
     return o_.stream >= 0 || inPlace ? bytes : std::max(bytes, footprint);
   }
