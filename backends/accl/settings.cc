@@ -123,8 +123,7 @@ const config::Var<int> shmStreamBytes(
     "rather than from the writer's cache: under auto, the group times the slots both ways beside single copy "
     "when it is made (see ACCL_SHM_CMA) and streams broadcasts, gathers and scatters in the bands where that was "
     "faster; after that, each rank times its own writes both ways now and then and streams where its plain "
-    "writes run at under half the rate of its streamed ones (the slots: also where the ranks share CPUs, by the "
-    "fastest recent writes of each way; the rings: not there). A value streams both "
+    "writes run at under half the rate of its streamed ones (not where the ranks share CPUs). A value streams both "
     "kinds of copy for every op of at least that many bytes (point-to-point messages: their whole size; "
     "collectives: their output, or the data they move); 0: never.");
 

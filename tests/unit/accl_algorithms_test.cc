@@ -746,36 +746,3 @@ TEST(CopyStreaming, SlotWritesStreamWhereProbedOrWherePlainWritesRunAtUnderHalfT
   EXPECT_FALSE(internal::streamWay(false, 0, 31e9));     // plain not measured yet
   EXPECT_FALSE(internal::streamWay(false, 2.7e9, 0));    // streamed not measured yet
 }
-
-// A writer whose CPU other local ranks share may lose its CPU in the middle of
-// a timed copy: that sample is slow for a reason that says nothing of the
-// way. There each way's rate is the decaying maximum of its samples, so one
-// such sample does not switch the way, a lasting slow state does within a few
-// ops' samples, and one fast sample of the way not taken (its exploration)
-// switches back. A writer with a CPU of its own keeps the running mean.
-TEST(CopyStreaming, WhereCpusAreSharedAWaysRateIsTheDecayingMaximumOfItsSamples) {
-  internal::WriteWay own;
-  own.note(false, 20e9);
-  own.note(false, 0.5e9);
-  EXPECT_DOUBLE_EQ(own.rate(false), 10.25e9);
-
-  internal::WriteWay shared;
-  shared.setShared(true);
-  shared.note(false, 20e9);
-  shared.note(true, 9e9);
-  shared.note(false, 0.5e9);  // the CPU ran another rank during this copy
-  EXPECT_DOUBLE_EQ(shared.rate(false), 20e9 * internal::WriteWay::kSharedDecay);
-  EXPECT_FALSE(internal::streamWay(false, shared.rate(false), shared.rate(true)));
-  // Plain writes into the slots slow down for good (2.5 GB/s, the streamed
-  // ones 9): the way switches once the decayed maximum is under half of 9.
-  int samples = 0;
-  while (!internal::streamWay(false, shared.rate(false), shared.rate(true)) && samples < 1000) {
-    shared.note(false, 2.5e9);
-    ++samples;
-  }
-  // 18 GB/s x 0.9^k < 4.5 GB/s from k = 14.
-  EXPECT_EQ(samples, 14);
-  EXPECT_GE(shared.rate(false), 2.5e9);
-  shared.note(false, 20e9);  // the state has passed: an exploring plain write
-  EXPECT_FALSE(internal::streamWay(false, shared.rate(false), shared.rate(true)));
-}

@@ -57,13 +57,9 @@ void WriteWay::copy(void* dst, const void* src, size_t n, bool streamed) {
   auto t0 = std::chrono::steady_clock::now();
   copyWay(dst, src, n, streamed);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  note(streamed, static_cast<double>(n) / std::max(s, 1e-9));
-}
-
-void WriteWay::note(bool streamed, double r) {
-  double& rate = rate_[streamed ? 1 : 0];
-  if (shared_) rate = std::max(r, rate * kSharedDecay);
-  else rate = rate > 0 ? (rate + r) / 2 : r;
+  double r = static_cast<double>(n) / std::max(s, 1e-9);
+  double& mean = rate_[streamed ? 1 : 0];
+  mean = mean > 0 ? (mean + r) / 2 : r;
 }
 
 size_t lastLevelCacheBytes() {

@@ -57,16 +57,12 @@ bool streamWay(bool probed, double plainRate, double streamedRate);
 // non-temporal stores. It times its own writes of either way (from
 // kMinTimedBytes) into a running mean of each way's rate, and takes the
 // streamed way where streamWay says so; once per kExplore it takes the other
-// way, so that the way not taken keeps a current rate. Where the writer's
-// CPU is shared with other local ranks (setShared), a copy's time may
-// include time its CPU ran another rank, which only ever makes a sample
-// slower: each way's rate is then a maximum of its samples that decays by
-// kSharedDecay per sample, not their mean. Not thread-safe: one per writer.
+// way, so that the way not taken keeps a current rate. Not thread-safe: one
+// per writer.
 class WriteWay {
  public:
   static constexpr size_t kMinTimedBytes = 16u << 10;
   static constexpr std::chrono::milliseconds kExplore{100};
-  static constexpr double kSharedDecay = 0.9;
 
   // The way for the next write: `probed` (the way chosen by measurement at
   // set-up, or by the setting) unless the rates call for streaming, and the
@@ -74,15 +70,11 @@ class WriteWay {
   bool choose(bool probed, bool explore);
   // dst[0..n) = src[0..n) the given way, timed where long enough.
   void copy(void* dst, const void* src, size_t n, bool streamed);
-  // One timed write of the given way, at bytes/s (copy's own samples).
-  void note(bool streamed, double bytesPerSecond);
   // bytes/s of each way so far (0: not measured).
   double rate(bool streamed) const { return rate_[streamed ? 1 : 0]; }
-  void setShared(bool shared) { shared_ = shared; }
 
  private:
   double rate_[2] = {0, 0};
-  bool shared_ = false;
   std::chrono::steady_clock::time_point exploreAt_{};
 };
 

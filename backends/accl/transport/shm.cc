@@ -89,13 +89,18 @@ constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
 constexpr size_t kFillPieceMin = 16u << 10;
 // The run-time check of the slots' write way (ShmDomain::streamNow): ops of
 // at least kRateMinBytes decide by this rank's rates of writing its slot
-// (copy.h: WriteWay); the way not taken is tried now and then. Where the
-// ranks outnumber the cores, a copy's time may include time its core ran
-// another rank, and the rates are the fastest recent samples (WriteWay's
-// setShared). 4 ranks on 2 cores, in launches where plain writes into the
-// slots ran slow, reduce and gather of 2 MiB took 1.6-2.2 and 0.26-0.74 ms
-// with plain writes against 0.47-0.62 and 0.11-0.16 streamed; in the others
-// 0.26-0.40 and 0.07-0.11 plain against 0.57-0.76 and 0.14-0.16 streamed.
+// (copy.h: WriteWay); the way not taken is tried now and then, but not
+// where the ranks outnumber the cores (there a copy's time is mostly the
+// time its core was away). There the choice stays plain, which is slower in
+// some launches: 4 ranks on 2 cores, where plain writes into the slots ran
+// slow, reduce and gather of 2 MiB took 1.6-2.2 and 0.26-0.74 ms with plain
+// writes against 0.47-0.62 and 0.11-0.16 streamed (ACCL_SHM_STREAM_BYTES);
+// in the others 0.26-0.40 and 0.07-0.11 plain against 0.57-0.76 and
+// 0.14-0.16 streamed. A writer there runs its streamed writes at about the
+// rate of its plain ones even where plain ones make the op twice as fast
+// (the readers then take the bytes from memory): its own rates cannot tell
+// the two states apart (a trial that timed them there ran the ops 30-50 %
+// slower in the fast state).
 constexpr size_t kRateMinBytes = 64u << 10;
 // Ctl::a2a's flags beside the largest chunk: the chunks are in the slot
 // already; the buffers overlap (in place); in place with equal send and
@@ -542,7 +547,6 @@ void ShmDomain::checkOversubscribed() {
 
 void ShmDomain::shareCpus(bool shared) {
   oversubscribed_ = shared;
-  for (auto& w : writeWay_) w.setShared(shared);
   cmaMin_ = shared ? kCmaMinSharedCpuBytes : kCmaMinBytes;
   cmaMinReduce_ = std::max(cmaMin_, o_.localSize == 2 ? kCmaMinReduceTwoRanksBytes : kCmaMinReduceBytes);
 }
@@ -883,7 +887,7 @@ void ShmDomain::reduceFromAll(char* dst, size_t off, size_t n, DataType t, Reduc
 
 bool ShmDomain::streamNow(size_t bytes, int cls, bool probed) {
   if (o_.stream >= 0 || probing_ || bytes < kRateMinBytes) return probed;
-  return writeWay_[cls].choose(probed, true);
+  return writeWay_[cls].choose(probed, !oversubscribed_);
 }
 
 void ShmDomain::copyIn(void* slot, const void* src, size_t n, bool stream, int cls) {
