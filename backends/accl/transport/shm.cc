@@ -98,9 +98,12 @@ constexpr size_t kFillPieceMin = 16u << 10;
 // in the others 0.26-0.40 and 0.07-0.11 plain against 0.57-0.76 and
 // 0.14-0.16 streamed. A writer there runs its streamed writes at about the
 // rate of its plain ones even where plain ones make the op twice as fast
-// (the readers then take the bytes from memory): its own rates cannot tell
-// the two states apart (a trial that timed them there ran the ops 30-50 %
-// slower in the fast state).
+// (the readers then take the bytes from memory), and in the slow state some
+// plain writes still run fast: its own rates do not tell the two states
+// apart. Two trials timed them there: by the fastest recent writes of each
+// way, the way did not switch in the slow state; by each way's mean time
+// per byte, it did, but reduce and alltoall ran 30-50 % slower in the fast
+// state.
 constexpr size_t kRateMinBytes = 64u << 10;
 // Ctl::a2a's flags beside the largest chunk: the chunks are in the slot
 // already; the buffers overlap (in place); in place with equal send and
