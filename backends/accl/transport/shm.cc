@@ -1179,10 +1179,11 @@ void ShmDomain::allgatherv(const void* in, void* out, const std::vector<size_t>&
   char* o = static_cast<char*>(out);
   bool ownApart = o + displ[me] != in && bytes[me];
   size_t maxb = *std::max_element(bytes.begin(), bytes.end());
-  bool single = n > 1 && singleCopyFor(displ[n], cmaMin_);
-  if (ownApart && (n == 1 || single)) std::memmove(o + displ[me], in, bytes[me]);
-  if (n == 1) return;
-  if (single) {
+  // Alone, or by single copy, this rank's part goes to its output first and
+  // whole; through the slots, a slot's worth at a time (below).
+  if (n == 1 || singleCopyFor(displ[n], cmaMin_)) {
+    if (ownApart) std::memmove(o + displ[me], in, bytes[me]);
+    if (n == 1) return;
     // The peers read this rank's part from its input, which nobody writes
     // during the op, not from the copy just made in its output: those lines
     // are dirty in this core's cache, and the peers' reads of them in the op
