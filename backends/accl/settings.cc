@@ -95,13 +95,13 @@ const config::Var<int> socketNstreams(
 
 const config::Var<std::string> shmCma(
     "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
-    "Single-copy shared-memory transfers with process_vm_readv. auto: where each of the host's ranks "
-    "has a CPU, a group times single copy against the shared segment's slots at 64 KiB - 1 MiB when it "
-    "is made (a few ms; once per set of processes; broadcasts with allgathers, and scatters apart) and "
+    "Single-copy shared-memory transfers with process_vm_readv. auto: a group times single copy "
+    "against the shared segment's slots at 64 KiB - 1 MiB when it "
+    "is made (a few ms, tens where the host's ranks share CPUs; once per set of processes; broadcasts with allgathers, and scatters apart) and "
     "its broadcast, allgather, alltoall, gather, reduce and scatter take single copy in the size bands "
-    "(from 32 KiB, reduce between two local ranks from 256 KiB; the 1 MiB probe decides every larger "
-    "size) where it was faster; "
-    "every other collective, and all of them where the ranks share CPUs, copies through the slots; "
+    "(from 32 KiB, 64 KiB where the host's ranks share CPUs; reduce between two local ranks from 256 KiB; "
+    "the 1 MiB probe decides every larger size) where it was faster; every other collective copies "
+    "through the slots; "
     "point-to-point messages of 1 MiB and more (256 KiB where the host's ranks share CPUs; from the "
     "start of the probe's single-copy bands where those reach 1 MiB, as in a launch whose copies through "
     "shared memory run slow) are read by single copy where the kernel allows it, smaller ones go through "

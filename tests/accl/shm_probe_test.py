@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ACCL_SHM_CMA on 2 ranks of one host: what the shared segment says it chose.
 
-auto: with a CPU per rank, the group times single copy (process_vm_readv)
+auto: the group times single copy (process_vm_readv)
 against the segment's slots at 64 KiB - 1 MiB when it is made, for broadcasts
 with allgathers and for scatters apart, and takes single copy for the bands
 where it was faster. Checked here against the probe's own figures, which the
@@ -70,10 +70,10 @@ descs = shm_descriptions(out)
 check(len(descs) == 2, "auto: both ranks describe the segment")
 check(len(set(descs)) == 1, "auto: both ranks name the same choice")
 desc = descs[0] if descs else ""
-if "share" in out and "CPUs" in out and "faster at start-up" not in desc:
-    # Fewer CPUs than ranks: nothing is measured (waits yield; the slots stay).
-    check(desc == "copy through the segment", "auto, ranks sharing CPUs: the segment, no probe")
-elif "process_vm_readv from local rank" in out:
+# Fewer CPUs than ranks (the INFO log says so): measured the same way; only
+# point-to-point's single-copy threshold is fixed (256 KiB).
+shared = re.search(r"local ranks share \d+ CPUs|hosts outnumber their CPUs", out) is not None
+if "process_vm_readv from local rank" in out:
     check(desc == "copy through the segment", "auto, single copy not permitted: the segment")
 else:
     m = re.search(r"at start-up; its time / the slots', broadcast\+allgather \| scatter:"
@@ -84,7 +84,11 @@ else:
         sizes = [int(n) * UNITS[u] for n, u, _, _ in rows]
         ratios = [[float(a) for _, _, a, _ in rows], [float(b) for _, _, _, b in rows]]
         check(sizes == PROBES, "auto: probed at 64 KiB - 1 MiB: " + ", ".join(size_text(s) for s in sizes))
-        check(all(0.05 < r < 20 for rs in ratios for r in rs), f"auto: ratios are timings, not placeholders: {ratios}")
+        # Timings, not placeholders: positive, and not all one value. No upper
+        # bound: a batch whose ranks were kept off their CPUs (another job on
+        # the host) measures 40x and more, and the band then keeps the slots.
+        flat = [r for rs in ratios for r in rs]
+        check(all(r > 0.01 for r in flat) and len(set(flat)) > 1, f"auto: ratios are timings, not placeholders: {ratios}")
 
         def bands(rs):
             # The bands the ratios call for, merged, as the description writes
@@ -128,7 +132,8 @@ else:
             srows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x", sm.group(2))
             check([int(n) * UNITS[u] for n, u, _, _ in srows] == PROBES, "auto: streamed writes timed at 64 KiB - 1 MiB")
             sratios = [[float(a) for _, _, a, _ in srows], [float(b) for _, _, _, b in srows]]
-            check(all(0.05 < r < 20 for rs in sratios for r in rs), f"auto: streamed ratios are timings: {sratios}")
+            sflat = [r for rs in sratios for r in rs]
+            check(all(r > 0.01 for r in sflat) and len(set(sflat)) > 1, f"auto: streamed ratios are timings: {sratios}")
             named = sm.group(1)
 
             def ranges(text):
@@ -159,10 +164,11 @@ else:
                     check(want == have, f"auto: {key} at {size_text(size)} streamed={have}, as its ratios "
                                         f"({sr:.2f}x plain, single copy {cr:.2f}x) call for")
         # Point-to-point: single copy from 1 MiB, or from where the broadcast
-        # probe found it faster in every band up to the top (not below 8 KiB).
+        # probe found it faster in every band up to the top (not below 8 KiB);
+        # where the ranks share CPUs, from 256 KiB.
         last = re.search(r"(\d+ [KM]iB) and up$", others)
-        start = 1 << 20
-        if last:
+        start = 256 << 10 if shared else 1 << 20
+        if last and not shared:
             n, u = last.group(1).split()
             start = min(start, max(8 << 10, int(n) * UNITS[u]))
         p2p = re.findall(r"point-to-point with ranks \d+ over shared-memory rings of \d+ KiB, single copy from ([^;]+);",

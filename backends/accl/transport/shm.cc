@@ -326,7 +326,7 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
   if (cma_ && o_.cma > 0) {
     cmaEvery_ = true;
     for (auto& b : cmaBands_) b = ~uint64_t(0);
-  } else if (cma_ && !oversubscribed_) {
+  } else if (cma_) {
     measureSingleCopy();
   }
 }

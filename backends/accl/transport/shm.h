@@ -77,7 +77,7 @@ class ShmDomain : public HostGroup {
   static constexpr int kWayClasses = 4;
   // Whether any collective goes by single copy (process_vm_readv).
   bool singleCopy() const { return cma_ && (cmaBands_[0] | cmaBands_[1]) != 0; }
-  // Under ACCL_SHM_CMA=auto with a CPU per local rank: single copy's time
+  // Under ACCL_SHM_CMA=auto: single copy's time
   // over the segment's slots', per class, at each probed size, as measured
   // when the domain was made; empty when nothing was measured.
   struct Probe {
@@ -171,7 +171,7 @@ class ShmDomain : public HostGroup {
   // another local rank exited, another rank's failure (RemoteError), or errno.
   [[noreturn]] void cmaFailed(int peer, const char* what, int e);
   void probeCma();
-  // ACCL_SHM_CMA=auto with a CPU per local rank: times each class's ops
+  // ACCL_SHM_CMA=auto: times each class's ops
   // (broadcast with allgather; scatter) at kProbeBytes both ways (local rank
   // 0's clock, the two alternating), and sets each class's size bands where
   // single copy is faster; a group of the same processes reuses the result.
