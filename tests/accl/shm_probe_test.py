@@ -3,7 +3,8 @@
 
 auto: the group times single copy (process_vm_readv)
 against the segment's slots at 64 KiB - 1 MiB when it is made, for broadcasts
-with allgathers and for scatters apart, and takes single copy for the bands
+with allgathers, for scatters, and for alltoalls with reduces, each class
+apart, and takes single copy for the bands
 where it was faster. Checked here against the probe's own figures, which the
 INFO log prints: the bands named for each class are exactly those whose ratio
 is below 1 (size S decides [S, 2S), the first also [S/2, S), the last every
@@ -76,13 +77,14 @@ shared = re.search(r"local ranks share \d+ CPUs|hosts outnumber their CPUs", out
 if "process_vm_readv from local rank" in out:
     check(desc == "copy through the segment", "auto, single copy not permitted: the segment")
 else:
-    m = re.search(r"at start-up; its time / the slots', broadcast\+allgather \| scatter:"
-                  r"((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x)+)\)", desc)
+    m = re.search(r"at start-up; its time / the slots', broadcast\+allgather \| scatter \| alltoall\+reduce:"
+                  r"((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x \| \d+\.\d+x)+)\)", desc)
     check(m is not None, "auto: the probe's ratios are given")
     if m:
-        rows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x", m.group(1))
-        sizes = [int(n) * UNITS[u] for n, u, _, _ in rows]
-        ratios = [[float(a) for _, _, a, _ in rows], [float(b) for _, _, _, b in rows]]
+        # Per size: broadcast+allgather | scatter | alltoall+reduce.
+        rows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x \| (\d+\.\d+)x", m.group(1))
+        sizes = [int(r[0]) * UNITS[r[1]] for r in rows]
+        ratios = [[float(r[2 + c]) for r in rows] for c in range(3)]
         check(sizes == PROBES, "auto: probed at 64 KiB - 1 MiB: " + ", ".join(size_text(s) for s in sizes))
         # Timings, not placeholders: positive, and not all one value. No upper
         # bound: a batch whose ranks were kept off their CPUs (another job on
@@ -98,7 +100,9 @@ else:
             for i, (s, r) in enumerate(zip(sizes, rs)):
                 if r >= 1.0:
                     continue
-                lo, hi = (s // 2 if i == 0 else s), (None if i == len(sizes) - 1 else 2 * s)
+                # (no collective goes by single copy below 64 KiB where the
+                # ranks share CPUs)
+                lo, hi = (max(s // 2, 64 << 10 if shared else 0) if i == 0 else s), (None if i == len(sizes) - 1 else 2 * s)
                 if out and out[-1][1] == lo:
                     out[-1][1] = hi
                 else:
@@ -106,32 +110,29 @@ else:
             return ", ".join(f"{size_text(lo)} and up" if hi is None else f"{size_text(lo)} - {size_text(hi)}"
                              for lo, hi in out)
 
-        others, scatter = bands(ratios[0]), bands(ratios[1])
-        if not others and not scatter:
+        others, scatter, exchange = bands(ratios[0]), bands(ratios[1]), bands(ratios[2])
+        if not others and not scatter and not exchange:
             check(desc.startswith("copy through the segment (single copy was not faster at start-up;"),
                   "auto: no band was faster, the segment throughout")
         else:
-            want = "copy through the segment; single-copy process_vm_readv for "
-            if others:
-                want += "broadcast, allgather, alltoall, gather and reduce of " + others
-            if others and scatter:
-                want += " and for "
-            if scatter:
-                want += "scatter of " + scatter
+            named = [f"{ops} of {b}" for ops, b in (("broadcast, allgather and gather", others),
+                                                    ("scatter", scatter), ("alltoall and reduce", exchange)) if b]
+            want = "copy through the segment; single-copy process_vm_readv for " + " and for ".join(named)
             want += " (faster at start-up;"
             check(desc.startswith(want), f"auto: single copy named for exactly the bands where it was faster: "
-                                         f"'{others}' and, for scatter, '{scatter}'")
+                                         f"'{others}', for scatter '{scatter}', for alltoall and reduce '{exchange}'")
         # The slots written with non-temporal stores (ACCL_SHM_STREAM_BYTES
         # auto): in the bands where that way's time over plain writes' was
         # below 1 and single copy did not take the band. Checked size by size;
         # a size whose printed ratio rounds to 1.00 could go either way.
         sm = re.search(r"; slots written with non-temporal stores for (.*?) \(their time / plain writes', "
-                       r"broadcast\+allgather \| scatter:((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x)+)\)$", desc)
+                       r"broadcast\+allgather \| scatter \| alltoall\+reduce:"
+                       r"((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x \| \d+\.\d+x)+)\)$", desc)
         check(sm is not None, "auto: the streamed writes' bands and ratios are given")
         if sm:
-            srows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x", sm.group(2))
-            check([int(n) * UNITS[u] for n, u, _, _ in srows] == PROBES, "auto: streamed writes timed at 64 KiB - 1 MiB")
-            sratios = [[float(a) for _, _, a, _ in srows], [float(b) for _, _, _, b in srows]]
+            srows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x \| (\d+\.\d+)x", sm.group(2))
+            check([int(r[0]) * UNITS[r[1]] for r in srows] == PROBES, "auto: streamed writes timed at 64 KiB - 1 MiB")
+            sratios = [[float(r[2 + c]) for r in srows] for c in range(3)]
             sflat = [r for rs in sratios for r in rs]
             check(all(r > 0.01 for r in sflat) and len(set(sflat)) > 1, f"auto: streamed ratios are timings: {sratios}")
             named = sm.group(1)
@@ -147,13 +148,15 @@ else:
                         got.append((lo, hi))
                 return got
 
-            parts = {"others": "", "scatter": ""}
+            # Of alltoall and reduce, the probe streams alltoall's slots.
+            parts = {"others": "", "scatter": "", "alltoall": ""}
             if named != "no size":
-                m3 = re.match(r"(?:broadcast and gather of (.*?))?(?:(?: and for )?scatter of (.*))?$", named)
+                m3 = re.match(r"(?:broadcast and gather of (.*?))?(?:(?: and for )?scatter of (.*?))?"
+                              r"(?:(?: and for )?alltoall of (.*))?$", named)
                 check(m3 is not None, f"auto: streamed bands parse: '{named}'")
                 if m3:
-                    parts = {"others": m3.group(1) or "", "scatter": m3.group(2) or ""}
-            for cls, key in ((0, "others"), (1, "scatter")):
+                    parts = {"others": m3.group(1) or "", "scatter": m3.group(2) or "", "alltoall": m3.group(3) or ""}
+            for cls, key in ((0, "others"), (1, "scatter"), (2, "alltoall")):
                 rs = ranges(parts[key])
                 for i, size in enumerate(PROBES):
                     sr, cr = sratios[cls][i], ratios[cls][i]

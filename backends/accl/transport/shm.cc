@@ -358,7 +358,7 @@ void ShmDomain::measureSingleCopy() {
   int n = o_.localSize, me = o_.localRank;
   std::vector<int32_t> pids;
   for (int p = 0; p < n; ++p) pids.push_back(ctl(p).pid);
-  KnownBands known{pids, {kBandsUnknown, kBandsUnknown}, {0, 0}, {}};
+  KnownBands known{pids, {kBandsUnknown, kBandsUnknown, kBandsUnknown}, {0, 0, 0}, {}};
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
     for (const auto& e : gBands)
@@ -378,7 +378,8 @@ void ShmDomain::measureSingleCopy() {
   }
   // Every rank runs the same ops (local rank 0's clock decides), each class
   // of ops on its own: broadcasts from local rank 0 and allgathers; scatters
-  // from local rank 0. Each size three ways (the slots written plainly, the
+  // from local rank 0; alltoalls and float sums reduced to local rank 0.
+  // Each size three ways (the slots written plainly, the
   // slots written with non-temporal stores, single copy), in turns that
   // rotate which goes first, after one untimed batch of each (first touches
   // of the buffers, the kernel's first pins of their pages). The slots' time
@@ -387,14 +388,14 @@ void ShmDomain::measureSingleCopy() {
   size_t largest = kProbeBytes[kNumProbes - 1];
   probing_ = true;  // each way as set below (streamNow)
   std::vector<char> buf(largest, 1), out(largest, 0), in(largest / static_cast<size_t>(n) + 64, 2);
-  uint64_t bands[kCopyClasses] = {0, 0}, stream[kCopyClasses] = {0, 0};
+  uint64_t bands[kCopyClasses] = {0, 0, 0}, stream[kCopyClasses] = {0, 0, 0};
   std::vector<Probe> probes;
   for (size_t i = 0; i < kNumProbes; ++i) {
     size_t per = (kProbeBytes[i] / static_cast<size_t>(n)) & ~size_t(63);
     std::vector<size_t> parts(static_cast<size_t>(n), per);
     size_t total = per * static_cast<size_t>(n);
     d.count = total;
-    Probe pr{kProbeBytes[i], {0, 0}, {0, 0}};
+    Probe pr{kProbeBytes[i], {0, 0, 0}, {0, 0, 0}};
     for (int c = 0; c < kCopyClasses; ++c) {
       // way 0: the slots; 1: the slots, streamed; 2: single copy.
       auto batch = [&](int way) {
@@ -405,9 +406,12 @@ void ShmDomain::measureSingleCopy() {
           if (c == 0) {
             broadcast(buf.data(), total, 0, d, deadline);
             allgatherv(in.data(), out.data(), parts, d, deadline);
+          } else if (c == kScatterClass) {
+            scatterv(buf.data(), out.data(), parts, 0, d, deadline);
+            scatterv(buf.data(), out.data(), parts, 0, d, deadline);
           } else {
-            scatterv(buf.data(), out.data(), parts, 0, d, deadline);
-            scatterv(buf.data(), out.data(), parts, 0, d, deadline);
+            alltoallv(buf.data(), parts, out.data(), parts, d, deadline);
+            reduce(buf.data(), out.data(), total / sizeof(float), DataType::Float32, ReduceKind::Sum, 0, d, deadline);
           }
         }
         cmaBands_[c] = 0;
@@ -460,7 +464,7 @@ void ShmDomain::measureSingleCopy() {
   probes_ = probes;
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
-    KnownBands k{pids, {cmaBands_[0], cmaBands_[1]}, {streamBands_[0], streamBands_[1]}, probes_};
+    KnownBands k{pids, {cmaBands_[0], cmaBands_[1], cmaBands_[2]}, {streamBands_[0], streamBands_[1], streamBands_[2]}, probes_};
     bool found = false;
     for (auto& e : gBands)
       if (e.pids == pids) {
@@ -983,7 +987,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     if (in != out && bytes) std::memcpy(out, in, bytes);
     return;
   }
-  if (singleCopyFor(bytes, cmaMinReduce_)) {
+  if (singleCopyFor(bytes, cmaMinReduce_, kExchangeClass)) {
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
@@ -1299,12 +1303,10 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   // copy, they go into the slot with the layout: if every rank did so, the
   // op is done in that one round (small alltoalls: one round, not two).
   size_t q = (slot_ / n) & ~size_t(63);
-  bool early = mine <= q && (!singleCopyFor(mine * n, cmaMin_) || overlap);
+  bool early = mine <= q && (!singleCopyFor(mine * n, cmaMin_, kExchangeClass) || overlap);
   if (early) {
-    // (alltoall was not timed by the probe: streamed only where the rates
-    // call for it, or where set)
     char* s = slot(round_ + 1, me);
-    bool stream = streamNow(mine * n, kAlltoallClass, streamForSetting(mine * n));
+    bool stream = streamNow(mine * n, kAlltoallClass, streamFor(mine * n, kExchangeClass));
     for (int p = 0; p < n; ++p)
       if (p != me && sendBytes[p]) copyIn(s + p * q, i + sd[p], sendBytes[p], stream, kAlltoallClass);
   }
@@ -1316,7 +1318,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     uint64_t w = ctl(p).a2a[round_ & 1];
     size_t b = static_cast<size_t>(w & ~kA2aFlags);
     maxb = std::max(maxb, b);
-    big = big && singleCopyFor(b * n, cmaMin_);
+    big = big && singleCopyFor(b * n, cmaMin_, kExchangeClass);
     allEarly = allEarly && (w & kSlotsWritten);
     anyOverlap = anyOverlap || (w & kOverlap);
     allSwap = allSwap && (w & kSwap);
@@ -1368,7 +1370,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     i = staged.data();
   }
   // (maxb > 0 here: with nothing to send every rank wrote early.)
-  bool stream = streamNow(maxb * n, kAlltoallClass, streamForSetting(maxb * n));
+  bool stream = streamNow(maxb * n, kAlltoallClass, streamFor(maxb * n, kExchangeClass));
   for (size_t off = 0; off < maxb; off += q) {
     char* s = slot(round_ + 1, me);
     for (int p = 0; p < n; ++p)  // (the own chunk is copied straight across, below)
@@ -1528,13 +1530,21 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
 std::string ShmDomain::describe() const {
   if (cma_ && cmaEvery_) return "single-copy process_vm_readv";
   std::string s = "copy through the segment";
-  if (!cma_ || (cmaBands_[0] | cmaBands_[1]) == 0) {
+  if (!singleCopy()) {
     if (!probes_.empty()) s += " (single copy was not faster at start-up; " + probeText() + ")";
   } else {
+    // "; single-copy process_vm_readv for broadcast, allgather and gather of
+    // A and for scatter of B and for alltoall and reduce of C (...)"
+    static const char* const kNames[kCopyClasses] = {"broadcast, allgather and gather", "scatter",
+                                                     "alltoall and reduce"};
     s += "; single-copy process_vm_readv for ";
-    if (cmaBands_[0]) s += "broadcast, allgather, alltoall, gather and reduce of " + bandsText(cmaBands_[0], cmaMin_);
-    if (cmaBands_[0] && cmaBands_[kScatterClass]) s += " and for ";
-    if (cmaBands_[kScatterClass]) s += "scatter of " + bandsText(cmaBands_[kScatterClass], cmaMin_);
+    bool first = true;
+    for (int c = 0; c < kCopyClasses; ++c) {
+      if (!cmaBands_[c]) continue;
+      s += std::string(first ? "" : " and for ") + kNames[c] + " of " +
+           bandsText(cmaBands_[c], cmaMin_);
+      first = false;
+    }
     s += " (faster at start-up; " + probeText() + ")";
   }
   if (o_.stream >= 0) {
@@ -1543,18 +1553,23 @@ std::string ShmDomain::describe() const {
   }
   if (probes_.empty()) return s;
   // "; slots written with non-temporal stores for ... (their time / plain
-  // writes', broadcast+allgather | scatter: 64 KiB 0.52x | 0.61x, ...)"
+  // writes', broadcast+allgather | scatter | alltoall+reduce: 64 KiB 0.52x |
+  // 0.61x | 0.90x, ...)" (of alltoall and reduce, alltoall's slots stream).
+  static const char* const kStreamed[kCopyClasses] = {"broadcast and gather", "scatter", "alltoall"};
   s += "; slots written with non-temporal stores for ";
-  if ((streamBands_[0] | streamBands_[kScatterClass]) == 0) s += "no size";
-  if (streamBands_[0]) s += "broadcast and gather of " + bandsText(streamBands_[0], 1);
-  if (streamBands_[0] && streamBands_[kScatterClass]) s += " and for ";
-  if (streamBands_[kScatterClass]) s += "scatter of " + bandsText(streamBands_[kScatterClass], 1);
-  s += " (their time / plain writes', broadcast+allgather | scatter:";
-  char b[96];
+  bool first = true;
+  for (int c = 0; c < kCopyClasses; ++c) {
+    if (!streamBands_[c]) continue;
+    s += std::string(first ? "" : " and for ") + kStreamed[c] + " of " + bandsText(streamBands_[c], 1);
+    first = false;
+  }
+  if (first) s += "no size";
+  s += " (their time / plain writes', broadcast+allgather | scatter | alltoall+reduce:";
+  char b[128];
   for (size_t i = 0; i < probes_.size(); ++i) {
     const Probe& p = probes_[i];
-    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx", i ? "," : "", internal::sizeText(p.bytes).c_str(),
-             p.streamRatio[0], p.streamRatio[kScatterClass]);
+    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx | %.2fx", i ? "," : "", internal::sizeText(p.bytes).c_str(),
+             p.streamRatio[0], p.streamRatio[kScatterClass], p.streamRatio[kExchangeClass]);
     s += b;
   }
   return s + ")";
@@ -1574,13 +1589,14 @@ std::string ShmDomain::bandsText(uint64_t m, size_t min) const {
 }
 
 std::string ShmDomain::probeText() const {
-  // "its time / the slots', broadcast+allgather | scatter: 64 KiB 0.64x | 0.70x, ..."
-  std::string s = "its time / the slots', broadcast+allgather | scatter:";
-  char b[96];
+  // "its time / the slots', broadcast+allgather | scatter | alltoall+reduce:
+  // 64 KiB 0.64x | 0.70x | 0.90x, ..."
+  std::string s = "its time / the slots', broadcast+allgather | scatter | alltoall+reduce:";
+  char b[128];
   for (size_t i = 0; i < probes_.size(); ++i) {
     const Probe& p = probes_[i];
-    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx", i ? "," : "", internal::sizeText(p.bytes).c_str(), p.ratio[0],
-             p.ratio[kScatterClass]);
+    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx | %.2fx", i ? "," : "", internal::sizeText(p.bytes).c_str(),
+             p.ratio[0], p.ratio[kScatterClass], p.ratio[kExchangeClass]);
     s += b;
   }
   return s;

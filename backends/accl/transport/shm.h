@@ -65,18 +65,21 @@ class ShmDomain : public HostGroup {
   int rank() const override { return o_.localRank; }
   int size() const override { return o_.localSize; }
   // The classes of ops whose single-copy bands are measured apart:
-  // broadcast, allgather, alltoall, gather and reduce (timed with broadcasts
-  // and allgathers), and scatter (timed with scatters).
-  static constexpr int kCopyClasses = 2;
+  // broadcast, allgather and gather (timed with broadcasts and allgathers),
+  // scatter (timed with scatters), and alltoall and reduce (timed with
+  // alltoalls and reduces: each rank reads a share of every peer's slot,
+  // which in some launches of ranks sharing CPUs ran 3x slower than
+  // broadcasts and scatters told).
+  static constexpr int kCopyClasses = 3;
   static constexpr int kScatterClass = 1;
+  static constexpr int kExchangeClass = 2;
   // The ways of writing into the slots are timed per class (WriteWay): the
-  // two above, and alltoall and the reductions' copies in apart (the probe
-  // times neither).
+  // two first above, and alltoall and the reductions' copies in apart.
   static constexpr int kAlltoallClass = 2;
   static constexpr int kReduceClass = 3;
   static constexpr int kWayClasses = 4;
   // Whether any collective goes by single copy (process_vm_readv).
-  bool singleCopy() const { return cma_ && (cmaBands_[0] | cmaBands_[1]) != 0; }
+  bool singleCopy() const { return cma_ && (cmaBands_[0] | cmaBands_[1] | cmaBands_[2]) != 0; }
   // Under ACCL_SHM_CMA=auto: single copy's time
   // over the segment's slots', per class, at each probed size, as measured
   // when the domain was made; empty when nothing was measured.
@@ -268,11 +271,11 @@ class ShmDomain : public HostGroup {
   bool cmaEvery_ = false;  // ACCL_SHM_CMA=on
   // Per class, bit b: single copy for collectives of [2^b, 2^(b+1)) bytes
   // (with cma_ and the thresholds below).
-  uint64_t cmaBands_[kCopyClasses] = {0, 0};
+  uint64_t cmaBands_[kCopyClasses] = {0, 0, 0};
   // Per class, bit b: the slots of such collectives are written with
   // non-temporal stores (measured with single copy's bands; never where
   // nothing was measured).
-  uint64_t streamBands_[kCopyClasses] = {0, 0};
+  uint64_t streamBands_[kCopyClasses] = {0, 0, 0};
   bool probing_ = false;  // measureSingleCopy sets each way itself
   internal::WriteWay writeWay_[kWayClasses];
   std::vector<Probe> probes_;
