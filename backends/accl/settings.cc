@@ -97,7 +97,8 @@ const config::Var<std::string> shmCma(
     "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
     "Single-copy shared-memory transfers with process_vm_readv. auto: a group times single copy "
     "against the shared segment's slots at 64 KiB - 1 MiB when it "
-    "is made (a few ms, tens where the host's ranks share CPUs; once per set of processes; broadcasts with allgathers, and scatters apart) and "
+    "is made (tens of ms once per set of processes; broadcasts with allgathers, scatters, and alltoalls "
+    "with reduces, each class apart) and "
     "its broadcast, allgather, alltoall, gather, reduce and scatter take single copy in the size bands "
     "(from 32 KiB, 64 KiB where the host's ranks share CPUs; reduce between two local ranks from 256 KiB; "
     "the 1 MiB probe decides every larger size) where it was faster; every other collective copies "
@@ -121,8 +122,8 @@ const config::Var<int> shmStreamBytes(
     "ring), they are faster where the output is larger than the cache and slower where it fits. Into the "
     "segment's slots, the readers then take the bytes from memory "
     "rather than from the writer's cache: under auto, the group times the slots both ways beside single copy "
-    "when it is made (see ACCL_SHM_CMA) and streams broadcasts, gathers and scatters in the bands where that was "
-    "faster; after that, each rank times its own writes both ways now and then and streams where its plain "
+    "when it is made (see ACCL_SHM_CMA) and streams broadcasts, gathers, scatters and alltoalls in the bands "
+    "where that was faster; after that, each rank times its own writes both ways now and then and streams where its plain "
     "writes run at under half the rate of its streamed ones (not where the ranks share CPUs). A value streams both "
     "kinds of copy for every op of at least that many bytes (point-to-point messages: their whole size; "
     "collectives: their output, or the data they move); 0: never.");
