@@ -96,8 +96,8 @@ const config::Var<int> socketNstreams(
 const config::Var<std::string> shmCma(
     "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
     "Single-copy shared-memory transfers with process_vm_readv. auto: a group times single copy "
-    "against the shared segment's slots at 64 KiB - 1 MiB when it "
-    "is made (once per set of processes: tens of ms, 0.4 s for 16 ranks on 2 cores; broadcasts with allgathers, scatters, and alltoalls "
+    "against the shared segment's slots at 64 KiB - 1 MiB when it is made (once per set of processes: "
+    "tens of ms, 0.4 s for 16 ranks on 2 cores; broadcasts with allgathers, scatters, and alltoalls "
     "with reduces, each class apart) and "
     "its broadcast, allgather, alltoall, gather, reduce and scatter take single copy in the size bands "
     "(from 32 KiB, 64 KiB where the host's ranks share CPUs; reduce between two local ranks from 256 KiB; "
@@ -123,8 +123,9 @@ const config::Var<int> shmStreamBytes(
     "segment's slots, the readers then take the bytes from memory "
     "rather than from the writer's cache: under auto, the group times the slots both ways beside single copy "
     "when it is made (see ACCL_SHM_CMA) and streams broadcasts, gathers, scatters and alltoalls in the bands "
-    "where that was faster; after that, each rank times its own writes both ways now and then and streams where its plain "
-    "writes run at under half the rate of its streamed ones (not where the ranks share CPUs). A value streams both "
+    "where that was faster; after that, each rank times its own writes both ways now and then and streams "
+    "where its plain writes run at under half the rate of its streamed ones (not where the ranks share "
+    "CPUs). A value streams both "
     "kinds of copy for every op of at least that many bytes (point-to-point messages: their whole size; "
     "collectives: their output, or the data they move); 0: never.");
 

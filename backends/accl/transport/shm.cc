@@ -464,7 +464,8 @@ void ShmDomain::measureSingleCopy() {
   probes_ = probes;
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
-    KnownBands k{pids, {cmaBands_[0], cmaBands_[1], cmaBands_[2]}, {streamBands_[0], streamBands_[1], streamBands_[2]}, probes_};
+    KnownBands k{pids, {cmaBands_[0], cmaBands_[1], cmaBands_[2]},
+                 {streamBands_[0], streamBands_[1], streamBands_[2]}, probes_};
     bool found = false;
     for (auto& e : gBands)
       if (e.pids == pids) {
@@ -1541,8 +1542,7 @@ std::string ShmDomain::describe() const {
     bool first = true;
     for (int c = 0; c < kCopyClasses; ++c) {
       if (!cmaBands_[c]) continue;
-      s += std::string(first ? "" : " and for ") + kNames[c] + " of " +
-           bandsText(cmaBands_[c], cmaMin_);
+      s += std::string(first ? "" : " and for ") + kNames[c] + " of " + bandsText(cmaBands_[c], cmaMin_);
       first = false;
     }
     s += " (faster at start-up; " + probeText() + ")";
