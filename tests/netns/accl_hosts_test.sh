@@ -21,8 +21,12 @@ $run "$build/bin/accl_conformance" --backend accl --split --gtest_brief=1 || fai
 echo "== accl, 3 hosts x 2 ranks: what was chosen (ACCL_DEBUG=INFO)"
 log=$(ACCL_DEBUG=INFO ACCL_DEBUG_SUBSYS=INIT $run "$build/bin/allreduce_example" accl 2>&1)
 echo "$log" | grep -E "communicator|algorithms" | head -4
-for want in "6 ranks on 3 host(s), 2 on this one" "shm (copy through the segment) with ranks" \
-            "tcp (eth0 10.76.0." "allreduce: <" "hierarchical(shm+"; do
+for want in "6 ranks on 3 host(s), 2 on this one" "tcp (eth0 10.76.0." "allreduce: <" "hierarchical(shm+"; do
   echo "$log" | grep -qF "$want" || { echo "FAIL: the INFO log lacks: $want"; fails=$((fails + 1)); }
 done
+# Shared memory within each namespace host, through the segment, with what
+# its set-up probe measured where that ran (the hosts' ranks outnumber the
+# machine's cores here, and they measure too).
+want='shm \(copy through the segment(\)|[ ;].*\)\)) with ranks'
+echo "$log" | grep -qE "$want" || { echo "FAIL: the INFO log lacks: $want"; fails=$((fails + 1)); }
 exit $fails
