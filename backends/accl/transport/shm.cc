@@ -1538,13 +1538,7 @@ std::string ShmDomain::describe() const {
     // A and for scatter of B and for alltoall and reduce of C (...)"
     static const char* const kNames[kCopyClasses] = {"broadcast, allgather and gather", "scatter",
                                                      "alltoall and reduce"};
-    s += "; single-copy process_vm_readv for ";
-    bool first = true;
-    for (int c = 0; c < kCopyClasses; ++c) {
-      if (!cmaBands_[c]) continue;
-      s += std::string(first ? "" : " and for ") + kNames[c] + " of " + bandsText(cmaBands_[c], cmaMin_);
-      first = false;
-    }
+    s += "; single-copy process_vm_readv for " + classesText(cmaBands_, kNames, cmaMin_);
     s += " (faster at start-up; " + probeText() + ")";
   }
   if (o_.stream >= 0) {
@@ -1556,23 +1550,9 @@ std::string ShmDomain::describe() const {
   // writes', broadcast+allgather | scatter | alltoall+reduce: 64 KiB 0.52x |
   // 0.61x | 0.90x, ...)" (of alltoall and reduce, alltoall's slots stream).
   static const char* const kStreamed[kCopyClasses] = {"broadcast and gather", "scatter", "alltoall"};
-  s += "; slots written with non-temporal stores for ";
-  bool first = true;
-  for (int c = 0; c < kCopyClasses; ++c) {
-    if (!streamBands_[c]) continue;
-    s += std::string(first ? "" : " and for ") + kStreamed[c] + " of " + bandsText(streamBands_[c], 1);
-    first = false;
-  }
-  if (first) s += "no size";
-  s += " (their time / plain writes', broadcast+allgather | scatter | alltoall+reduce:";
-  char b[128];
-  for (size_t i = 0; i < probes_.size(); ++i) {
-    const Probe& p = probes_[i];
-    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx | %.2fx", i ? "," : "", internal::sizeText(p.bytes).c_str(),
-             p.streamRatio[0], p.streamRatio[kScatterClass], p.streamRatio[kExchangeClass]);
-    s += b;
-  }
-  return s + ")";
+  std::string streamed = classesText(streamBands_, kStreamed, 1);
+  s += "; slots written with non-temporal stores for " + (streamed.empty() ? "no size" : streamed);
+  return s + " (" + probeText(true) + ")";
 }
 
 std::string ShmDomain::bandsText(uint64_t m, size_t min) const {
@@ -1588,15 +1568,26 @@ std::string ShmDomain::bandsText(uint64_t m, size_t min) const {
   return s;
 }
 
-std::string ShmDomain::probeText() const {
+std::string ShmDomain::classesText(const uint64_t (&bands)[kCopyClasses], const char* const (&names)[kCopyClasses],
+                                   size_t min) const {
+  // "broadcast, allgather and gather of A and for scatter of B" ("": none)
+  std::string s;
+  for (int c = 0; c < kCopyClasses; ++c)
+    if (bands[c]) s += std::string(s.empty() ? "" : " and for ") + names[c] + " of " + bandsText(bands[c], min);
+  return s;
+}
+
+std::string ShmDomain::probeText(bool streamed) const {
   // "its time / the slots', broadcast+allgather | scatter | alltoall+reduce:
-  // 64 KiB 0.64x | 0.70x | 0.90x, ..."
-  std::string s = "its time / the slots', broadcast+allgather | scatter | alltoall+reduce:";
+  // 64 KiB 0.64x | 0.70x | 0.90x, ..." (streamed: "their time / plain
+  // writes', ..." with the streamed writes' ratios)
+  std::string s = streamed ? "their time / plain writes'" : "its time / the slots'";
+  s += ", broadcast+allgather | scatter | alltoall+reduce:";
   char b[128];
   for (size_t i = 0; i < probes_.size(); ++i) {
-    const Probe& p = probes_[i];
-    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx | %.2fx", i ? "," : "", internal::sizeText(p.bytes).c_str(),
-             p.ratio[0], p.ratio[kScatterClass], p.ratio[kExchangeClass]);
+    const double* r = streamed ? probes_[i].streamRatio : probes_[i].ratio;
+    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx | %.2fx", i ? "," : "", internal::sizeText(probes_[i].bytes).c_str(),
+             r[0], r[kScatterClass], r[kExchangeClass]);
     s += b;
   }
   return s;

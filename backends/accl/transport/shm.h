@@ -179,8 +179,13 @@ class ShmDomain : public HostGroup {
   // 0's clock, the two alternating), and sets each class's size bands where
   // single copy is faster; a group of the same processes reuses the result.
   void measureSingleCopy();
-  // The probes' ratios, as describe() gives them.
-  std::string probeText() const;
+  // The probes' ratios, as describe() gives them: single copy's over the
+  // slots', or (streamed) the slots streamed over written plainly.
+  std::string probeText(bool streamed = false) const;
+  // The classes with bands in `bands`, each as "NAME of BANDS", joined by
+  // " and for " ("" where none has any).
+  std::string classesText(const uint64_t (&bands)[kCopyClasses], const char* const (&names)[kCopyClasses],
+                          size_t min) const;
   // The bands of `m` as byte ranges, from `min`: "32 KiB - 512 KiB, ...".
   std::string bandsText(uint64_t m, size_t min) const;
   // Whether a collective of class `cls` that moves `bytes` in all (reduce:
