@@ -266,6 +266,7 @@ std::unique_ptr<ShmLink> ShmLink::connect(const Options& o, FrameSink* sink, std
       l->peerSegs_[p] = ps;
       l->out_[p].ring = ringAt(ps, indexIn(p, o.rank), l->cap_);
       prefault(l->out_[p].ring, sizeof(Ring) + l->cap_);
+      l->out_[p].headMine = l->out_[p].ring->head.load(std::memory_order_relaxed);
       l->serving_[p].store(true, std::memory_order_relaxed);
       l->out_[p].bell = pb;
       l->in_[p].ring = ringAt(l->seg_, indexIn(o.rank, p), l->cap_);
@@ -419,7 +420,7 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   Out& o = out_[peer];
   Ring* r = o.ring;
   size_t rec = sizeof(FrameHeader) + align64(h.len);
-  uint64_t head = r->head.load(std::memory_order_relaxed);
+  uint64_t head = o.headMine;
   // The reader's tail as last seen: it only grows, so the room it shows is
   // there; the shared line is read again only when that room is too small
   // (reading it on every frame moved the line between the cores each time).
@@ -431,10 +432,19 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
   if (h.len) putPayload(o, data, head + sizeof(FrameHeader), buf, h.len, h.total);
-  noteCpu(r->writerCpu);
+  noteWriterCpu(o);
   r->head.store(head + rec, std::memory_order_release);
+  o.headMine = head + rec;
   ringIfAsleep(peer);
   return true;
+}
+
+void ShmLink::noteWriterCpu(Out& o) {
+  int cpu = sched_getcpu();
+  if (cpu != o.cpuNoted) {
+    o.cpuNoted = cpu;
+    o.ring->writerCpu.store(cpu, std::memory_order_relaxed);
+  }
 }
 
 bool ShmLink::writerOnCpu(int cpu) const {
@@ -460,12 +470,12 @@ bool ShmLink::flush(int peer) {
   if (!r || o.queue.empty()) return false;
   char* data = r->data();
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
-  uint64_t head = r->head.load(std::memory_order_relaxed);
+  uint64_t head = o.headMine;
   uint64_t tail = o.tailSeen;  // read again below when the room it shows is too small
   bool any = false;
   // Pieces of large messages are written here, by the caller or the progress
   // thread: either is what a waiter for them waits on.
-  noteCpu(r->writerCpu);
+  noteWriterCpu(o);
   while (!o.queue.empty()) {
     OutFrame& f = o.queue.front();
     bool remote = f.hdr.flags & kFlagRemote;
@@ -494,6 +504,7 @@ bool ShmLink::flush(int peer) {
     }
     head += rec;
     r->head.store(head, std::memory_order_release);
+    o.headMine = head;
     OutPtr m = std::move(f.msg);
     uint64_t seq = f.seq;
     o.queue.pop_front();
@@ -906,6 +917,7 @@ void ShmLink::writeRawForTest(int peer, const void* bytes, size_t len) {
   std::memcpy(r->data() + at, bytes, first);
   if (len > first) std::memcpy(r->data(), static_cast<const char*>(bytes) + first, len - first);
   r->head.store(head + len, std::memory_order_release);
+  out_[peer].headMine = head + len;
 }
 
 void ShmLink::dropPeer(int peer) {
