@@ -1,7 +1,7 @@
 // Same run, same processes, same buffers: Open MPI's own collectives against
 // an ACCL backend's, op by op and size by size, interleaved, best of several
 // repetitions each, so that the ratios hold on a shared, noisy machine.
-//   mpirun -n 2 accl-vs-mpi [--backend accl] [--op all] [--min 8] [--max 128M] [--factor 2] [--reps 3]
+//   mpirun -n 2 accl-vs-mpi [--backend accl] [--op all] [--min 8] [--max 128M] [--factor 2] [--reps 3] [--iters N]
 // Ranks on several hosts: pass MASTER_ADDR/MASTER_PORT (-x) for the ACCL store.
 //
 // Sizes and bus bandwidth follow nccl-tests: `bytes` is the op's size (allgather:
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   std::string backend = "accl", opList = "all";
   size_t minb = 8, maxb = 128u << 20;
   double factor = 2;
-  int reps = 3;
+  int reps = 3, fixedIters = 0;
   CLI::App app{"Open MPI's collectives against an ACCL backend's, same processes and buffers"};
   app.add_option("--backend", backend, "ACCL backend")->check(CLI::IsMember({"accl", "gloo", "mpi"}));
   app.add_option("--op", opList, "comma-separated ops, or all: allreduce, allgather, reduce_scatter, broadcast, "
@@ -185,6 +185,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t(4), size_t(1) << 31));
   app.add_option("--factor", factor, "size multiplier")->check(CLI::Range(1.01, 1024.0));
   app.add_option("--reps", reps, "repetitions (the best counts)")->check(CLI::Range(1, 100));
+  app.add_option("--iters", fixedIters, "ops timed per repetition (default: 128 MiB's worth, 5 to 2000; more for "
+                                        "a profile or to see a size past its warm-up)")
+      ->check(CLI::Range(1, 100000000));
   bool perRank = false;
   app.add_flag("--per-rank", perRank, "also print each rank's time of every repetition (rank 0 gathers them), "
                                      "for ops whose ranks' times differ (a root that runs ahead)");
@@ -249,7 +252,8 @@ int main(int argc, char** argv) {
       size_t c = chunkCount(op, bytes, size);
       if (c == 0) continue;
       Case k = makeCase(op, c, *pg, b, comm);
-      int iters = static_cast<int>(std::min<size_t>(2000, std::max<size_t>(5, (size_t(1) << 27) / bytes)));
+      int iters = fixedIters ? fixedIters
+                             : static_cast<int>(std::min<size_t>(2000, std::max<size_t>(5, (size_t(1) << 27) / bytes)));
       double best[2] = {1e30, 1e30};
       for (int rp = 0; rp < reps; ++rp) {
         // Alternate which side goes first, so that neither always follows the other.
