@@ -566,15 +566,6 @@ void ShmDomain::setOversubscribed() {
                                 "their CPU instead of spinning");
 }
 
-int ShmDomain::noteMyCpu() {
-  int cpu = sched_getcpu();
-  if (cpu != cpuNoted_) {
-    cpuNoted_ = cpu;
-    ctl(o_.localRank).cpu.store(cpu, std::memory_order_relaxed);
-  }
-  return cpu;
-}
-
 template <typename F>
 bool ShmDomain::stackedOnMe(const F& arrived) {
   // A spin on a CPU that a late peer waits to run on lasts its whole length
@@ -583,7 +574,7 @@ bool ShmDomain::stackedOnMe(const F& arrived) {
   // 8 B one 53 us, against 29 and 2 where the group knew from the start
   // (bench/cpu_sharing.sh; docs/performance.md, "Two ranks on one CPU"). The CPU each rank arrived or waited on last
   // tells it: a round ago at most, unless the rank was moved while it waited.
-  int cpu = noteMyCpu();
+  int cpu = core::noteCpu(ctl(o_.localRank).cpu, cpuNoted_);
   if (cpu < 0) return false;
   for (int p = 0; p < o_.localSize; ++p)
     if (p != o_.localRank && !arrived(p) && ctl(p).cpu.load(std::memory_order_relaxed) == cpu) {
@@ -681,7 +672,7 @@ void ShmDomain::arrive(const OpDesc& d) {
   me.desc[k % kDepth] = d;
   me.chainLong[k % kDepth].store(chain_, std::memory_order_relaxed);
   me.chain[k % kShort].store(chain_, std::memory_order_relaxed);
-  noteMyCpu();
+  core::noteCpu(me.cpu, cpuNoted_);
   publish(me.arrive, k);
   round_ = k;
 }

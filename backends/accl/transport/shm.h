@@ -168,9 +168,6 @@ class ShmDomain : public HostGroup {
   // (by `arrived`) last arrived or waited on the same CPU.
   template <typename F>
   bool stackedOnMe(const F& arrived);
-  // Stores the CPU this rank runs on into its Ctl::cpu where it changed;
-  // returns it (-1: unknown).
-  int noteMyCpu();
   void cmaRead(int peer, uint64_t remote, void* local, size_t len);
   void cmaWrite(int peer, const void* local, uint64_t remote, size_t len);
   // Throws the error a failed process_vm_readv/writev stands for: the peer or
@@ -294,10 +291,7 @@ class ShmDomain : public HostGroup {
   bool light_ = false;
   // Waits that found a late peer on this rank's CPU (stackedOnMe).
   uint64_t stackedWaits_ = 0;
-  // This rank's Ctl::cpu as it last stored it (noteMyCpu): that word shares
-  // the arrival line its peers poll, and reading it back on every op waited
-  // for the line.
-  int cpuNoted_ = -1;
+  int cpuNoted_ = -1;  // this rank's Ctl::cpu as it last stored it (core::noteCpu)
   bool oversubscribed_ = false;  // fewer CPUs among the local ranks' affinity masks than local ranks
   size_t cmaMin_ = 64u << 10;        // single copy from this size (shm.cc: kCmaMin*)
   size_t cmaMinReduce_ = 64u << 10;  // the same for reduce

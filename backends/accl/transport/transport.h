@@ -41,12 +41,17 @@ inline void cpuRelax() {
 
 // Stores the CPU this thread runs on into `word` where it changed (a word
 // that peers read anyway: a waiter that finds a late peer on its own CPU
-// yields instead of spinning); returns it (-1: unknown). glibc reads the CPU
-// from the thread's rseq area (2.35 and later), else from the vDSO: a few
-// nanoseconds either way.
-inline int noteCpu(std::atomic<int32_t>& word) {
+// yields instead of spinning); returns it (-1: unknown). `noted` is what the
+// caller, the word's only writer, stored last: the word shares a line that
+// peers poll, and reading it back waited for that line on every op. glibc
+// reads the CPU from the thread's rseq area (2.35 and later), else from the
+// vDSO: a few nanoseconds either way.
+inline int noteCpu(std::atomic<int32_t>& word, int& noted) {
   int cpu = sched_getcpu();
-  if (word.load(std::memory_order_relaxed) != cpu) word.store(cpu, std::memory_order_relaxed);
+  if (cpu != noted) {
+    noted = cpu;
+    word.store(cpu, std::memory_order_relaxed);
+  }
   return cpu;
 }
 

@@ -432,19 +432,11 @@ bool ShmLink::writeNow(int peer, const FrameHeader& h, const char* buf) {
   auto put = [&](uint64_t pos, const char* src, size_t n) { putAt(data, pos, src, n); };
   put(head, reinterpret_cast<const char*>(&h), sizeof(FrameHeader));
   if (h.len) putPayload(o, data, head + sizeof(FrameHeader), buf, h.len, h.total);
-  noteWriterCpu(o);
+  noteCpu(r->writerCpu, o.cpuNoted);
   r->head.store(head + rec, std::memory_order_release);
   o.headMine = head + rec;
   ringIfAsleep(peer);
   return true;
-}
-
-void ShmLink::noteWriterCpu(Out& o) {
-  int cpu = sched_getcpu();
-  if (cpu != o.cpuNoted) {
-    o.cpuNoted = cpu;
-    o.ring->writerCpu.store(cpu, std::memory_order_relaxed);
-  }
 }
 
 bool ShmLink::writerOnCpu(int cpu) const {
@@ -475,7 +467,7 @@ bool ShmLink::flush(int peer) {
   bool any = false;
   // Pieces of large messages are written here, by the caller or the progress
   // thread: either is what a waiter for them waits on.
-  noteWriterCpu(o);
+  noteCpu(r->writerCpu, o.cpuNoted);
   while (!o.queue.empty()) {
     OutFrame& f = o.queue.front();
     bool remote = f.hdr.flags & kFlagRemote;

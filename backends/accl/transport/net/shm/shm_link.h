@@ -200,8 +200,6 @@ class ShmLink : public FrameLink, public EventHandler {
   }
 
   void ringIfAsleep(int peer);
-  struct Out;
-  void noteWriterCpu(Out& o);
   struct OutFrame {
     FrameHeader hdr{};
     const char* data = nullptr;
