@@ -215,6 +215,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   for (int r = 0; r < size; ++r)
     if (layout_.hostOf[r] != layout_.myHost) (net_->overIb(r) ? ib : tcp) = true;
   transportName_ = transportName(host_->size() > 1, ib, tcp);
+  algo_.rdmaBetweenHosts = ib;  // the fixed thresholds' link (select.cc)
   if (model_ && (ib || tcp) && model_->transport != (ib ? "ib" : "tcp"))
     ACCL_WARN("INIT", where << ": ACCL_TUNING_FILE " << settings::tuningFile.get() << " was calibrated over "
                             << model_->transport << ", but this group reaches other hosts over " << (ib ? "ib" : "tcp")

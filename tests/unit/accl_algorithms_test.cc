@@ -511,13 +511,28 @@ TEST(Selection, ByLayoutSizeAndOverride) {
   EXPECT_EQ(choose(Coll::Scatter, 64, flat, parseAlgoSpec("scatter:hier")), Algo::Direct);
   EXPECT_EQ(choose(Coll::Allreduce, 64, flat, none), Algo::RecursiveDoubling);
   EXPECT_EQ(choose(Coll::Allreduce, 64 << 20, flat, none), Algo::Ring);
-  Layout pair;  // two hosts, one rank each: the whole vector in one exchange up to 16 MiB
+  Layout pair;  // two hosts, one rank each: the whole vector in one exchange (over verbs up to 16 MiB)
   pair.size = pair.hosts = 2;
-  EXPECT_EQ(choose(Coll::Allreduce, 1 << 20, pair, none), Algo::RecursiveDoubling);
-  EXPECT_EQ(choose(Coll::Allreduce, 16 << 20, pair, none), Algo::RecursiveDoubling);
-  EXPECT_EQ(choose(Coll::Allreduce, 64 << 20, pair, none), Algo::Ring);
-  EXPECT_NE(describeSelection(pair, none).find("recursive_doubling"), std::string::npos);
-  EXPECT_NE(describeSelection(pair, none).find("ring"), std::string::npos);
+  AlgoOverrides rdma;
+  rdma.rdmaBetweenHosts = true;
+  for (const AlgoOverrides& link : {none, rdma}) {
+    EXPECT_EQ(choose(Coll::Allreduce, 1 << 20, pair, link), Algo::RecursiveDoubling);
+    EXPECT_EQ(choose(Coll::Allreduce, 16 << 20, pair, link), Algo::RecursiveDoubling);
+  }
+  EXPECT_EQ(choose(Coll::Allreduce, 64 << 20, pair, none), Algo::RecursiveDoubling);  // tcp
+  EXPECT_EQ(choose(Coll::Allreduce, size_t(1) << 30, pair, none), Algo::RecursiveDoubling);
+  EXPECT_EQ(choose(Coll::Allreduce, (16 << 20) + 1, pair, rdma), Algo::Ring);
+  EXPECT_EQ(choose(Coll::Allreduce, 64 << 20, pair, rdma), Algo::Ring);
+  EXPECT_NE(describeSelection(pair, rdma).find("allreduce: <16777217B recursive_doubling >=16777217B ring"),
+            std::string::npos);
+  EXPECT_NE(describeSelection(pair, none).find("allreduce: recursive_doubling;"), std::string::npos);
+  // Three ranks: the ring above 64 KiB whatever the link.
+  EXPECT_EQ(chooseInterHost(Coll::Allreduce, 1 << 20, 3, none), Algo::Ring);
+  // Through the hosts' ranks, forced where it does not apply: the default, for the link.
+  AlgoOverrides hierRdma = parseAlgoSpec("allreduce:hier");
+  hierRdma.rdmaBetweenHosts = true;
+  EXPECT_EQ(choose(Coll::Allreduce, 64 << 20, pair, hierRdma), Algo::Ring);
+  EXPECT_EQ(choose(Coll::Allreduce, 64 << 20, pair, parseAlgoSpec("allreduce:hier")), Algo::RecursiveDoubling);
   EXPECT_EQ(choose(Coll::Broadcast, 64, flat, none), Algo::Tree);
   EXPECT_EQ(choose(Coll::Broadcast, 64 << 20, flat, none), Algo::Ring);
   auto o = parseAlgoSpec("allreduce:ring; broadcast:tree");

@@ -80,6 +80,7 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
   try {
     model = calibrated ? CostModel::fromFile(file) : CostModel::defaults(transport, gbps);
     overrides = parseAlgoSpec(algoSpec);
+    overrides.rdmaBetweenHosts = transport == "ib";
   } catch (const accl::Error& e) {
     std::fprintf(stderr, "accl-info: %s\n", e.what());
     return 1;

@@ -13,11 +13,15 @@ namespace core {
 
 namespace {
 constexpr size_t kSmallAllreduce = 64u << 10;
-// Two ranks: recursive doubling (one exchange of the whole vector, in
-// pieces) up to here, the ring (half the reduction's reads and writes) above.
-// Between two namespace hosts over TCP, recursive doubling took 0.75 of the
-// ring's time at 4 MiB, the same at 16-32 MiB, and the ring 0.8-0.9 of
-// recursive doubling's at 64 MiB, with 0.6 of its user CPU time.
+// Two ranks over verbs: recursive doubling (one exchange of the whole
+// vector, in pieces) up to here, the ring (half the reduction's reads and
+// writes) above, where a fast link may outrun the reduction of the whole
+// vector. Over TCP, recursive doubling at every size: between two namespace
+// hosts (2026-12-06), forced both ways in alternating launches, it ran
+// 32-256 MiB at 1.34-2.22 GB/s busbw against the ring's 1.02-1.65 (11 of 13
+// pairs faster), with 10-20 % less system CPU time: half of the ring's bytes
+// land in the cold output buffer, all of recursive doubling's in
+// cache-sized scratch pieces that are reduced while still in cache.
 constexpr size_t kTwoRankRing = 16u << 20;
 constexpr size_t kSmallBroadcast = 256u << 10;
 constexpr size_t kSmallGather = 64u << 10;
@@ -94,8 +98,9 @@ Algo chooseInterHost(Coll c, size_t bytes, int hosts, const AlgoOverrides& o, co
   if (m) return m->best(c, bytes, hosts, hostCount);
   switch (c) {
     case Coll::Allreduce:
-      return (bytes <= kSmallAllreduce || (hosts == 2 && bytes <= kTwoRankRing)) ? Algo::RecursiveDoubling
-                                                                                 : Algo::Ring;
+      return (bytes <= kSmallAllreduce || (hosts == 2 && (bytes <= kTwoRankRing || !o.rdmaBetweenHosts)))
+                 ? Algo::RecursiveDoubling
+                 : Algo::Ring;
     case Coll::Broadcast: return bytes <= kSmallBroadcast ? Algo::Tree : Algo::Ring;
     case Coll::Reduce: return Algo::Tree;
     case Coll::Allgather: return bytes <= kSmallGather ? Algo::Direct : Algo::Ring;
@@ -112,8 +117,12 @@ Algo choose(Coll c, size_t bytes, const Layout& l, const AlgoOverrides& o, const
   // to hold as many ranks (their rails).
   const bool railed = c == Coll::Allgather || c == Coll::ReduceScatter || c == Coll::Alltoall;
   bool hier = l.hierarchical() && (!railed || l.uniform);
-  if (forced == Algo::Hierarchical)
-    return hier ? forced : chooseInterHost(c, bytes, l.size, AlgoOverrides{}, m, l.hosts);
+  if (forced == Algo::Hierarchical) {
+    if (hier) return forced;
+    AlgoOverrides unforced;
+    unforced.rdmaBetweenHosts = o.rdmaBetweenHosts;
+    return chooseInterHost(c, bytes, l.size, unforced, m, l.hosts);
+  }
   if (forced != Algo::Auto) return forced;
   if (l.hierarchical() && hierarchicalByDefault(c, bytes, l.uniform)) return Algo::Hierarchical;
   return chooseInterHost(c, bytes, l.size, o, m, l.hosts);

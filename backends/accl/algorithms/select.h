@@ -38,6 +38,10 @@ class CostModel;
 
 struct AlgoOverrides {
   std::array<Algo, kNumColls> algo{};
+  // What the fixed size thresholds take the link between hosts for: the
+  // backend sets it where its group reaches other hosts over verbs (false:
+  // TCP). Not from ACCL_ALGO.
+  bool rdmaBetweenHosts = false;
 };
 
 // Parses ACCL_ALGO ("allreduce:ring;broadcast:tree"); throws InvalidArgument
