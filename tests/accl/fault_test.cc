@@ -721,38 +721,44 @@ TEST_P(EagerShm, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
 // both sides, not returned as another op's data. Here the root calls a
 // scatter and then ten broadcasts, all before rank 1 calls anything; rank 1
 // calls eleven broadcasts.
+// Run with parts of 16 floats (64 B: the eager cells) and of 4 (16 B: the
+// boxes of one cache line, kBoxBytes in shm.cc), whose receivers look at the
+// sender's box alone.
 TEST_P(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
-  std::string dir;
-  runRanks(2, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
-    std::vector<float> in(32), out(16, -1.0f);
-    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
-    auto F = [](std::vector<float>& v, size_t n) { return Buffer(v.data(), n, DataType::Float32); };
-    pg.barrier()->wait();  // #0
-    recordOutcome(c, r, [&] {
-      if (r == 0) {
-        ScatterOptions so;
-        so.timeout = 5s;
-        pg.scatter(F(in, 32), F(out, 16), so)->wait();  // #1
-        for (int i = 0; i < 10; ++i) {
-          BroadcastOptions bo;
-          bo.timeout = 5s;
-          pg.broadcast(F(in, 16), bo)->wait();  // #2 - #11: the root only sends
+  for (size_t k : {size_t(16), size_t(4)}) {
+    SCOPED_TRACE(std::to_string(k) + " floats");
+    std::string dir;
+    runRanks(2, GetParam(), [k](int r, ProcessGroup& pg, Ctx& c) {
+      std::vector<float> in(2 * k), out(k, -1.0f);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+      auto F = [](std::vector<float>& v, size_t n) { return Buffer(v.data(), n, DataType::Float32); };
+      pg.barrier()->wait();  // #0
+      recordOutcome(c, r, [&] {
+        if (r == 0) {
+          ScatterOptions so;
+          so.timeout = 5s;
+          pg.scatter(F(in, 2 * k), F(out, k), so)->wait();  // #1
+          for (int i = 0; i < 10; ++i) {
+            BroadcastOptions bo;
+            bo.timeout = 5s;
+            pg.broadcast(F(in, k), bo)->wait();  // #2 - #11: the root only sends
+          }
+          c.store->set("root-returned", toBytes("1"));
+        } else {
+          c.store->wait({"root-returned"}, 10s);
+          for (int i = 0; i < 11; ++i) {
+            BroadcastOptions bo;
+            bo.timeout = 5s;
+            pg.broadcast(F(out, k), bo)->wait();  // #1 - #11
+          }
         }
-        c.store->set("root-returned", toBytes("1"));
-      } else {
-        c.store->wait({"root-returned"}, 10s);
-        for (int i = 0; i < 11; ++i) {
-          BroadcastOptions bo;
-          bo.timeout = 5s;
-          pg.broadcast(F(out, 16), bo)->wait();  // #1 - #11
-        }
-      }
-      BarrierOptions bo;
-      bo.timeout = 10s;
-      pg.barrier(bo)->wait();
-    });
-  }, 60s, &dir);
-  expectBothNameAMismatch(dir, {"scatter #1", "broadcast #1"});
+        BarrierOptions bo;
+        bo.timeout = 10s;
+        pg.barrier(bo)->wait();
+      });
+    }, 60s, &dir);
+    expectBothNameAMismatch(dir, {"scatter #1", "broadcast #1"});
+  }
 }
 
 // At a round where both sides only send (a broadcast's root, a gather's
@@ -762,33 +768,36 @@ TEST_P(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
 // senders of eager ops read their peers' progress only every few rounds, so
 // a root also meets mismatches after the fact, and names them the same way.
 TEST_P(EagerShm, AMismatchFoundRoundsLaterNamesTheOpsWhereTheRanksParted) {
-  std::string dir;
-  runRanks(2, GetParam(), [](int r, ProcessGroup& pg, Ctx& c) {
-    std::vector<float> x(32, 1.0f);
-    auto F = [&](size_t n) { return Buffer(x.data(), n, DataType::Float32); };
-    pg.barrier()->wait();  // #0
-    recordOutcome(c, r, [&] {
-      BroadcastOptions bo;
-      bo.timeout = 5s;
-      for (int i = 0; i < 5; ++i) pg.broadcast(F(16), bo)->wait();  // #1 - #5
-      // Rank 0 calls #6 only once rank 1 has returned from it: rank 1 then
-      // first meets the mismatch at #7.
-      if (r == 0) {
-        c.store->wait({"r1-returned"}, 10s);
-        pg.broadcast(F(16), bo)->wait();  // #6: the root only sends
-      } else {
-        GatherOptions go;
-        go.timeout = 5s;
-        pg.gather(F(16), Buffer(nullptr, 0, DataType::Float32), go)->wait();  // #6: a non-root only sends
-        c.store->set("r1-returned", toBytes("1"));
-      }
-      for (int i = 0; i < 6; ++i) pg.broadcast(F(16), bo)->wait();  // #7 - #12: rank 1 receives
-      BarrierOptions bar;
-      bar.timeout = 10s;
-      pg.barrier(bar)->wait();
-    });
-  }, 60s, &dir);
-  expectBothNameAMismatch(dir, {"broadcast #6", "gather #6"});
+  for (size_t k : {size_t(16), size_t(4)}) {  // the cells, the boxes (as above)
+    SCOPED_TRACE(std::to_string(k) + " floats");
+    std::string dir;
+    runRanks(2, GetParam(), [k](int r, ProcessGroup& pg, Ctx& c) {
+      std::vector<float> x(32, 1.0f);
+      auto F = [&](size_t n) { return Buffer(x.data(), n, DataType::Float32); };
+      pg.barrier()->wait();  // #0
+      recordOutcome(c, r, [&] {
+        BroadcastOptions bo;
+        bo.timeout = 5s;
+        for (int i = 0; i < 5; ++i) pg.broadcast(F(k), bo)->wait();  // #1 - #5
+        // Rank 0 calls #6 only once rank 1 has returned from it: rank 1 then
+        // first meets the mismatch at #7.
+        if (r == 0) {
+          c.store->wait({"r1-returned"}, 10s);
+          pg.broadcast(F(k), bo)->wait();  // #6: the root only sends
+        } else {
+          GatherOptions go;
+          go.timeout = 5s;
+          pg.gather(F(k), Buffer(nullptr, 0, DataType::Float32), go)->wait();  // #6: a non-root only sends
+          c.store->set("r1-returned", toBytes("1"));
+        }
+        for (int i = 0; i < 6; ++i) pg.broadcast(F(k), bo)->wait();  // #7 - #12: rank 1 receives
+        BarrierOptions bar;
+        bar.timeout = 10s;
+        pg.barrier(bar)->wait();
+      });
+    }, 60s, &dir);
+    expectBothNameAMismatch(dir, {"broadcast #6", "gather #6"});
+  }
 }
 
 // Eager and lock-step ops in a random order (the same on every rank), roots

@@ -84,6 +84,14 @@ constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-c
 // kDepth cells (shm.h), one per round modulo kDepth, so a sender may run up
 // to kDepth - 1 rounds ahead of the slowest rank (its credits).
 constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
+// Eager ops of at most kBoxBytes (a gather's or a reduce's part, a
+// broadcast's message, a scatter's parts together) go in the sender's box
+// of the round instead: one cache line that holds the round's number, the
+// sender's chain of that round and the bytes. A receiver waits on that line
+// alone, where it read the sender's arrival line, the line of its chain and
+// the cell's (three lines fetched from the sender's core per op, one after
+// another). The boxes of consecutive rounds are consecutive lines.
+constexpr size_t kBoxBytes = 48;
 // A broadcast through the slots publishes its progress every eighth of the
 // slot's share, and at least every this many bytes.
 constexpr size_t kFillPieceMin = 16u << 10;
@@ -240,6 +248,18 @@ char* ShmDomain::cell(uint64_t round, int r) const {
   return static_cast<char*>(base_) + cellOff + (static_cast<size_t>(r) * kDepth + round % kDepth) * kCell;
 }
 
+struct alignas(64) ShmDomain::Box {
+  std::atomic<uint64_t> round;  // the round whose bytes these are (published last)
+  uint64_t chain;               // the sender's chain at that round
+  char data[kBoxBytes];
+};
+ShmDomain::Box& ShmDomain::box(uint64_t round, int r) const {
+  static_assert(sizeof(Box) == 64, "a box is one cache line");
+  size_t boxOff = align64(sizeof(Header) + sizeof(Ctl) * o_.localSize) + 2 * o_.localSize * slot_ +
+                  static_cast<size_t>(o_.localSize) * kDepth * kCell;
+  return reinterpret_cast<Box*>(static_cast<char*>(base_) + boxOff)[static_cast<size_t>(r) * kDepth + round % kDepth];
+}
+
 bool ShmDomain::singleCopyRooted(size_t total, size_t largest, int cls) const {
   // A gather's or a scatter's parts that fit the eager cells go eagerly unless
   // the whole is large enough for single copy where CPUs are shared too.
@@ -253,7 +273,7 @@ ShmDomain::ShmDomain(Options o) : o_(std::move(o)) {
                           std::to_string(kMaxLocal) + " (use ACCL_TRANSPORTS=tcp)");
   slot_ = n <= 4 ? (1u << 20) : n <= 16 ? (512u << 10) : (128u << 10);
   size_t dataOff = align64(sizeof(Header) + sizeof(Ctl) * n);
-  mapBytes_ = dataOff + 2 * n * slot_ + static_cast<size_t>(n) * kDepth * kCell;
+  mapBytes_ = dataOff + 2 * n * slot_ + static_cast<size_t>(n) * kDepth * (kCell + sizeof(Box));
   deadline_ = Clock::now() + o_.timeout;
   seen_.assign(static_cast<size_t>(n), 0);
   const std::string& name = o_.segmentName;
@@ -743,6 +763,35 @@ void ShmDomain::waitRoot(int root) {
   seen_[root] = std::max(seen_[root], k);
 }
 
+void ShmDomain::arriveBoxed(const OpDesc& d) {
+  uint64_t k = round_ + 1;
+  Box& b = box(k, o_.localRank);
+  b.chain = chainNext(chain_, d);  // as arrive() makes it
+  b.round.store(k, std::memory_order_release);
+  arrive(d);
+}
+
+void ShmDomain::waitBoxed(int from) {
+  uint64_t k = round_;
+  auto boxed = [&](int p) { return box(k, p).round.load(std::memory_order_acquire) == k; };
+  // Its box, or its arrival without one (another op: the check below names it).
+  waitFor([&](int p) {
+    return (from >= 0 && p != from) || boxed(p) || ctl(p).arrive.load(std::memory_order_acquire) >= k;
+  });
+  for (int p = 0; p < o_.localSize; ++p) {
+    if (p == o_.localRank || (from >= 0 && p != from)) continue;
+    // The box's chain is p's at round k: what the arrival line's check
+    // compares, without that line.
+    if (!boxed(p) || box(k, p).chain != hist_[k % kDepth].chain) {
+      checkPeer(p, k);  // throws: p's op at round k was another
+      throw InvalidArgument("mismatched collectives: this rank called " + core::describe(hist_[k % kDepth].desc) +
+                            " and rank " + std::to_string(o_.ranks[p]) +
+                            " reached that round without its small message for it");
+    }
+    seen_[p] = std::max(seen_[p], k);
+  }
+}
+
 void ShmDomain::round(const OpDesc& d) {
   arrive(d);
   waitAll();
@@ -1015,6 +1064,27 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
   size_t per = slot_ / es;
   const char* i = static_cast<const char*>(in);
   char* o = static_cast<char*>(out);
+  if (bytes <= kBoxBytes) {
+    // Eager, in the others' boxes of the round: the root reduces them with
+    // its own input (copied first: `in` may be `out`) in rank order.
+    beginEager(deadline);
+    if (me != root) {
+      if (bytes) std::memcpy(box(round_ + 1, me).data, i, bytes);
+      arriveBoxed(d);
+      return;
+    }
+    char own[kBoxBytes];
+    if (bytes) std::memcpy(own, i, bytes);
+    arrive(d);
+    waitBoxed(-1);
+    lagging_ = false;
+    if (count) {
+      auto part = [&](int p) -> const char* { return p == me ? own : box(round_, p).data; };
+      internal::reduce(o, part(0), part(1), count, t, k);
+      for (int p = 2; p < n; ++p) internal::reduce(o, o, part(p), count, t, k);
+    }
+    return;
+  }
   if (bytes <= kCell) {
     // Eager: every rank leaves its input in its cell; the others return at
     // once, the root waits for all and reduces them in rank order.
@@ -1083,6 +1153,19 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
       cmaRead(root, ctl(root).ptrIn, b, head);
     }
     round(d);
+    return;
+  }
+  if (bytes <= kBoxBytes) {
+    // Eager, in the root's box of the round.
+    beginEager(deadline);
+    if (me == root) {
+      if (bytes) std::memcpy(box(round_ + 1, me).data, b, bytes);
+      arriveBoxed(d);
+      return;
+    }
+    arrive(d);
+    waitBoxed(root);
+    if (bytes) std::memcpy(b, box(round_, root).data, bytes);
     return;
   }
   if (bytes <= kCell) {
@@ -1414,6 +1497,21 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
     round(d);
     return;
   }
+  if (maxb <= kBoxBytes && maxb * static_cast<size_t>(n) == total) {
+    // Eager, parts of one size in the others' boxes of the round.
+    beginEager(deadline);
+    if (me != root) {
+      if (bytes[me]) std::memcpy(box(round_ + 1, me).data, in, bytes[me]);
+      arriveBoxed(d);
+      return;
+    }
+    arrive(d);
+    waitBoxed(-1);
+    lagging_ = false;
+    for (int p = 0; p < n; ++p)
+      if (p != me && maxb) std::memcpy(o + static_cast<size_t>(p) * maxb, box(round_, p).data, maxb);
+    return;
+  }
   if (maxb <= kCell) {
     // Eager: the others leave their part in their cells and return at once;
     // the root waits for all and copies.
@@ -1473,6 +1571,22 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
       cmaRead(root, ctl(root).ptrIn + mine, out, bytes[me]);
     }
     round(d);
+    return;
+  }
+  size_t qb = kBoxBytes / static_cast<size_t>(n);
+  if (maxb <= qb && maxb * static_cast<size_t>(n) == total) {
+    // Eager, parts of one size in the root's box of the round (part p at p * qb).
+    beginEager(deadline);
+    if (me == root) {
+      char* c = box(round_ + 1, me).data;
+      for (int p = 0; p < n; ++p)
+        if (p != me && maxb) std::memcpy(c + static_cast<size_t>(p) * qb, i + static_cast<size_t>(p) * maxb, maxb);
+      arriveBoxed(d);
+      return;
+    }
+    arrive(d);
+    waitBoxed(root);
+    if (maxb) std::memcpy(out, box(round_, root).data + static_cast<size_t>(me) * qb, maxb);
     return;
   }
   size_t qc = (kCell / n) & ~size_t(63);
