@@ -255,9 +255,9 @@ struct alignas(64) ShmDomain::Box {
 };
 ShmDomain::Box& ShmDomain::box(uint64_t round, int r) const {
   static_assert(sizeof(Box) == 64, "a box is one cache line");
-  size_t boxOff = align64(sizeof(Header) + sizeof(Ctl) * o_.localSize) + 2 * o_.localSize * slot_ +
-                  static_cast<size_t>(o_.localSize) * kDepth * kCell;
-  return reinterpret_cast<Box*>(static_cast<char*>(base_) + boxOff)[static_cast<size_t>(r) * kDepth + round % kDepth];
+  // The boxes follow the cells (cell(0, 0) is the first of them).
+  char* boxes = cell(0, 0) + static_cast<size_t>(o_.localSize) * kDepth * kCell;
+  return reinterpret_cast<Box*>(boxes)[static_cast<size_t>(r) * kDepth + round % kDepth];
 }
 
 bool ShmDomain::singleCopyRooted(size_t total, size_t largest, int cls) const {
