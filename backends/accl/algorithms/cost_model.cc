@@ -328,18 +328,30 @@ double CostModel::networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   }
   const LinkParams& N = NA;
   const double n = static_cast<double>(bytes), P = p;
-  const double frac = (P - 1) / P;
   auto bad = [&]() -> double {
     throw InvalidArgument(std::string("cost model: ") + toString(c) + " has no algorithm " + toString(a));
   };
   // Pairwise steps by distance 1, 2, 4, ... < q (recursive doubling, binomial
   // trees): the pairs of a step with distance below the ranks per host stay
   // on their host (blocks aligned to powers of two).
+  // A step that reduces what it receives, b bytes: from 1 MiB they come in
+  // pieces (algo::exchangePiece), each reduced while the next one comes, so
+  // past the first piece's transfer and up to the last piece's reduction the
+  // slower of the two sets the pace; a step of one piece receives, then
+  // reduces (a + b beta + b gamma). Over TCP, where the wire is slower than
+  // the reduction, a step of 64 MiB then costs its transfer and one piece's
+  // reduction: between two ranks, recursive doubling's one step of the whole
+  // vector comes out a latency ahead of the ring's two steps of half of it,
+  // as measured (2 namespace hosts, 32-256 MiB).
+  auto reduceStep = [](const LinkParams& k, double b) {
+    double piece = static_cast<double>(algo::exchangePiece(static_cast<size_t>(b), 4));
+    return k.alphaUs + b * std::max(k.betaUsPerB, k.gammaUsPerB) + piece * std::min(k.betaUsPerB, k.gammaUsPerB);
+  };
   auto steps = [&](int q, double bytesPerStep, bool reduce) {
     double t = 0;
     for (int mask = 1; mask < q; mask <<= 1) {
       const LinkParams& k = mask < L ? H : NS;
-      t += k.alphaUs + bytesPerStep * k.betaUsPerB + (reduce ? bytesPerStep * k.gammaUsPerB : 0);
+      t += reduce ? reduceStep(k, bytesPerStep) : k.alphaUs + bytesPerStep * k.betaUsPerB;
     }
     return t;
   };
@@ -357,17 +369,18 @@ double CostModel::networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   };
   // Rings and dissemination: some pair of every step crosses hosts, which
   // sets the step's time (the link between hosts).
-  const double al = N.alphaUs, be = N.betaUsPerB, ga = N.gammaUsPerB;
+  const double al = N.alphaUs, be = N.betaUsPerB;
   switch (c) {
     case Coll::Allreduce:
-      if (a == Algo::Ring) return 2 * (P - 1) * al + 2 * frac * n * be + frac * n * ga;
+      // The ring: p - 1 reduction steps of a block, then p - 1 steps that pass the blocks on.
+      if (a == Algo::Ring) return (P - 1) * (reduceStep(N, n / P) + al + n / P * be);
       if (a == Algo::RecursiveDoubling) {
         // log2 of the largest power of two, each step the whole vector; the
         // ranks beyond it fold into a neighbour (on its host) before and get
         // the result after.
         int q = floorPow2(p);
         const LinkParams& f = L > 1 ? H : N;
-        double extra = q == p ? 0 : 2 * (f.alphaUs + n * f.betaUsPerB) + n * f.gammaUsPerB;
+        double extra = q == p ? 0 : reduceStep(f, n) + f.alphaUs + n * f.betaUsPerB;
         return steps(q, n, true) + extra;
       }
       return bad();
@@ -388,7 +401,7 @@ double CostModel::networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
       if (a == Algo::Direct) return direct(n / P, p - 1, true);
       return bad();
     case Coll::ReduceScatter:  // n: the whole input vector
-      if (a == Algo::Ring) return (P - 1) * (al + n / P * (be + ga));
+      if (a == Algo::Ring) return (P - 1) * reduceStep(N, n / P);
       // The recursive-doubling variant is the whole allreduce, then a copy of
       // this rank's block (algorithms' reduce-scatter by recursive doubling).
       if (a == Algo::RecursiveDoubling) return networkUs(Coll::Allreduce, Algo::RecursiveDoubling, bytes, p, hosts);

@@ -5,6 +5,8 @@
 //
 //   one message of n bytes between two ranks:   alpha + n * beta
 //   reducing n bytes into another n bytes:       n * gamma
+//   a step that receives n >= 1 MiB and reduces it, piece by piece:
+//     alpha + n * max(beta, gamma) + piece * min(beta, gamma)
 //   each further message one rank posts at once: overhead (LogGP's o)
 //
 // Parameters come from a calibration (`accl-perf --calibrate FILE`, named to
