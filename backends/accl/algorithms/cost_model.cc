@@ -331,9 +331,6 @@ double CostModel::networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   auto bad = [&]() -> double {
     throw InvalidArgument(std::string("cost model: ") + toString(c) + " has no algorithm " + toString(a));
   };
-  // Pairwise steps by distance 1, 2, 4, ... < q (recursive doubling, binomial
-  // trees): the pairs of a step with distance below the ranks per host stay
-  // on their host (blocks aligned to powers of two).
   // A step that reduces what it receives, b bytes: from 1 MiB they come in
   // pieces (algo::exchangePiece), each reduced while the next one comes, so
   // past the first piece's transfer and up to the last piece's reduction the
@@ -342,11 +339,15 @@ double CostModel::networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   // the reduction, a step of 64 MiB then costs its transfer and one piece's
   // reduction: between two ranks, recursive doubling's one step of the whole
   // vector comes out a latency ahead of the ring's two steps of half of it,
-  // as measured (2 namespace hosts, 32-256 MiB).
+  // as the fixed thresholds choose there (forced between 2 namespace hosts
+  // at 32-256 MiB, it was the faster in 11 of 13 pairs).
   auto reduceStep = [](const LinkParams& k, double b) {
     double piece = static_cast<double>(algo::exchangePiece(static_cast<size_t>(b), 4));
     return k.alphaUs + b * std::max(k.betaUsPerB, k.gammaUsPerB) + piece * std::min(k.betaUsPerB, k.gammaUsPerB);
   };
+  // Pairwise steps by distance 1, 2, 4, ... < q (recursive doubling, binomial
+  // trees): the pairs of a step with distance below the ranks per host stay
+  // on their host (blocks aligned to powers of two).
   auto steps = [&](int q, double bytesPerStep, bool reduce) {
     double t = 0;
     for (int mask = 1; mask < q; mask <<= 1) {
