@@ -248,8 +248,14 @@ bool NetTransport::waiterPoll(int peer, size_t bytes, std::chrono::microseconds&
   // with 2 ms).
   // 4 ranks on 2 cores, the same sendrecv: 60-80 us at 8 B and 0.1-0.2x
   // Open MPI's busbw at 128 KiB - 2 MiB with it; there the waiter yields
-  // between passes instead, for kWaiterYieldUs (5-6 us at 8 B).
-  spin = std::chrono::microseconds(yields ? kWaiterYieldUs
+  // between passes instead, for kWaiterYieldUs (5-6 us at 8 B), and for a
+  // large message as long as it takes at 0.1 GB/s (up to 64 MiB's): a
+  // waiter that slept after 200 us left its peer's message and the
+  // acknowledgement of its own to the progress threads' doorbells, and both
+  // cores stood idle 3-15 % of a ring of 2-16 MiB sendrecv. Yielding on, as
+  // Open MPI's waiters do, 2 MiB went from 0.61-0.86x Open MPI's busbw to
+  // 0.83-0.97x (8 alternating launches, docs/performance.md).
+  spin = std::chrono::microseconds(yields ? kWaiterYieldUs + std::min<size_t>(bytes, size_t(64) << 20) / 100
                                           : kWaiterSpinUs + std::min<size_t>(bytes, size_t(4) << 20) / 2000);
   return true;
 }
@@ -263,8 +269,8 @@ std::function<void(Work&)> NetTransport::waiterHook(int peer, size_t bytes) {
   // message's spin has a state of its own.
   std::shared_ptr<const HookState> state =
       tcpPeer >= 0 ? tcpHooks_[tcpPeer]
-      : yields     ? smallHooks_[0]
-      : spin.count() == kWaiterSpinUs
+      : yields && spin.count() == kWaiterYieldUs ? smallHooks_[0]
+      : !yields && spin.count() == kWaiterSpinUs
           ? smallHooks_[1]
           : std::make_shared<const HookState>(HookState{gate_, spin, yields, -1});
   struct Hook {  // 16 bytes, moved without throwing: kept inside the std::function
