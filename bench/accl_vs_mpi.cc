@@ -2,6 +2,7 @@
 // an ACCL backend's, op by op and size by size, interleaved, best of several
 // repetitions each, so that the ratios hold on a shared, noisy machine.
 //   mpirun -n 2 accl-vs-mpi [--backend accl] [--op all] [--min 8] [--max 128M] [--factor 2] [--reps 3] [--iters N]
+//                           [--per-rank] [--usage]
 // Ranks on several hosts: pass MASTER_ADDR/MASTER_PORT (-x) for the ACCL store.
 //
 // Sizes and bus bandwidth follow nccl-tests: `bytes` is the op's size (allgather:
@@ -14,6 +15,7 @@
 // ACCL's results must equal MPI's bit for bit (column `wrong`).
 // Prints one row per op and size; exits 1 if any result differs.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 
@@ -57,6 +59,32 @@ size_t chunkCount(const std::string& op, size_t bytes, int n) {
     c /= static_cast<size_t>(n);
   return c;
 }
+
+// What a timed loop cost the host (--usage): the processes' CPU time and
+// context switches (getrusage: every thread of the process, progress threads
+// included), and the share of the host's CPU time spent idle (/proc/stat).
+struct Usage {
+  double user = 0, sys = 0, vcsw = 0, ivcsw = 0, busy = 0, idle = 0;
+  static Usage now() {
+    Usage u;
+    rusage r{};
+    getrusage(RUSAGE_SELF, &r);
+    u.user = r.ru_utime.tv_sec * 1e6 + r.ru_utime.tv_usec;
+    u.sys = r.ru_stime.tv_sec * 1e6 + r.ru_stime.tv_usec;
+    u.vcsw = static_cast<double>(r.ru_nvcsw);
+    u.ivcsw = static_cast<double>(r.ru_nivcsw);
+    if (FILE* f = std::fopen("/proc/stat", "r")) {
+      unsigned long long v[8] = {};
+      if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                      &v[6], &v[7]) == 8) {
+        u.busy = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
+        u.idle = static_cast<double>(v[3] + v[4]);
+      }
+      std::fclose(f);
+    }
+    return u;
+  }
+};
 
 struct Buffers {
   std::vector<float> in, outMpi, outAccl;
@@ -188,6 +216,10 @@ int main(int argc, char** argv) {
   app.add_option("--iters", fixedIters, "ops timed per repetition (default: 128 MiB's worth, 5 to 2000; more for "
                                         "a profile or to see a size past its warm-up)")
       ->check(CLI::Range(1, 100000000));
+  bool usage = false;
+  app.add_flag("--usage", usage, "also print what each timed loop cost: user and system CPU time and voluntary "
+                                 "and involuntary context switches per op (summed over the ranks' processes, "
+                                 "progress threads included), and the host's idle share of CPU time meanwhile");
   bool perRank = false;
   app.add_flag("--per-rank", perRank, "also print each rank's time of every repetition (rank 0 gathers them), "
                                      "for ops whose ranks' times differ (a root that runs ahead)");
@@ -262,9 +294,21 @@ int main(int argc, char** argv) {
           auto& fn = which == 0 ? k.mpi : k.accl;
           for (int w = 0; w < 3; ++w) fn();
           MPI_Barrier(comm);
+          Usage u0 = usage ? Usage::now() : Usage{};
           double t0 = now();
           for (int i = 0; i < iters; ++i) fn();
           double t = (now() - t0) / iters, sum = 0;
+          if (usage) {
+            Usage u1 = Usage::now();
+            double mine[4] = {u1.user - u0.user, u1.sys - u0.sys, u1.vcsw - u0.vcsw, u1.ivcsw - u0.ivcsw}, all[4];
+            MPI_Reduce(mine, all, 4, MPI_DOUBLE, MPI_SUM, 0, comm);
+            double dIdle = u1.idle - u0.idle, dAll = dIdle + u1.busy - u0.busy;
+            if (rank == 0)
+              std::printf("#   usage %-14s %12zu %-4s rep %d: idle %.1f %%, per op (all ranks): user %.2f us, sys %.2f "
+                          "us, vcsw %.2f, ivcsw %.2f\n",
+                          op.c_str(), bytes, which == 0 ? "mpi" : "accl", rp, dAll > 0 ? 100.0 * dIdle / dAll : 0.0,
+                          all[0] / iters, all[1] / iters, all[2] / iters, all[3] / iters);
+          }
           MPI_Allreduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
           if (perRank) {
             std::vector<double> all(static_cast<size_t>(size));
