@@ -254,7 +254,7 @@ bool NetTransport::waiterPoll(int peer, size_t bytes, std::chrono::microseconds&
   // acknowledgement of its own to the progress threads' doorbells, and both
   // cores stood idle 3-15 % of a ring of 2-16 MiB sendrecv. Yielding on, as
   // Open MPI's waiters do, 2 MiB went from 0.61-0.86x Open MPI's busbw to
-  // 0.83-0.97x (8 alternating launches, docs/performance.md).
+  // 0.83-0.97x (8 alternating launches, docs/performance-history.md).
   spin = std::chrono::microseconds(yields ? kWaiterYieldUs + std::min<size_t>(bytes, size_t(64) << 20) / 100
                                           : kWaiterSpinUs + std::min<size_t>(bytes, size_t(4) << 20) / 2000);
   return true;
