@@ -204,6 +204,11 @@ class NetTransport : public Transport, private FrameSink {
   // Whether frames to `peer` go through the shared-memory link; its ring
   // size; why it does not serve some local peers ("" if it serves all).
   bool overShm(int peer) const { return shm_ && shm_->serves(peer); }
+  // Whether a message of `bytes` to `peer` goes by single copy: the peer
+  // reads it from this process's memory (ShmLink::singleCopyMin).
+  bool singleCopyTo(int peer, size_t bytes) const {
+    return overShm(peer) && shm_->singleCopyTo(peer) && bytes >= shm_->singleCopyMin();
+  }
   std::string describeShm() const;
   const std::string& whyNotShm() const { return shmWhy_; }
   std::string describeIb() const;
