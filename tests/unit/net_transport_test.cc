@@ -458,7 +458,7 @@ static void spinFor(std::chrono::microseconds d) {
 // sending; one of the wrong size fails only its sendrecv, and leaves the
 // buffer as it was. Over sockets and verbs the same calls post the receive
 // the usual way. Where the ranks share cores, the wait in the ring gives the
-// core up between looks (sharedCores): the same orders hold.
+// core up between looks (the second test): the same orders hold.
 static void sendRecvOrders(Pair& p) {
   const std::chrono::microseconds delays[] = {0us, 1us, 3us, 10us, 40us, 300us};
   // Both ranks' threads start each round together (a spinning barrier), one

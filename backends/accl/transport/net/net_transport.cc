@@ -404,18 +404,23 @@ void NetTransport::progressLoop() {
   constexpr int64_t kLazyMaxNs = 16 * kMs;
   int64_t waitNs = 50 * kMs;
   bool lazy = false, lazyGrows = false;
+  // Every peer in shared memory: no socket's timers for the look to miss.
+  bool onlyShm = true;
+  for (int p = 0; p < o_.size; ++p) onlyShm = onlyShm && (p == o_.rank || overShm(p));
   std::vector<Completion> completions;  // kept: no allocation per pass
   while (!stop_) {
     int events = loop_->wait(waitNs);
     // A lazy look (a millisecond slept, nothing signalled) while a waiter
     // polls: that waiter does it (and holds the lock). The next look comes
-    // twice as late, up to 16 ms, where the ranks share cores and nothing has
-    // a deadline in that time: each look wakes this thread on a core the
-    // waiters need, and preempts one of them (4 ranks on 2 cores, a ring
-    // of sendrecv of 8-128 B, against Open MPI's time: about 10 % less with
-    // it, docs/performance-history.md). The waiters read every ring meanwhile;
-    // frames on a socket or a completion channel wake the loop at once.
+    // twice as late, up to 16 ms, where the ranks share cores, every peer is
+    // on this host, and nothing has a deadline: each look wakes this thread
+    // on a core the waiters need, and preempts one of them (4 ranks on 2
+    // cores, a ring of sendrecv of 8-128 B, against Open MPI's time: 3-8 %
+    // less with it, docs/performance-history.md). The waiters read every ring
+    // meanwhile. A message a waiter leaves in its sender's memory has a
+    // deadline, which the loop must keep once no waiter polls: back to 1 ms.
     if (lazy && waitNs > 0 && events == 0 && shm_->guestsActive()) {
+      if (shm_->deferring()) lazyGrows = false, waitNs = std::min(waitNs, kMs);
       if (lazyGrows) waitNs = std::min(waitNs * 2, kLazyMaxNs);
       loopWakeBy_.store(Clock::now().time_since_epoch().count() + waitNs, std::memory_order_relaxed);
       continue;
@@ -462,20 +467,18 @@ void NetTransport::progressLoop() {
       wakeBy(deferred);
       // The look backs off only where the ranks share cores, and where
       // nothing else needs the loop by a time.
-      lazyGrows = lazy && waitNs == kMs && deferred == 0 && !verbs_ &&
+      lazyGrows = lazy && waitNs == kMs && deferred == 0 && onlyShm &&
                   !spinningWaiters_.load(std::memory_order_relaxed);
     }
     // And one left in a socket's buffers (SocketLink::kDeferMin).
     if (sockets_->deferring()) {
       sockets_->expireDeferred(now);
       wakeBy(sockets_->deferredUntil());
-      lazyGrows = false;
     }
     // Sockets an op's waiter left polled (SocketLink::linger) come back.
     if (sockets_->lingering()) {
       sockets_->expireLingers(now);
       wakeBy(sockets_->lingerUntil());
-      lazyGrows = false;
     }
     // Frames in a connection's read buffer that no epoll event announces.
     if (sockets_->pendingReads()) sockets_->readPending();

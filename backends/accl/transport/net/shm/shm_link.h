@@ -133,7 +133,8 @@ class ShmLink : public FrameLink, public EventHandler {
   // A receive was posted: reads the messages left waiting that it (or any
   // receive) now takes. True if frames moved.
   bool readDeferred();
-  bool deferring() const { return deferred_ > 0; }
+  // Also read without the transport's lock (the progress loop's lazy look).
+  bool deferring() const { return deferred_.load(std::memory_order_relaxed) > 0; }
   // A receive from `peer` was posted: reads what that peer wrote so far (a
   // small message sent before this receive then lands in it now, and the
   // receive needs no waiting). True if frames moved. With the transport's lock.
@@ -272,7 +273,7 @@ class ShmLink : public FrameLink, public EventHandler {
   std::unique_ptr<std::atomic<bool>[]> serving_;  // per peer: out_[p].ring is set (serves())
   std::vector<In> in_;
   std::atomic<size_t> deferMin_{kDeferMinSharedCpus};  // as singleCopyMin_, until the group says
-  int deferred_ = 0;       // rings whose tail is a message left waiting (In::deferUntil)
+  std::atomic<int> deferred_{0};  // rings whose tail is a message left waiting (In::deferUntil)
   bool draining_ = false;  // drain(): everything is read now
 };
 
