@@ -465,8 +465,8 @@ void NetTransport::progressLoop() {
       // A message left in its sender's memory is read by its deadline.
       Clock::rep deferred = shm_->deferredUntil();
       wakeBy(deferred);
-      // The look backs off only where the ranks share cores, and where
-      // nothing else needs the loop by a time.
+      // The look backs off only where the ranks share cores, every peer is
+      // on this host, and nothing else needs the loop by a time.
       lazyGrows = lazy && waitNs == kMs && deferred == 0 && onlyShm &&
                   !spinningWaiters_.load(std::memory_order_relaxed);
     }
