@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 
@@ -168,6 +169,12 @@ void NetTransport::setupShm(Clock::time_point deadline) {
 
 void NetTransport::setLocalRanksShareCpus(bool shared, size_t probedSingleCopyFrom) {
   spinningWaiters_ = !shared;
+  int local = 1;
+  for (int p = 0; p < o_.size; ++p) local += p != o_.rank && p < static_cast<int>(o_.remote.size()) && !o_.remote[p];
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int allowed = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : INT_MAX;
+  loopTakesRankCpu_ = shared || allowed <= local;
   if (shm_) {
     if (o_.shmCmaAlways)
       shm_->setSingleCopyMin(shared ? ShmLink::kSingleCopyMinSharedCpus : ShmLink::kSingleCopyMinOwnCpus);
@@ -412,11 +419,13 @@ void NetTransport::progressLoop() {
     int events = loop_->wait(waitNs);
     // A lazy look (a millisecond slept, nothing signalled) while a waiter
     // polls: that waiter does it (and holds the lock). The next look comes
-    // twice as late, up to 16 ms, where the ranks share cores, every peer is
-    // on this host, and nothing has a deadline: each look wakes this thread
-    // on a core the waiters need, and preempts one of them (4 ranks on 2
-    // cores, a ring of sendrecv of 8-128 B, against Open MPI's time: 3-8 %
-    // less with it, docs/performance-history.md). The waiters read every ring
+    // twice as late, up to 16 ms, where this thread has no CPU of its own
+    // (loopTakesRankCpu_), every peer is on this host, and nothing has a
+    // deadline: each look wakes this thread on a core the waiters need, and
+    // preempts one of them (4 ranks on 2 cores, a ring of sendrecv of
+    // 8-128 B, against Open MPI's time: 3-8 % less with it; 2 ranks bound to
+    // a core each, sendrecv of 8 MiB: two context switches per millisecond
+    // of the op, docs/performance-history.md). The waiters read every ring
     // meanwhile. A message a waiter leaves in its sender's memory has a
     // deadline, which the loop must keep once no waiter polls: back to 1 ms.
     if (lazy && waitNs > 0 && events == 0 && shm_->guestsActive()) {
@@ -465,10 +474,10 @@ void NetTransport::progressLoop() {
       // A message left in its sender's memory is read by its deadline.
       Clock::rep deferred = shm_->deferredUntil();
       wakeBy(deferred);
-      // The look backs off only where the ranks share cores, every peer is
-      // on this host, and nothing else needs the loop by a time.
+      // The look backs off only where this thread has no CPU of its own,
+      // every peer is on this host, and nothing else needs the loop by a time.
       lazyGrows = lazy && waitNs == kMs && deferred == 0 && onlyShm &&
-                  !spinningWaiters_.load(std::memory_order_relaxed);
+                  loopTakesRankCpu_.load(std::memory_order_relaxed);
     }
     // And one left in a socket's buffers (SocketLink::kDeferMin).
     if (sockets_->deferring()) {

@@ -258,6 +258,11 @@ class NetTransport : public Transport, private FrameSink {
   bool waiterPoll(int peer, size_t bytes, std::chrono::microseconds& spin, bool& yields, int& tcpPeer) const;
   std::shared_ptr<WaiterGate> gate_ = std::make_shared<WaiterGate>();
   std::atomic<bool> spinningWaiters_{true};
+  // Whether the progress thread has no CPU of its own: the host's ranks
+  // share cores, or this process may run on no more CPUs than the host has
+  // local ranks (a rank bound to a core, 2 ranks on 2 CPUs). Its lazy look
+  // then backs off while waiters poll (progressLoop).
+  std::atomic<bool> loopTakesRankCpu_{false};
   std::atomic<uint64_t> waiterFrames_{0};  // framesReadByWaiters (written with mu_ held)
   // When the progress thread's current wait ends at the latest (steady-clock
   // ns; the largest value before its first pass): a waiter that leaves a
