@@ -42,6 +42,7 @@
 #include <cstring>
 #include <algorithm>
 #include <atomic>
+#include <new>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -255,7 +256,6 @@ int main(int argc, char** argv) {
   bool cma = false, cross = false;
   std::string cpuList;
   double duration = 6;
-  bool bytesGiven = false;
   app.add_option("bytes", bytes, "bytes per copy (default 64 MiB; with --cross-core, per message: 128 KiB)");
   app.add_option("reps", reps, "copies per figure, the fastest is printed (default 10)");
   app.add_flag("--cma", cma, "also time process_vm_readv beside a plain copy, on 4 KiB and 2 MiB pages");
@@ -265,8 +265,7 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", duration, "with --cross-core: how long to run, in rounds of a second (default 6)")
       ->check(CLI::Range(0.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
-  bytesGiven = app.count("bytes") > 0;
-  if ((bytesGiven && bytes == 0) || reps <= 0) {
+  if ((app.count("bytes") > 0 && bytes == 0) || reps <= 0) {
     std::fprintf(stderr, "accl-memcpy-bench: BYTES and REPS must be positive (got %zu and %d)\n", bytes, reps);
     return 2;
   }
@@ -303,7 +302,12 @@ int main(int argc, char** argv) {
       }
       cpus.resize(2);
     }
-    return crossCore(bytes, cpus[0], cpus[1], duration);
+    try {
+      return crossCore(bytes, cpus[0], cpus[1], duration);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "accl-memcpy-bench: cannot allocate 11 buffers of %zu bytes (8 in flight, source, destination, unchanged)\n", bytes);
+      return 2;
+    }
   }
   if (bytes == 0) bytes = size_t{64} << 20;
   for (int threads : {1, 2}) {

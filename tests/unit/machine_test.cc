@@ -4,11 +4,16 @@
 
 #include <sched.h>
 
+#include <pthread.h>
+
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/machine.h"
 
+using accl::core::allowedCpuCount;
 using accl::core::machineOversubscribed;
 using accl::core::machineText;
 
@@ -60,4 +65,44 @@ TEST(Machine, RanksOfOneMachineOutnumberTheUnionOfTheirCpus) {
   EXPECT_FALSE(machineOversubscribed(a, {a, a, a}));  // no CPU words
   EXPECT_FALSE(machineOversubscribed(a + "3", {a + "3", a + "3", a + "zz"}));
   EXPECT_FALSE(machineOversubscribed("", {"", ""}));
+}
+
+// The progress thread's lazy look backs off where the rank may run on no more
+// CPUs than its host has ranks (NetTransport): the count is the calling
+// thread's mask, as the kernel lists it, and one CPU for a thread bound to it.
+TEST(Machine, AllowedCpuCountIsTheAffinityMasksCount) {
+  int listed = 0;
+  std::ifstream status("/proc/thread-self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
+    // "0-3,8,10-11": each range counts hi - lo + 1.
+    std::string list = line.substr(line.find(':') + 1);
+    size_t pos = 0;
+    while (pos < list.size()) {
+      size_t comma = list.find(',', pos);
+      std::string part = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      size_t dash = part.find('-');
+      int lo = std::stoi(part), hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+      listed += hi - lo + 1;
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+  if (listed == 0) GTEST_SKIP() << "/proc/thread-self/status lists no Cpus_allowed_list here";
+  EXPECT_EQ(allowedCpuCount(), listed);
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  int bound = -1;
+  std::thread t([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof(one), &one) == 0) bound = allowedCpuCount();
+  });
+  t.join();
+  EXPECT_EQ(bound, 1) << "a thread bound to CPU " << first;
 }

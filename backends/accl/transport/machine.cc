@@ -28,6 +28,12 @@ std::string machineText() {
   return out;
 }
 
+int allowedCpuCount() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  return sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+}
+
 namespace {
 // Reads machineText()'s CPU words into `into` (ORed); false when malformed
 // or empty (the affinity mask was not readable).
