@@ -13,7 +13,8 @@ namespace core {
 // containers of one machine share it, and its CPUs), a space, and the CPUs
 // its affinity mask allows, as comma-separated hex words of 64 CPUs each.
 std::string machineText();
-// How many CPUs this process's affinity mask allows (0 where it cannot be read).
+// How many CPUs the calling thread's affinity mask allows (the process's,
+// unless the thread was bound apart; 0 where it cannot be read).
 int allowedCpuCount();
 // Whether the ranks whose machineText() names the same machine as `mine`
 // outnumber the CPUs their affinity masks allow together: they then share

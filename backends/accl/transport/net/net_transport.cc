@@ -150,7 +150,7 @@ void NetTransport::setupShm(Clock::time_point deadline) {
   so.local.assign(o_.size, false);
   bool any = false;
   for (int p = 0; p < o_.size; ++p) {
-    so.local[p] = p != o_.rank && p < static_cast<int>(o_.remote.size()) && !o_.remote[p];
+    so.local[p] = onThisHost(p);
     any = any || so.local[p];
   }
   if (!any) return;
@@ -170,7 +170,7 @@ void NetTransport::setupShm(Clock::time_point deadline) {
 void NetTransport::setLocalRanksShareCpus(bool shared, size_t probedSingleCopyFrom) {
   spinningWaiters_ = !shared;
   int local = 1;
-  for (int p = 0; p < o_.size; ++p) local += p != o_.rank && p < static_cast<int>(o_.remote.size()) && !o_.remote[p];
+  for (int p = 0; p < o_.size; ++p) local += onThisHost(p);
   int allowed = allowedCpuCount();
   loopTakesRankCpu_ = shared || (allowed > 0 && allowed <= local);
   if (shm_) {

@@ -204,6 +204,10 @@ class NetTransport : public Transport, private FrameSink {
   // Whether frames to `peer` go through the shared-memory link; its ring
   // size; why it does not serve some local peers ("" if it serves all).
   bool overShm(int peer) const { return shm_ && shm_->serves(peer); }
+  // Whether `peer` is another rank of this host (o_.remote).
+  bool onThisHost(int peer) const {
+    return peer != o_.rank && peer < static_cast<int>(o_.remote.size()) && !o_.remote[peer];
+  }
   // Whether a message of `bytes` to `peer` goes by single copy: the peer
   // reads it from this process's memory (ShmLink::singleCopyMin).
   bool singleCopyTo(int peer, size_t bytes) const {
