@@ -1338,10 +1338,10 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
     // More than a slot: each round carries a piece of every rank's part (the
     // slot's n sections), so that all ranks reduce in every round. Rounds of
     // consecutive input, as below, hold one rank's part for several rounds,
-    // in which that rank reduces and the others wait: 2 ranks took 165-290 us
-    // for a reduce_scatter of 2 MiB (two rounds, one per rank) against 40 us
-    // for 1 MiB (one round).
-    size_t q = ((slot_ / static_cast<size_t>(n)) & ~size_t(63)) / es;
+    // in which that rank reduces and the others wait (2 ranks, 2 MiB: two
+    // rounds, one per rank; alternating launches took 237-384 us that way
+    // and 85-157 us this way, against 39-76 us for 1 MiB in one round).
+    size_t q = std::max<size_t>(1, ((slot_ / static_cast<size_t>(n)) & ~size_t(63)) / es);
     size_t rounds = 0;
     for (int p = 0; p < n; ++p) rounds = std::max(rounds, (counts[p] + q - 1) / q);
     bool stream = streamReducing(total * es);
