@@ -1337,10 +1337,11 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
   if (total > per) {
     // More than a slot: each round carries a piece of every rank's part (the
     // slot's n sections), so that all ranks reduce in every round. Rounds of
-    // consecutive input, as below, hold one rank's part for several rounds,
-    // in which that rank reduces and the others wait (2 ranks, 2 MiB: two
-    // rounds, one per rank; alternating launches took 237-384 us that way
-    // and 85-157 us this way, against 39-76 us for 1 MiB in one round).
+    // consecutive input (the loop below, which now runs one round) hold one
+    // rank's part for several rounds, in which that rank reduces and the
+    // others wait (2 ranks, 2 MiB: two rounds, one per rank; alternating
+    // launches took 237-384 us that way and 85-157 us this way, against
+    // 39-76 us for 1 MiB in one round).
     size_t q = std::max<size_t>(1, ((slot_ / static_cast<size_t>(n)) & ~size_t(63)) / es);
     size_t rounds = 0;
     for (int p = 0; p < n; ++p) rounds = std::max(rounds, (counts[p] + q - 1) / q);
@@ -1361,6 +1362,7 @@ void ShmDomain::reduceScatterv(const void* in, void* out, const std::vector<size
     }
     return;
   }
+  // At most a slot: one round.
   for (size_t off = 0; off < total || (total == 0 && off == 0); off += per) {
     size_t m = std::min(per, total - off);
     bool stream = streamReducing(total * es);
