@@ -8,16 +8,18 @@ apart, and takes single copy for the bands
 where it was faster. Checked here against the probe's own figures, which the
 INFO log prints: the bands named for each class are exactly those whose ratio
 is below 1 (size S decides [S, 2S), the first also [S/2, S), the last every
-size from S), both ranks name
+size from S where its ratio is below 0.5), both ranks name
 the same, point-to-point messages go by single copy from 1 MiB or from the
-start of the last band where that reaches the top, and every op of accl-perf
+start of the last band where that reaches the largest size, and every op of accl-perf
 across the bands gives the right result. The slots are also timed written
 with non-temporal stores (ACCL_SHM_STREAM_BYTES=auto), and the bands named for
 that are those where it beat plain writes and single copy did not take the
-band. off and on name their fixed paths. Exit 77: skipped.
+band (above the largest size: as at that size, unless single copy took every
+size from there). off and on name their fixed paths. Exit 77: skipped.
 
     shm_probe_test.py BUILD_DIR
 """
+import itertools
 import os
 import re
 import subprocess
@@ -92,17 +94,17 @@ else:
         flat = [r for rs in ratios for r in rs]
         check(all(r > 0.01 for r in flat) and len(set(flat)) > 1, f"auto: ratios are timings, not placeholders: {ratios}")
 
-        def bands(rs):
+        def bands(rs, above):
             # The bands the ratios call for, merged, as the description writes
             # them: size S decides [S, 2S), the first also [S/2, S), the last
-            # every size from S (hi None).
+            # every size from S (hi None) where `above`.
             out = []
             for i, (s, r) in enumerate(zip(sizes, rs)):
                 if r >= 1.0:
                     continue
                 # (no collective goes by single copy below 64 KiB where the
                 # ranks share CPUs)
-                lo, hi = (max(s // 2, 64 << 10 if shared else 0) if i == 0 else s), (None if i == len(sizes) - 1 else 2 * s)
+                lo, hi = (max(s // 2, 64 << 10 if shared else 0) if i == 0 else s), (None if i == len(sizes) - 1 and above else 2 * s)
                 if out and out[-1][1] == lo:
                     out[-1][1] = hi
                 else:
@@ -110,17 +112,26 @@ else:
             return ", ".join(f"{size_text(lo)} and up" if hi is None else f"{size_text(lo)} - {size_text(hi)}"
                              for lo, hi in out)
 
-        others, scatter, exchange = bands(ratios[0]), bands(ratios[1]), bands(ratios[2])
-        if not others and not scatter and not exchange:
-            check(desc.startswith("copy through the segment (single copy was not faster at start-up;"),
-                  "auto: no band was faster, the segment throughout")
-        else:
-            named = [f"{ops} of {b}" for ops, b in (("broadcast, allgather and gather", others),
-                                                    ("scatter", scatter), ("alltoall and reduce", exchange)) if b]
-            want = "copy through the segment; single-copy process_vm_readv for " + " and for ".join(named)
-            want += " (faster at start-up;"
-            check(desc.startswith(want), f"auto: single copy named for exactly the bands where it was faster: "
-                                         f"'{others}', for scatter '{scatter}', for alltoall and reduce '{exchange}'")
+        # Single copy takes every size above the largest probe where it took
+        # under half the slots' time there (a printed 0.50 may be either).
+        def above_choices(c):
+            r = ratios[c][-1]
+            return [True, False] if f"{r:.2f}" == "0.50" else [r < 0.5]
+
+        wants = []
+        for ab in itertools.product(*(above_choices(c) for c in range(3))):
+            others, scatter, exchange = (bands(ratios[c], ab[c]) for c in range(3))
+            if not others and not scatter and not exchange:
+                wants.append("copy through the segment (single copy was not faster at start-up;")
+            else:
+                named = [f"{ops} of {b}" for ops, b in (("broadcast, allgather and gather", others),
+                                                        ("scatter", scatter), ("alltoall and reduce", exchange)) if b]
+                wants.append("copy through the segment; single-copy process_vm_readv for " + " and for ".join(named) +
+                             " (faster at start-up;")
+        others = bands(ratios[0], ratios[0][-1] < 0.5)
+        check(any(desc.startswith(w) for w in wants),
+              f"auto: single copy named for exactly the bands where it was faster (above 1 MiB where it took under "
+              f"half the slots' time there): {wants}")
         # The slots written with non-temporal stores (ACCL_SHM_STREAM_BYTES
         # auto): in the bands where that way's time over plain writes' was
         # below 1 and single copy did not take the band. Checked size by size;
@@ -166,10 +177,19 @@ else:
                     have = any(lo <= size and (hi is None or size < hi) for lo, hi in rs)
                     check(want == have, f"auto: {key} at {size_text(size)} streamed={have}, as its ratios "
                                         f"({sr:.2f}x plain, single copy {cr:.2f}x) call for")
+                # Above the largest size: streamed as there, unless single copy
+                # took every size from there.
+                sr, cr = sratios[cls][-1], ratios[cls][-1]
+                if f"{sr:.2f}" != "1.00" and f"{cr:.2f}" != "0.50":
+                    want = sr < 1.0 and cr >= 0.5
+                    for size in (2 << 20, 64 << 20):
+                        have = any(lo <= size and (hi is None or size < hi) for lo, hi in rs)
+                        check(want == have, f"auto: {key} at {size_text(size)} streamed={have}, as the largest "
+                                            f"size's ratios ({sr:.2f}x plain, single copy {cr:.2f}x) call for")
         # Point-to-point: single copy from 1 MiB, or from where the broadcast
         # probe found it faster in every band up to the top (not below 8 KiB);
         # where the ranks share CPUs, from 256 KiB.
-        last = re.search(r"(\d+ [KM]iB) and up$", others)
+        last = re.search(r"(\d+ [KM]iB)(?: and up| - 2 MiB)$", others)
         start = 256 << 10 if shared else 1 << 20
         if last and not shared:
             n, u = last.group(1).split()

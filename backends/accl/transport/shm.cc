@@ -55,13 +55,13 @@ constexpr size_t kCmaMinReduceTwoRanksBytes = 256u << 10;
 constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // ACCL_SHM_CMA=auto with a CPU per local rank: single copy against the
 // slots, timed when the domain is made at each of these sizes; each decides
-// the band [size, 2 x size), the first also [size / 2, size), the last every
-// size from it (a launch whose probe gave single copy 0.19x the slots' time
-// at 1 MiB then ran an allgather through the slots at 0.21-0.41 of Open
-// MPI's busbw at 2-32 MiB). Below the first band the slots stay. Which of the
-// two is faster changes with where this machine's cores sit: on one 2-core
-// VM single copy took 0.5-0.8x the slots' time at 64-256 KiB in most
-// launches and 1.4-1.9x in others, and the slots won at 1 MiB in most.
+// the band [size, 2 x size), the first also [size / 2, size). The last
+// decides every size above its band only where single copy won it by far
+// (kSingleCopyWinsEveryLarger); else the larger sizes keep the slots. Below
+// the first band the slots stay. Which of the two is faster changes with
+// where this machine's cores sit: on one 2-core VM single copy took 0.5-0.8x
+// the slots' time at 64-256 KiB in most launches and 1.4-1.9x in others, and
+// the slots won at 1 MiB in most.
 constexpr size_t kProbeBytes[] = {64u << 10, 128u << 10, 256u << 10, 512u << 10, 1u << 20};
 constexpr size_t kNumProbes = sizeof(kProbeBytes) / sizeof(kProbeBytes[0]);
 constexpr int kProbeOps = 2;   // broadcast-and-allgather pairs (or scatter pairs) per timed batch
@@ -71,6 +71,18 @@ constexpr int kProbeReps = 4;  // timed batches of each way (the best counts)
 // 0.92x, where Open MPI, which reads by single copy there, was then 1.1-1.3x
 // faster than the slots in four ops.)
 constexpr double kSingleCopyWins = 1.0;
+// The largest probe's verdict for single copy holds for every larger size
+// only under this ratio. Above 2 MiB the slots pipeline a slot at a time
+// through the cache and stream outputs past it, where single copy pins every
+// page and writes plainly: 2 ranks on a 2-core VM, launches whose probe gave
+// single copy 0.62-0.87x the slots' time at 1 MiB, allgather of 2-32 MiB ran
+// at 0.96-1.04 of Open MPI's busbw by single copy (2 launches) and at
+// 1.02-1.57 through the slots (4), reduce at 0.72-1.09 and 0.99-2.67
+// (docs/performance-history.md, "Single copy above the probe's sizes"). A
+// launch whose copies between
+// cores run slow gives 0.13-0.36x in every band, and there the slots ran an
+// allgather at 0.21-0.41 of Open MPI's busbw at 2-32 MiB.
+constexpr double kSingleCopyWinsEveryLarger = 0.5;
 constexpr uint64_t kBandsUnknown = ~uint64_t(0);
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
 // Between two local ranks, a reduce's piece up to this size goes whole to the
@@ -452,11 +464,16 @@ void ShmDomain::measureSingleCopy() {
       pr.streamRatio[c] = best[1] / best[0];
       pr.ratio[c] = best[2] / best[streamed ? 1 : 0];
       // [size, 2 x size): the bit of the size's power of two (the first
-      // size's band also takes the one below, the last every size above).
+      // size's band also takes the one below, the last every size above
+      // where single copy won it by far; where not, the slots above it are
+      // written as at the last size).
       int b = 63 - __builtin_clzll(kProbeBytes[i]);
-      uint64_t band = i + 1 == kNumProbes ? ~uint64_t(0) << b : uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b);
-      if (pr.ratio[c] < kSingleCopyWins) bands[c] |= band;
+      uint64_t band = uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b);
+      uint64_t above = i + 1 == kNumProbes ? ~uint64_t(0) << (b + 1) : 0;
+      bool cmaAbove = pr.ratio[c] < kSingleCopyWinsEveryLarger;
+      if (pr.ratio[c] < kSingleCopyWins) bands[c] |= band | (cmaAbove ? above : 0);
       else if (streamed) stream[c] |= band;
+      if (!cmaAbove && streamed) stream[c] |= above;
     }
     probes.push_back(pr);
   }
