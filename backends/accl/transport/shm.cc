@@ -79,9 +79,9 @@ constexpr double kSingleCopyWins = 1.0;
 // at 0.96-1.04 of Open MPI's busbw by single copy (2 launches) and at
 // 1.02-1.57 through the slots (4), reduce at 0.72-1.09 and 0.99-2.67
 // (docs/performance-history.md, "Single copy above the probe's sizes"). A
-// launch whose copies between
-// cores run slow gives 0.13-0.36x in every band, and there the slots ran an
-// allgather at 0.21-0.41 of Open MPI's busbw at 2-32 MiB.
+// launch whose copies between cores run slow gives 0.13-0.36x in every band,
+// and there the slots ran an allgather at 0.21-0.41 of Open MPI's busbw at
+// 2-32 MiB.
 constexpr double kSingleCopyWinsEveryLarger = 0.5;
 constexpr uint64_t kBandsUnknown = ~uint64_t(0);
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
