@@ -101,7 +101,7 @@ const config::Var<std::string> shmCma(
     "with reduces, each class apart) and "
     "its broadcast, allgather, alltoall, gather, reduce and scatter take single copy in the size bands "
     "(from 32 KiB, 64 KiB where the host's ranks share CPUs; reduce between two local ranks from 256 KiB; "
-    "the 1 MiB probe decides every larger size) where it was faster; every other collective copies "
+    "the 1 MiB probe decides up to 2 MiB, and every larger size only where single copy took under half the slots' time there) where it was faster; every other collective copies "
     "through the slots; "
     "point-to-point messages of 1 MiB and more (256 KiB where the host's ranks share CPUs; from the "
     "start of the probe's single-copy bands where those reach 1 MiB, as in a launch whose copies through "
