@@ -95,8 +95,8 @@ class ShmDomain : public HostGroup {
   // Under ACCL_SHM_CMA=auto: where the probe found single copy faster than
   // the slots for broadcasts and allgathers in every band from some size up
   // to the largest (1 MiB; point-to-point takes it for every size above),
-  // that size; else SIZE_MAX (nothing measured, or the slots won at 1 MiB). A launch whose
-  // copies through shared memory run slow (on a 2-core VM, 9 of 60 launches
+  // that size; else SIZE_MAX (nothing measured, or the slots won at 1 MiB).
+  // A launch whose copies through shared memory run slow (on a 2-core VM, 9 of 60 launches
   // bound to a core each: single copy took 0.13-0.36x the slots' time in
   // every band) has the point-to-point rings slow too (sendrecv at 0.16-0.25
   // of Open MPI's busbw), and the group sends its local peers' messages by
