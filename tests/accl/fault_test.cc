@@ -721,11 +721,12 @@ TEST_P(EagerShm, SmallRootedOpsReturnOnTheSendingSideBeforeTheOthersCallThem) {
 // both sides, not returned as another op's data. Here the root calls a
 // scatter and then ten broadcasts, all before rank 1 calls anything; rank 1
 // calls eleven broadcasts.
-// Run with parts of 16 floats (64 B: the eager cells) and of 4 (16 B: the
-// boxes of one cache line, kBoxBytes in shm.cc), whose receivers look at the
-// sender's box alone.
+// Run with parts of 128 floats (512 B: the eager cells), of 16 (64 B: a
+// broadcast in a box of two cache lines, the scatter's parts in one of three;
+// kBoxBytes in shm.cc) and of 4 (16 B: boxes of one line), whose receivers
+// look at the sender's box alone.
 TEST_P(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
-  for (size_t k : {size_t(16), size_t(4)}) {
+  for (size_t k : {size_t(128), size_t(16), size_t(4)}) {
     SCOPED_TRACE(std::to_string(k) + " floats");
     std::string dir;
     runRanks(2, GetParam(), [k](int r, ProcessGroup& pg, Ctx& c) {
@@ -768,11 +769,11 @@ TEST_P(EagerShm, AReceiverFarBehindItsRootStillNamesAMismatch) {
 // senders of eager ops read their peers' progress only every few rounds, so
 // a root also meets mismatches after the fact, and names them the same way.
 TEST_P(EagerShm, AMismatchFoundRoundsLaterNamesTheOpsWhereTheRanksParted) {
-  for (size_t k : {size_t(16), size_t(4)}) {  // the cells, the boxes (as above)
+  for (size_t k : {size_t(128), size_t(16), size_t(4)}) {  // the cells, boxes of two lines and of one (as above)
     SCOPED_TRACE(std::to_string(k) + " floats");
     std::string dir;
     runRanks(2, GetParam(), [k](int r, ProcessGroup& pg, Ctx& c) {
-      std::vector<float> x(32, 1.0f);
+      std::vector<float> x(2 * 128, 1.0f);
       auto F = [&](size_t n) { return Buffer(x.data(), n, DataType::Float32); };
       pg.barrier()->wait();  // #0
       recordOutcome(c, r, [&] {
@@ -809,12 +810,16 @@ TEST_P(EagerShm, EagerAndLockStepOpsInARowKeepEveryResult) {
   const int n = 4;
   runRanks(n, GetParam(), [&](int r, ProcessGroup& pg, Ctx& c) {
     std::mt19937 order(12345), lag(777 + r);
-    const size_t sizes[] = {0, 1, 7, 250, 4096, 16384, 20000};  // floats: 4096 = 16 KiB and 16384 = 64 KiB, the single-copy limits
+    // Floats: 7 (28 B) and 13 (52 B) in boxes of one and of two lines, 40 (160 B)
+    // in one of three for broadcast and reduce (gather's and scatter's 4 parts
+    // of 13 fill a box of four lines, of 40 go in the cells), 250 in the
+    // cells; 4096 = 16 KiB and 16384 = 64 KiB, the single-copy limits.
+    const size_t sizes[] = {0, 1, 7, 13, 40, 250, 4096, 16384, 20000};
     std::vector<float> a, b;
     recordOutcome(c, r, [&] {
       for (int it = 0; it < 600; ++it) {
         int op = static_cast<int>(order() % 5), root = static_cast<int>(order() % n);
-        size_t k = sizes[order() % 7];
+        size_t k = sizes[order() % 9];
         if (lag() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(lag() % 300));
         auto val = [&](int rank, size_t i) { return static_cast<float>((it * 7 + rank * 3 + i) % 1024); };
         a.assign(n * k + 1, 0.0f);

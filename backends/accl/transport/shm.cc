@@ -98,12 +98,21 @@ constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-c
 constexpr size_t kCell = 8u << 10;  // a cell's bytes: the eager limit
 // Eager ops of at most kBoxBytes (a gather's or a reduce's part, a
 // broadcast's message, a scatter's parts together) go in the sender's box
-// of the round instead: one cache line that holds the round's number, the
-// sender's chain of that round and the bytes. A receiver waits on that line
-// alone, where it read the sender's arrival line, the line of its chain and
-// the cell's (three lines fetched from the sender's core per op, one after
-// another). The boxes of consecutive rounds are consecutive lines.
-constexpr size_t kBoxBytes = 48;
+// of the round instead: up to kBoxLines cache lines. The first holds the
+// round's number, the sender's chain of that round and the first
+// kBoxHeadBytes; each further line the round's number again and the next
+// kBoxLineBytes. A receiver polls every line its bytes need at once, so
+// their transfers from the sender's core overlap: through a cell it read the
+// sender's arrival line (with the chain) first and the cell's lines after it,
+// one transfer after another. The boxes of consecutive rounds lie side by side.
+constexpr size_t kBoxLines = 4;
+constexpr size_t kBoxHeadBytes = 48;
+constexpr size_t kBoxLineBytes = 56;
+constexpr size_t kBoxBytes = kBoxHeadBytes + (kBoxLines - 1) * kBoxLineBytes;  // 216
+// The lines of a box that hold its first `bytes` bytes (the first always).
+size_t boxLines(size_t bytes) {
+  return bytes <= kBoxHeadBytes ? 1 : 1 + (bytes - kBoxHeadBytes + kBoxLineBytes - 1) / kBoxLineBytes;
+}
 // A broadcast through the slots publishes its progress every eighth of the
 // slot's share, and at least every this many bytes.
 constexpr size_t kFillPieceMin = 16u << 10;
@@ -263,10 +272,33 @@ char* ShmDomain::cell(uint64_t round, int r) const {
 struct alignas(64) ShmDomain::Box {
   std::atomic<uint64_t> round;  // the round whose bytes these are (published last)
   uint64_t chain;               // the sender's chain at that round
-  char data[kBoxBytes];
+  char data[kBoxHeadBytes];
+  struct alignas(64) Line {
+    std::atomic<uint64_t> round;  // the round whose bytes this line holds (published after them)
+    char data[kBoxLineBytes];
+  } more[kBoxLines - 1];
+  // Calls f(line's bytes, n, at) for each piece of the box's bytes
+  // [off, off + n), `at` counting from off.
+  template <class B, class F>
+  static void pieces(B& b, size_t off, size_t n, F f) {
+    for (size_t at = 0; at < n;) {
+      size_t x = off + at, line = x < kBoxHeadBytes ? 0 : 1 + (x - kBoxHeadBytes) / kBoxLineBytes;
+      size_t start = line == 0 ? 0 : kBoxHeadBytes + (line - 1) * kBoxLineBytes;
+      size_t end = line == 0 ? kBoxHeadBytes : start + kBoxLineBytes;
+      size_t m = std::min(n - at, end - x);
+      f((line == 0 ? b.data : b.more[line - 1].data) + (x - start), m, at);
+      at += m;
+    }
+  }
+  void put(const void* src, size_t off, size_t n) {
+    pieces(*this, off, n, [&](char* d, size_t m, size_t at) { std::memcpy(d, static_cast<const char*>(src) + at, m); });
+  }
+  void get(void* dst, size_t off, size_t n) const {
+    pieces(*this, off, n, [&](const char* d, size_t m, size_t at) { std::memcpy(static_cast<char*>(dst) + at, d, m); });
+  }
 };
 ShmDomain::Box& ShmDomain::box(uint64_t round, int r) const {
-  static_assert(sizeof(Box) == 64, "a box is one cache line");
+  static_assert(sizeof(Box) == 64 * kBoxLines, "a box is kBoxLines cache lines");
   // The boxes follow the cells (cell(0, 0) is the first of them).
   char* boxes = cell(0, 0) + static_cast<size_t>(o_.localSize) * kDepth * kCell;
   return reinterpret_cast<Box*>(boxes)[static_cast<size_t>(r) * kDepth + round % kDepth];
@@ -780,17 +812,25 @@ void ShmDomain::waitRoot(int root) {
   seen_[root] = std::max(seen_[root], k);
 }
 
-void ShmDomain::arriveBoxed(const OpDesc& d) {
+void ShmDomain::arriveBoxed(const OpDesc& d, size_t bytes) {
   uint64_t k = round_ + 1;
   Box& b = box(k, o_.localRank);
+  for (size_t l = 1; l < boxLines(bytes); ++l) b.more[l - 1].round.store(k, std::memory_order_release);
   b.chain = chainNext(chain_, d);  // as arrive() makes it
   b.round.store(k, std::memory_order_release);
   arrive(d);
 }
 
-void ShmDomain::waitBoxed(int from) {
+void ShmDomain::waitBoxed(int from, size_t bytes) {
   uint64_t k = round_;
-  auto boxed = [&](int p) { return box(k, p).round.load(std::memory_order_acquire) == k; };
+  size_t lines = boxLines(bytes);
+  // Every line is loaded on each pass (no early exit): their transfers overlap.
+  auto boxed = [&](int p) {
+    const Box& b = box(k, p);
+    bool all = b.round.load(std::memory_order_acquire) == k;
+    for (size_t l = 1; l < lines; ++l) all &= b.more[l - 1].round.load(std::memory_order_acquire) == k;
+    return all;
+  };
   // Its box, or its arrival without one (another op: the check below names it).
   waitFor([&](int p) {
     return (from >= 0 && p != from) || boxed(p) || ctl(p).arrive.load(std::memory_order_acquire) >= k;
@@ -1086,19 +1126,26 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     // its own input (copied first: `in` may be `out`) in rank order.
     beginEager(deadline);
     if (me != root) {
-      if (bytes) std::memcpy(box(round_ + 1, me).data, i, bytes);
-      arriveBoxed(d);
+      box(round_ + 1, me).put(i, 0, bytes);
+      arriveBoxed(d, bytes);
       return;
     }
-    char own[kBoxBytes];
+    alignas(64) char own[kBoxBytes], a[kBoxBytes], b[kBoxBytes];
     if (bytes) std::memcpy(own, i, bytes);
     arrive(d);
-    waitBoxed(-1);
+    waitBoxed(-1, bytes);
     lagging_ = false;
     if (count) {
-      auto part = [&](int p) -> const char* { return p == me ? own : box(round_, p).data; };
-      internal::reduce(o, part(0), part(1), count, t, k);
-      for (int p = 2; p < n; ++p) internal::reduce(o, o, part(p), count, t, k);
+      // A part in the box's first line is reduced where it lies; a longer one
+      // is gathered from its lines first.
+      auto part = [&](int p, char* tmp) -> const char* {
+        if (p == me) return own;
+        if (bytes <= kBoxHeadBytes) return box(round_, p).data;
+        box(round_, p).get(tmp, 0, bytes);
+        return tmp;
+      };
+      internal::reduce(o, part(0, a), part(1, b), count, t, k);
+      for (int p = 2; p < n; ++p) internal::reduce(o, o, part(p, a), count, t, k);
     }
     return;
   }
@@ -1176,13 +1223,13 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
     // Eager, in the root's box of the round.
     beginEager(deadline);
     if (me == root) {
-      if (bytes) std::memcpy(box(round_ + 1, me).data, b, bytes);
-      arriveBoxed(d);
+      box(round_ + 1, me).put(b, 0, bytes);
+      arriveBoxed(d, bytes);
       return;
     }
     arrive(d);
-    waitBoxed(root);
-    if (bytes) std::memcpy(b, box(round_, root).data, bytes);
+    waitBoxed(root, bytes);
+    box(round_, root).get(b, 0, bytes);
     return;
   }
   if (bytes <= kCell) {
@@ -1547,15 +1594,15 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
     // Eager, parts of one size in the others' boxes of the round.
     beginEager(deadline);
     if (me != root) {
-      if (bytes[me]) std::memcpy(box(round_ + 1, me).data, in, bytes[me]);
-      arriveBoxed(d);
+      box(round_ + 1, me).put(in, 0, bytes[me]);
+      arriveBoxed(d, bytes[me]);
       return;
     }
     arrive(d);
-    waitBoxed(-1);
+    waitBoxed(-1, maxb);
     lagging_ = false;
     for (int p = 0; p < n; ++p)
-      if (p != me && maxb) std::memcpy(o + static_cast<size_t>(p) * maxb, box(round_, p).data, maxb);
+      if (p != me) box(round_, p).get(o + static_cast<size_t>(p) * maxb, 0, maxb);
     return;
   }
   if (maxb <= kCell) {
@@ -1619,20 +1666,20 @@ void ShmDomain::scatterv(const void* in, void* out, const std::vector<size_t>& b
     round(d);
     return;
   }
-  size_t qb = kBoxBytes / static_cast<size_t>(n);
-  if (maxb <= qb && maxb * static_cast<size_t>(n) == total) {
-    // Eager, parts of one size in the root's box of the round (part p at p * qb).
+  if (total <= kBoxBytes && maxb * static_cast<size_t>(n) == total) {
+    // Eager, parts of one size in the root's box of the round, laid out as in
+    // the input (the root's own part left out).
     beginEager(deadline);
     if (me == root) {
-      char* c = box(round_ + 1, me).data;
+      Box& c = box(round_ + 1, me);
       for (int p = 0; p < n; ++p)
-        if (p != me && maxb) std::memcpy(c + static_cast<size_t>(p) * qb, i + static_cast<size_t>(p) * maxb, maxb);
-      arriveBoxed(d);
+        if (p != me) c.put(i + static_cast<size_t>(p) * maxb, static_cast<size_t>(p) * maxb, maxb);
+      arriveBoxed(d, total);
       return;
     }
     arrive(d);
-    waitBoxed(root);
-    if (maxb) std::memcpy(out, box(round_, root).data + static_cast<size_t>(me) * qb, maxb);
+    waitBoxed(root, total);
+    box(round_, root).get(out, static_cast<size_t>(me) * maxb, maxb);
     return;
   }
   size_t qc = (kCell / n) & ~size_t(63);

@@ -140,13 +140,15 @@ class ShmDomain : public HostGroup {
   void waitAll();
   void waitRoot(int root);
   // Eager ops of a few bytes (shm.cc, kBoxBytes): this rank's box of round
-  // k, whose bytes it writes before arriveBoxed, which publishes the box and
-  // then arrives as arrive() does; waitBoxed waits for the boxes of round_
-  // from `from` (-1: every other rank) and checks their chains.
+  // k, whose first `bytes` bytes it writes before arriveBoxed, which
+  // publishes the box's lines that hold them and then arrives as arrive()
+  // does; waitBoxed waits for the boxes of round_ from `from` (-1: every
+  // other rank), each line that holds their first `bytes` bytes, and checks
+  // their chains.
   struct Box;
   Box& box(uint64_t round, int r) const;
-  void arriveBoxed(const OpDesc& d);
-  void waitBoxed(int from);
+  void arriveBoxed(const OpDesc& d, size_t bytes);
+  void waitBoxed(int from, size_t bytes);
   // Stores v into one of this rank's lines that waiting peers poll (its
   // arrival, its fill level), and wakes them if they sleep.
   void publish(std::atomic<uint64_t>& line, uint64_t v);
