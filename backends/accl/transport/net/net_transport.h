@@ -373,9 +373,11 @@ class NetTransport : public Transport, private FrameSink {
   // Such a receive: reads the peer's ring, and completes `work`'s part if its
   // message was there (true). mu_ held.
   bool directLocked(int peer, uint64_t key, void* buf, size_t len, const std::shared_ptr<Work>& work);
-  // postTagged's body, mu_ held.
+  // postTagged's body, mu_ held. `polledAtOnce`: the caller polls for
+  // `work` as soon as this returns (a blocking op's waiter), and reaps its
+  // parts itself.
   void postTaggedLocked(bool isSend, int peer, int tag, void* buf, size_t len, Clock::time_point deadline,
-                        const std::shared_ptr<Work>& work);
+                        const std::shared_ptr<Work>& work, bool polledAtOnce = false);
 
   Options o_;
   mutable std::mutex mu_;
