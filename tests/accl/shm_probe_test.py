@@ -2,20 +2,19 @@
 """ACCL_SHM_CMA on 2 ranks of one host: what the shared segment says it chose.
 
 auto: the group times single copy (process_vm_readv)
-against the segment's slots at 64 KiB - 1 MiB when it is made, for broadcasts
+against the segment's slots at 64 KiB - 1 MiB and 4 MiB when it is made, for broadcasts
 with allgathers, for scatters, and for alltoalls with reduces, each class
 apart, and takes single copy for the bands
 where it was faster. Checked here against the probe's own figures, which the
 INFO log prints: the bands named for each class are exactly those whose ratio
-is below 1 (size S decides [S, 2S), the first also [S/2, S), the last every
-size from S where its ratio is below 0.5), both ranks name
+is below 1 (size S decides from twice the size before it up to 2S, the first
+also [S/2, S), the last every size above too), both ranks name
 the same, point-to-point messages go by single copy from 1 MiB or from the
 start of the last band where that reaches the largest size, and every op of accl-perf
 across the bands gives the right result. The slots are also timed written
 with non-temporal stores (ACCL_SHM_STREAM_BYTES=auto), and the bands named for
 that are those where it beat plain writes and single copy did not take the
-band (above the largest size: as at that size, unless single copy took every
-size from there). off and on name their fixed paths. Exit 77: skipped.
+band (above the largest size: as at that size). off and on name their fixed paths. Exit 77: skipped.
 
     shm_probe_test.py BUILD_DIR
 """
@@ -28,7 +27,7 @@ import sys
 build = sys.argv[1]
 run = os.path.join(build, "bin", "accl-run")
 perf = os.path.join(build, "bin", "accl-perf")
-PROBES = [64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20]
+PROBES = [64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 4 << 20]
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 fails = []
 
@@ -87,24 +86,25 @@ else:
         rows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x \| (\d+\.\d+)x", m.group(1))
         sizes = [int(r[0]) * UNITS[r[1]] for r in rows]
         ratios = [[float(r[2 + c]) for r in rows] for c in range(3)]
-        check(sizes == PROBES, "auto: probed at 64 KiB - 1 MiB: " + ", ".join(size_text(s) for s in sizes))
+        check(sizes == PROBES, "auto: probed at 64 KiB - 1 MiB and 4 MiB: " + ", ".join(size_text(s) for s in sizes))
         # Timings, not placeholders: positive, and not all one value. No upper
         # bound: a batch whose ranks were kept off their CPUs (another job on
         # the host) measures 40x and more, and the band then keeps the slots.
         flat = [r for rs in ratios for r in rs]
         check(all(r > 0.01 for r in flat) and len(set(flat)) > 1, f"auto: ratios are timings, not placeholders: {ratios}")
 
-        def bands(rs, above):
+        def bands(rs):
             # The bands the ratios call for, merged, as the description writes
-            # them: size S decides [S, 2S), the first also [S/2, S), the last
-            # every size from S (hi None) where `above`.
+            # them: size S decides from twice the size before it (the first:
+            # S/2) up to 2S, the last every size above too (hi None).
             out = []
             for i, (s, r) in enumerate(zip(sizes, rs)):
                 if r >= 1.0:
                     continue
                 # (no collective goes by single copy below 64 KiB where the
                 # ranks share CPUs)
-                lo, hi = (max(s // 2, 64 << 10 if shared else 0) if i == 0 else s), (None if i == len(sizes) - 1 and above else 2 * s)
+                lo = max(s // 2, 64 << 10 if shared else 0) if i == 0 else 2 * sizes[i - 1]
+                hi = None if i == len(sizes) - 1 else 2 * s
                 if out and out[-1][1] == lo:
                     out[-1][1] = hi
                 else:
@@ -112,26 +112,15 @@ else:
             return ", ".join(f"{size_text(lo)} and up" if hi is None else f"{size_text(lo)} - {size_text(hi)}"
                              for lo, hi in out)
 
-        # Single copy takes every size above the largest probe where it took
-        # under half the slots' time there (a printed 0.50 may be either).
-        def above_choices(c):
-            r = ratios[c][-1]
-            return [True, False] if f"{r:.2f}" == "0.50" else [r < 0.5]
-
-        wants = []
-        for ab in itertools.product(*(above_choices(c) for c in range(3))):
-            others, scatter, exchange = (bands(ratios[c], ab[c]) for c in range(3))
-            if not others and not scatter and not exchange:
-                wants.append("copy through the segment (single copy was not faster at start-up;")
-            else:
-                named = [f"{ops} of {b}" for ops, b in (("broadcast, allgather and gather", others),
-                                                        ("scatter", scatter), ("alltoall and reduce", exchange)) if b]
-                wants.append("copy through the segment; single-copy process_vm_readv for " + " and for ".join(named) +
-                             " (faster at start-up;")
-        others = bands(ratios[0], ratios[0][-1] < 0.5)
-        check(any(desc.startswith(w) for w in wants),
-              f"auto: single copy named for exactly the bands where it was faster (above 1 MiB where it took under "
-              f"half the slots' time there): {wants}")
+        others, scatter, exchange = (bands(ratios[c]) for c in range(3))
+        if not others and not scatter and not exchange:
+            want = "copy through the segment (single copy was not faster at start-up;"
+        else:
+            named = [f"{ops} of {b}" for ops, b in (("broadcast, allgather and gather", others),
+                                                    ("scatter", scatter), ("alltoall and reduce", exchange)) if b]
+            want = "copy through the segment; single-copy process_vm_readv for " + " and for ".join(named) + \
+                " (faster at start-up;"
+        check(desc.startswith(want), f"auto: single copy named for exactly the bands where it was faster: {want}")
         # The slots written with non-temporal stores (ACCL_SHM_STREAM_BYTES
         # auto): in the bands where that way's time over plain writes' was
         # below 1 and single copy did not take the band. Checked size by size;
@@ -142,7 +131,8 @@ else:
         check(sm is not None, "auto: the streamed writes' bands and ratios are given")
         if sm:
             srows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x \| (\d+\.\d+)x", sm.group(2))
-            check([int(r[0]) * UNITS[r[1]] for r in srows] == PROBES, "auto: streamed writes timed at 64 KiB - 1 MiB")
+            check([int(r[0]) * UNITS[r[1]] for r in srows] == PROBES,
+                  "auto: streamed writes timed at 64 KiB - 1 MiB and 4 MiB")
             sratios = [[float(r[2 + c]) for r in srows] for c in range(3)]
             sflat = [r for rs in sratios for r in rs]
             check(all(r > 0.01 for r in sflat) and len(set(sflat)) > 1, f"auto: streamed ratios are timings: {sratios}")
@@ -177,11 +167,11 @@ else:
                     have = any(lo <= size and (hi is None or size < hi) for lo, hi in rs)
                     check(want == have, f"auto: {key} at {size_text(size)} streamed={have}, as its ratios "
                                         f"({sr:.2f}x plain, single copy {cr:.2f}x) call for")
-                # Above the largest size: streamed as there, unless single copy
-                # took every size from there.
+                # From twice the size before the largest (2 MiB) and above it:
+                # streamed as at the largest size.
                 sr, cr = sratios[cls][-1], ratios[cls][-1]
-                if f"{sr:.2f}" != "1.00" and f"{cr:.2f}" != "0.50":
-                    want = sr < 1.0 and cr >= 0.5
+                if f"{sr:.2f}" != "1.00" and f"{cr:.2f}" != "1.00":
+                    want = sr < 1.0 and cr >= 1.0
                     for size in (2 << 20, 64 << 20):
                         have = any(lo <= size and (hi is None or size < hi) for lo, hi in rs)
                         check(want == have, f"auto: {key} at {size_text(size)} streamed={have}, as the largest "
@@ -189,7 +179,7 @@ else:
         # Point-to-point: single copy from 1 MiB, or from where the broadcast
         # probe found it faster in every band up to the top (not below 8 KiB);
         # where the ranks share CPUs, from 256 KiB.
-        last = re.search(r"(\d+ [KM]iB)(?: and up| - 2 MiB)$", others)
+        last = re.search(r"(\d+ [KM]iB) and up$", others)
         start = 256 << 10 if shared else 1 << 20
         if last and not shared:
             n, u = last.group(1).split()

@@ -55,34 +55,38 @@ constexpr size_t kCmaMinReduceTwoRanksBytes = 256u << 10;
 constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // ACCL_SHM_CMA=auto with a CPU per local rank: single copy against the
 // slots, timed when the domain is made at each of these sizes; each decides
-// the band [size, 2 x size), the first also [size / 2, size). The last
-// decides every size above its band only where single copy won it by far
-// (kSingleCopyWinsEveryLarger); else the larger sizes keep the slots. Below
-// the first band the slots stay. Which of the two is faster changes with
-// where this machine's cores sit: on one 2-core VM single copy took 0.5-0.8x
-// the slots' time at 64-256 KiB in most launches and 1.4-1.9x in others, and
-// the slots won at 1 MiB in most.
-constexpr size_t kProbeBytes[] = {64u << 10, 128u << 10, 256u << 10, 512u << 10, 1u << 20};
+// the bands from just above the size before it up to twice its own, the
+// first also [size / 2, size), the last every size above too. Below the
+// first band the slots stay. Which of the two is faster changes with where
+// this machine's cores sit: on one 2-core VM single copy took 0.5-0.8x the
+// slots' time at 64-256 KiB in most launches and 1.4-1.9x in others, and the
+// slots won at 1 MiB in most.
+//
+// Sizes above 2 MiB follow a probe of their own (4 MiB), not the 1 MiB
+// verdict: the 1 MiB ratio did not tell which way larger ops run faster.
+// Above 2 MiB the slots pipeline a slot at a time through the cache, where
+// single copy pins every page and writes plainly; on one 2-core VM, in
+// launches whose probe gave single copy 0.62-0.87x the slots' time at 1 MiB,
+// allgather of 2-32 MiB ran faster through the slots (1.02-1.57 of Open MPI's
+// busbw, against 0.96-1.04 by single copy), and on another, in launches whose
+// probe gave 0.59-0.92x there, every rooted op, allgather and alltoall of
+// 2-128 MiB ran faster by single copy (scatter of 2 MiB 0.63-0.65 of Open
+// MPI's busbw through the slots, 1.46-1.70 by single copy; alltoall 0.73-0.89
+// and 0.92-1.09) (docs/performance-history.md, "A probe at 4 MiB").
+constexpr size_t kProbeBytes[] = {64u << 10, 128u << 10, 256u << 10, 512u << 10, 1u << 20, 4u << 20};
 constexpr size_t kNumProbes = sizeof(kProbeBytes) / sizeof(kProbeBytes[0]);
 constexpr int kProbeOps = 2;   // broadcast-and-allgather pairs (or scatter pairs) per timed batch
 constexpr int kProbeReps = 4;  // timed batches of each way (the best counts)
+// Above 1 MiB a batch is one op (or pair) and three of each way are timed:
+// an op of 4 MiB takes 0.1-0.7 ms here, long against the clock's noise, and
+// this keeps the probe's added time at start-up near that of the sizes below.
+constexpr size_t kProbeLargeBytes = 1u << 20;
+constexpr int kProbeLargeReps = 3;
 // Single copy takes a band where it took less than the slots' time. (A
 // margin kept the slots at 256 KiB in a launch whose probe gave single copy
 // 0.92x, where Open MPI, which reads by single copy there, was then 1.1-1.3x
 // faster than the slots in four ops.)
 constexpr double kSingleCopyWins = 1.0;
-// The largest probe's verdict for single copy holds for every larger size
-// only under this ratio. Above 2 MiB the slots pipeline a slot at a time
-// through the cache and stream outputs past it, where single copy pins every
-// page and writes plainly: 2 ranks on a 2-core VM, launches whose probe gave
-// single copy 0.62-0.87x the slots' time at 1 MiB, allgather of 2-32 MiB ran
-// at 0.96-1.04 of Open MPI's busbw by single copy (2 launches) and at
-// 1.02-1.57 through the slots (4), reduce at 0.72-1.09 and 0.99-2.67
-// (docs/performance-history.md, "Single copy above the probe's sizes"). A
-// launch whose copies between cores run slow gives 0.13-0.36x in every band,
-// and there the slots ran an allgather at 0.21-0.41 of Open MPI's busbw at
-// 2-32 MiB.
-constexpr double kSingleCopyWinsEveryLarger = 0.5;
 constexpr uint64_t kBandsUnknown = ~uint64_t(0);
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
 // Between two local ranks, a reduce's piece up to this size goes whole to the
@@ -460,13 +464,15 @@ void ShmDomain::measureSingleCopy() {
     size_t total = per * static_cast<size_t>(n);
     d.count = total;
     Probe pr{kProbeBytes[i], {0, 0, 0}, {0, 0, 0}};
+    bool large = kProbeBytes[i] > kProbeLargeBytes;
+    int ops = large ? 1 : kProbeOps, reps = large ? kProbeLargeReps : kProbeReps;
     for (int c = 0; c < kCopyClasses; ++c) {
       // way 0: the slots; 1: the slots, streamed; 2: single copy.
       auto batch = [&](int way) {
         cmaBands_[c] = way == 2 ? ~uint64_t(0) : 0;
         streamBands_[c] = way == 1 ? ~uint64_t(0) : 0;
         auto t0 = Clock::now();
-        for (int k = 0; k < kProbeOps; ++k) {
+        for (int k = 0; k < ops; ++k) {
           if (c == 0) {
             broadcast(buf.data(), total, 0, d, deadline);
             allgatherv(in.data(), out.data(), parts, d, deadline);
@@ -487,7 +493,7 @@ void ShmDomain::measureSingleCopy() {
       for (int way = 0; way < 3; ++way)
         if (way != 1 || tryStream) batch(way);
       double best[3] = {1e300, 1e300, 1e300};
-      for (int r = 0; r < kProbeReps; ++r)
+      for (int r = 0; r < reps; ++r)
         for (int j = 0; j < 3; ++j) {
           int way = (r + j) % 3;
           if (way != 1 || tryStream) best[way] = std::min(best[way], batch(way));
@@ -495,17 +501,14 @@ void ShmDomain::measureSingleCopy() {
       bool streamed = best[1] < best[0];
       pr.streamRatio[c] = best[1] / best[0];
       pr.ratio[c] = best[2] / best[streamed ? 1 : 0];
-      // [size, 2 x size): the bit of the size's power of two (the first
-      // size's band also takes the one below, the last every size above
-      // where single copy won it by far; where not, the slots above it are
-      // written as at the last size).
+      // The bits from just above the size before (the first size: its half)
+      // up to the size's own power of two, [that, 2 x size); the last size
+      // also every bit above.
       int b = 63 - __builtin_clzll(kProbeBytes[i]);
-      uint64_t band = uint64_t(i == 0 ? 3 : 1) << (i == 0 ? b - 1 : b);
-      uint64_t above = i + 1 == kNumProbes ? ~uint64_t(0) << (b + 1) : 0;
-      bool cmaAbove = pr.ratio[c] < kSingleCopyWinsEveryLarger;
-      if (pr.ratio[c] < kSingleCopyWins) bands[c] |= band | (cmaAbove ? above : 0);
+      int from = i == 0 ? b - 1 : 64 - __builtin_clzll(kProbeBytes[i - 1]);
+      uint64_t band = (i + 1 == kNumProbes ? ~uint64_t(0) : (uint64_t(2) << b) - 1) & (~uint64_t(0) << from);
+      if (pr.ratio[c] < kSingleCopyWins) bands[c] |= band;
       else if (streamed) stream[c] |= band;
-      if (!cmaAbove && streamed) stream[c] |= above;
     }
     probes.push_back(pr);
   }
