@@ -96,19 +96,18 @@ const config::Var<int> socketNstreams(
 const config::Var<std::string> shmCma(
     "ACCL_SHM_CMA", kOwner, config::oneOf({"auto", "on", "off"}), "auto", nullptr,
     "Single-copy shared-memory transfers with process_vm_readv. auto: a group times single copy "
-    "against the shared segment's slots at 64 KiB - 1 MiB when it is made (once per set of processes: "
-    "tens of ms, 0.4 s for 16 ranks on 2 cores; broadcasts with allgathers, scatters, and alltoalls "
-    "with reduces, each class apart) and "
+    "against the shared segment's slots at 64 KiB - 1 MiB and 4 MiB when it is made (once per set of "
+    "processes: about 0.1 s for 2 ranks with a core each, 0.2 s for 4 ranks on 2 cores, 1 s for 16 ranks "
+    "on 2 cores; broadcasts with allgathers, scatters, alltoalls, and reduces, each class apart) and "
     "its broadcast, allgather, alltoall, gather, reduce and scatter take single copy in the size bands "
-    "(from 32 KiB, 64 KiB where the host's ranks share CPUs; reduce between two local ranks from 256 KiB; "
-    "the 1 MiB probe decides up to 2 MiB, and every larger size only where single copy took under half "
-    "the slots' time there) where it was faster; every other collective copies "
+    "(from 32 KiB, 64 KiB where the host's ranks share CPUs; the 1 MiB probe decides up to 2 MiB, the "
+    "4 MiB probe every larger size) where it was faster; every other collective copies "
     "through the slots; "
     "point-to-point messages of 1 MiB and more (256 KiB where the host's ranks share CPUs; from the "
-    "start of the probe's single-copy bands where those reach 1 MiB, as in a launch whose copies through "
-    "shared memory run slow) are read by single copy where the kernel allows it, smaller ones go through "
-    "the rings; ACCL_DEBUG=INFO prints the probe, the bands and that size. on: single copy for "
-    "collectives from 16 KiB (reduce 32 KiB; between two local ranks 256 KiB) and point-to-point "
+    "start of the probe's single-copy bands where those reach the 4 MiB probe's, as in a launch whose "
+    "copies through shared memory run slow) are read by single copy where the kernel allows it, smaller "
+    "ones go through the rings; ACCL_DEBUG=INFO prints the probe, the bands and that size. on: single "
+    "copy for collectives from 16 KiB (reduce 32 KiB) and point-to-point "
     "messages from 8 KiB (where the host's "
     "ranks share CPUs: 64 KiB and 16 KiB), faster from about 16 MiB for buffers on huge pages; fails if unavailable; off: never.");
 

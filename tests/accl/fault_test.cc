@@ -496,6 +496,25 @@ TEST_P(Fault, MismatchedCollectivesNameBothSides) {
          o.root = 1 - r;
          return pg.scatter(Buffer(x, 6144, DataType::Float32), Buffer(x + 6144 + 16, 3072, DataType::Float32), o);
        }, {"root 1", "root 0"}},
+      // A two-rank reduce through the slots (16-24 KiB: above the eager
+      // cells, below single copy's sizes), whose root reduces the other's
+      // pieces as they land: each rank takes the other for the root (both
+      // only fill), a root told of a larger input than the other sends, and
+      // a reduce's root against a broadcast's receiver (each waits on the
+      // other to fill).
+      {"reduce root, each the other's, through the slots", [](int r, ProcessGroup& pg, float* x) {
+         ReduceOptions o;
+         o.root = 1 - r;
+         return pg.reduce(Buffer(x, 4096, DataType::Float32), Buffer(x + 8192, 4096, DataType::Float32), o);
+       }, {"root 1", "root 0"}},
+      {"reduce count, through the slots", [](int r, ProcessGroup& pg, float* x) {
+         int n = r == 0 ? 6144 : 4096;
+         return pg.reduce(Buffer(x, n, DataType::Float32), Buffer(x + 8192, n, DataType::Float32));
+       }, {"reduce #1 (6144 x float32", "reduce #1 (4096 x float32"}},
+      {"reduce against broadcast, through the slots", [](int r, ProcessGroup& pg, float* x) {
+         if (r == 0) return pg.reduce(Buffer(x, 4096, DataType::Float32), Buffer(x + 8192, 4096, DataType::Float32));
+         return pg.broadcast(Buffer(x, 4096, DataType::Float32));
+       }, {"reduce #1 (4096 x float32", "broadcast #1 (4096 x float32"}},
   };
   for (auto& cs : cases) {
     SCOPED_TRACE(cs.name);

@@ -3,7 +3,7 @@
 
 auto: the group times single copy (process_vm_readv)
 against the segment's slots at 64 KiB - 1 MiB and 4 MiB when it is made, for broadcasts
-with allgathers, for scatters, and for alltoalls with reduces, each class
+with allgathers, for scatters, for alltoalls and for reduces, each class
 apart, and takes single copy for the bands
 where it was faster. Checked here against the probe's own figures, which the
 INFO log prints: the bands named for each class are exactly those whose ratio
@@ -78,14 +78,14 @@ shared = re.search(r"local ranks share \d+ CPUs|hosts outnumber their CPUs", out
 if "process_vm_readv from local rank" in out:
     check(desc == "copy through the segment", "auto, single copy not permitted: the segment")
 else:
-    m = re.search(r"at start-up; its time / the slots', broadcast\+allgather \| scatter \| alltoall\+reduce:"
-                  r"((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x \| \d+\.\d+x)+)\)", desc)
+    m = re.search(r"at start-up; its time / the slots', broadcast\+allgather \| scatter \| alltoall \| reduce:"
+                  r"((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x \| \d+\.\d+x \| \d+\.\d+x)+)\)", desc)
     check(m is not None, "auto: the probe's ratios are given")
     if m:
-        # Per size: broadcast+allgather | scatter | alltoall+reduce.
-        rows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x \| (\d+\.\d+)x", m.group(1))
+        # Per size: broadcast+allgather | scatter | alltoall | reduce.
+        rows = re.findall(r"(\d+) ([KM]iB) (\d+\.\d+)x \| (\d+\.\d+)x \| (\d+\.\d+)x \| (\d+\.\d+)x", m.group(1))
         sizes = [int(r[0]) * UNITS[r[1]] for r in rows]
-        ratios = [[float(r[2 + c]) for r in rows] for c in range(3)]
+        ratios = [[float(r[2 + c]) for r in rows] for c in range(4)]
         check(sizes == PROBES, "auto: probed at 64 KiB - 1 MiB and 4 MiB: " + ", ".join(size_text(s) for s in sizes))
         # Timings, not placeholders: positive, and not all one value. No upper
         # bound: a batch whose ranks were kept off their CPUs (another job on
@@ -112,12 +112,13 @@ else:
             return ", ".join(f"{size_text(lo)} and up" if hi is None else f"{size_text(lo)} - {size_text(hi)}"
                              for lo, hi in out)
 
-        others, scatter, exchange = (bands(ratios[c]) for c in range(3))
-        if not others and not scatter and not exchange:
+        others, scatter, alltoall, reduce = (bands(ratios[c]) for c in range(4))
+        if not others and not scatter and not alltoall and not reduce:
             want = "copy through the segment (single copy was not faster at start-up;"
         else:
             named = [f"{ops} of {b}" for ops, b in (("broadcast, allgather and gather", others),
-                                                    ("scatter", scatter), ("alltoall and reduce", exchange)) if b]
+                                                    ("scatter", scatter), ("alltoall", alltoall),
+                                                    ("reduce", reduce)) if b]
             want = "copy through the segment; single-copy process_vm_readv for " + " and for ".join(named) + \
                 " (faster at start-up;"
         check(desc.startswith(want), f"auto: single copy named for exactly the bands where it was faster: {want}")
@@ -126,7 +127,7 @@ else:
         # below 1 and single copy did not take the band. Checked size by size;
         # a size whose printed ratio rounds to 1.00 could go either way.
         sm = re.search(r"; slots written with non-temporal stores for (.*?) \(their time / plain writes', "
-                       r"broadcast\+allgather \| scatter \| alltoall\+reduce:"
+                       r"broadcast\+allgather \| scatter \| alltoall:"
                        r"((?:,? \d+ [KM]iB \d+\.\d+x \| \d+\.\d+x \| \d+\.\d+x)+)\)$", desc)
         check(sm is not None, "auto: the streamed writes' bands and ratios are given")
         if sm:
@@ -149,7 +150,8 @@ else:
                         got.append((lo, hi))
                 return got
 
-            # Of alltoall and reduce, the probe streams alltoall's slots.
+            # The probe streams no reduce's slots (their copies in follow the
+            # setting and their own rates).
             parts = {"others": "", "scatter": "", "alltoall": ""}
             if named != "no size":
                 m3 = re.match(r"(?:broadcast and gather of (.*?))?(?:(?: and for )?scatter of (.*?))?"

@@ -45,13 +45,11 @@ constexpr auto kYieldFor = std::chrono::milliseconds(2);
 // (docs/performance-history.md, "The single-copy threshold").
 constexpr size_t kCmaMinBytes = 16u << 10;
 constexpr size_t kCmaMinReduceBytes = 32u << 10;
-// Between two local ranks a reduce keeps the slots up to 256 KiB: up to 128 KiB
-// the root reduces the whole piece in one round (kRootReducesWholeBytes), and
-// at 128-256 KiB the slots' split reduce was as fast as single copy. 2 ranks
-// with a core each, the builds alternating, 6 rounds (accl-vs-mpi --op reduce):
-// time against Open MPI at 32 / 64 / 128 / 256 KiB 1.18 / 1.10 / 1.04 / 1.07
-// before, 0.75 / 0.94 / 0.97 / 1.01 after (medians; docs/performance-history.md).
-constexpr size_t kCmaMinReduceTwoRanksBytes = 256u << 10;
+// (Between two local ranks a reduce kept the slots up to 256 KiB whatever the
+// probe found, measured when the probe timed reduces together with
+// alltoalls; the probe now times reduces apart, and its bands decide from
+// 32 KiB as for more ranks: docs/performance-history.md, "A two-rank reduce
+// pipelined through the slots".)
 constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // ACCL_SHM_CMA=auto with a CPU per local rank: single copy against the
 // slots, timed when the domain is made at each of these sizes; each decides
@@ -89,9 +87,11 @@ constexpr int kProbeLargeReps = 3;
 constexpr double kSingleCopyWins = 1.0;
 constexpr uint64_t kBandsUnknown = ~uint64_t(0);
 constexpr size_t kSmallReduceBytes = 16u << 10;  // below this, every rank reduces the whole piece
-// Between two local ranks, a reduce's piece up to this size goes whole to the
-// root, which reduces it alone: one round, where the split reduce takes two.
-constexpr size_t kRootReducesWholeBytes = 128u << 10;
+// Between two local ranks, the other rank's input lands in the root's view
+// in pieces of a round's bytes / kReducePieces (4 KiB multiples), not under
+// kReducePieceMin, which the root reduces as they come.
+constexpr size_t kReducePieces = 4;
+constexpr size_t kReducePieceMin = 8u << 10;
 constexpr size_t kStreamChunk = 32u << 10;     // a reduction's chunks on their way into a slot (L1/L2-resident)
 constexpr size_t kChunk = 256u << 10;           // cache-sized steps of single-copy reductions (L2-resident)
 // Eager rooted ops: a rank that only sends (the root of a broadcast or a
@@ -426,7 +426,7 @@ void ShmDomain::measureSingleCopy() {
   int n = o_.localSize, me = o_.localRank;
   std::vector<int32_t> pids;
   for (int p = 0; p < n; ++p) pids.push_back(ctl(p).pid);
-  KnownBands known{pids, {kBandsUnknown, kBandsUnknown, kBandsUnknown}, {0, 0, 0}, {}};
+  KnownBands known{pids, {kBandsUnknown, kBandsUnknown, kBandsUnknown, kBandsUnknown}, {0, 0, 0, 0}, {}};
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
     for (const auto& e : gBands)
@@ -456,14 +456,14 @@ void ShmDomain::measureSingleCopy() {
   size_t largest = kProbeBytes[kNumProbes - 1];
   probing_ = true;  // each way as set below (streamNow)
   std::vector<char> buf(largest, 1), out(largest, 0), in(largest / static_cast<size_t>(n) + 64, 2);
-  uint64_t bands[kCopyClasses] = {0, 0, 0}, stream[kCopyClasses] = {0, 0, 0};
+  uint64_t bands[kCopyClasses] = {0, 0, 0, 0}, stream[kCopyClasses] = {0, 0, 0, 0};
   std::vector<Probe> probes;
   for (size_t i = 0; i < kNumProbes; ++i) {
     size_t per = (kProbeBytes[i] / static_cast<size_t>(n)) & ~size_t(63);
     std::vector<size_t> parts(static_cast<size_t>(n), per);
     size_t total = per * static_cast<size_t>(n);
     d.count = total;
-    Probe pr{kProbeBytes[i], {0, 0, 0}, {0, 0, 0}};
+    Probe pr{kProbeBytes[i], {0, 0, 0, 0}, {0, 0, 0, 0}};
     bool large = kProbeBytes[i] > kProbeLargeBytes;
     int ops = large ? 1 : kProbeOps, reps = large ? kProbeLargeReps : kProbeReps;
     for (int c = 0; c < kCopyClasses; ++c) {
@@ -479,8 +479,11 @@ void ShmDomain::measureSingleCopy() {
           } else if (c == kScatterClass) {
             scatterv(buf.data(), out.data(), parts, 0, d, deadline);
             scatterv(buf.data(), out.data(), parts, 0, d, deadline);
-          } else {
+          } else if (c == kAlltoallClass) {
             alltoallv(buf.data(), parts, out.data(), parts, d, deadline);
+            alltoallv(buf.data(), parts, out.data(), parts, d, deadline);
+          } else {
+            reduce(buf.data(), out.data(), total / sizeof(float), DataType::Float32, ReduceKind::Sum, 0, d, deadline);
             reduce(buf.data(), out.data(), total / sizeof(float), DataType::Float32, ReduceKind::Sum, 0, d, deadline);
           }
         }
@@ -488,8 +491,9 @@ void ShmDomain::measureSingleCopy() {
         streamBands_[c] = 0;
         return std::chrono::duration<double>(Clock::now() - t0).count();
       };
-      // Only under ACCL_SHM_STREAM_BYTES=auto (a value decides it).
-      bool tryStream = o_.stream < 0;
+      // Only under ACCL_SHM_STREAM_BYTES=auto (a value decides it), and not
+      // for reduce, whose copies in do not take the probed way.
+      bool tryStream = o_.stream < 0 && c != kReduceClass;
       for (int way = 0; way < 3; ++way)
         if (way != 1 || tryStream) batch(way);
       double best[3] = {1e300, 1e300, 1e300};
@@ -498,8 +502,8 @@ void ShmDomain::measureSingleCopy() {
           int way = (r + j) % 3;
           if (way != 1 || tryStream) best[way] = std::min(best[way], batch(way));
         }
-      bool streamed = best[1] < best[0];
-      pr.streamRatio[c] = best[1] / best[0];
+      bool streamed = tryStream && best[1] < best[0];
+      pr.streamRatio[c] = tryStream ? best[1] / best[0] : 0;
       pr.ratio[c] = best[2] / best[streamed ? 1 : 0];
       // The bits from just above the size before (the first size: its half)
       // up to the size's own power of two, [that, 2 x size); the last size
@@ -536,8 +540,8 @@ void ShmDomain::measureSingleCopy() {
   probes_ = probes;
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
-    KnownBands k{pids, {cmaBands_[0], cmaBands_[1], cmaBands_[2]},
-                 {streamBands_[0], streamBands_[1], streamBands_[2]}, probes_};
+    KnownBands k{pids, {cmaBands_[0], cmaBands_[1], cmaBands_[2], cmaBands_[3]},
+                 {streamBands_[0], streamBands_[1], streamBands_[2], streamBands_[3]}, probes_};
     bool found = false;
     for (auto& e : gBands)
       if (e.pids == pids) {
@@ -628,7 +632,7 @@ void ShmDomain::checkOversubscribed() {
 void ShmDomain::shareCpus(bool shared) {
   oversubscribed_ = shared;
   cmaMin_ = shared ? kCmaMinSharedCpuBytes : kCmaMinBytes;
-  cmaMinReduce_ = std::max(cmaMin_, o_.localSize == 2 ? kCmaMinReduceTwoRanksBytes : kCmaMinReduceBytes);
+  cmaMinReduce_ = std::max(cmaMin_, kCmaMinReduceBytes);
 }
 
 void ShmDomain::setOversubscribed() {
@@ -1097,7 +1101,7 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     if (in != out && bytes) std::memcpy(out, in, bytes);
     return;
   }
-  if (singleCopyFor(bytes, cmaMinReduce_, kExchangeClass)) {
+  if (singleCopyFor(bytes, cmaMinReduce_, kReduceClass)) {
     begin(deadline);
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
@@ -1168,7 +1172,42 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     return;
   }
   begin(deadline);
-  size_t wholeMax = n == 2 ? kRootReducesWholeBytes : kSmallReduceBytes;
+  if (n == 2) {
+    // Two ranks: the other rank copies its input into its slot piece by
+    // piece, publishing how far it got (fill), and the root reduces each
+    // piece with its own input as it lands; a slot's worth per round. Before,
+    // the root waited for the whole copy and then reduced it (up to 128 KiB),
+    // or (above) each rank reduced half of the round's piece and the root
+    // copied the other's half out, a second round and a third copy (2 ranks
+    // with a core each, time against Open MPI's, docs/performance-history.md
+    // "A two-rank reduce pipelined through the slots"). The root arrives
+    // before it reads, so that a mismatch is named (readAsFilled).
+    size_t piece = std::max<size_t>(kReducePieceMin, (std::min(bytes, slot_) / kReducePieces + 4095) & ~size_t(4095));
+    bool stream = me != root && streamReducing(bytes);
+    for (size_t off = 0; off < bytes; off += slot_) {
+      size_t m = std::min(slot_, bytes - off);
+      if (me != root) {
+        char* s = slot(round_ + 1, me);
+        for (size_t x = 0; x < m; x += piece) {
+          size_t y = std::min(m, x + piece);
+          copyIn(s + x, i + off + x, y - x, stream, kReduceClass);
+          fill(y);
+        }
+        round(d);
+        continue;
+      }
+      arrive(d);
+      const char* s = slot(round_, 1 - me);
+      const char* own = i + off;
+      char* to = o + off;
+      takeAsFilled(1 - me, 0, m, [&](size_t a, size_t b) {
+        // In rank order, as every other path reduces.
+        internal::reduce(to + a, me == 0 ? own + a : s + a, me == 0 ? s + a : own + a, (b - a) / es, t, k);
+      });
+    }
+    return;
+  }
+  size_t wholeMax = kSmallReduceBytes;
   // Every rank's input and the root's output.
   size_t weight = outputWeight(bytes, bytes * (static_cast<size_t>(n) + 1), in == out);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += per) {
@@ -1277,10 +1316,10 @@ void ShmDomain::broadcast(void* buf, size_t bytes, int root, const OpDesc& d, Cl
   }
 }
 
-void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst, size_t total) {
+template <typename F>
+void ShmDomain::takeAsFilled(int root, size_t start, size_t m, const F& take) {
   uint64_t k = round_;
   const Ctl& r = ctl(root);
-  const char* s = slot(k, root) + start;
   size_t got = 0;
   while (got < m) {
     size_t have = got;
@@ -1292,11 +1331,16 @@ void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst, size_t
       return have > got || r.arrive.load(std::memory_order_acquire) >= k;
     });
     if (have <= got) break;  // the root arrived: its slot is full, or it runs another op
-    internal::copyOut(dst + got, s + got, have - got, total);
+    take(got, have);
     got = have;
   }
   waitAll();
-  if (got < m) internal::copyOut(dst + got, s + got, m - got, total);
+  if (got < m) take(got, m);
+}
+
+void ShmDomain::readAsFilled(int root, size_t start, size_t m, char* dst, size_t total) {
+  const char* s = slot(round_, root) + start;
+  takeAsFilled(root, start, m, [&](size_t a, size_t b) { internal::copyOut(dst + a, s + a, b - a, total); });
 }
 
 void ShmDomain::fill(size_t bytes) { publish(ctl(o_.localRank).filled, ((round_ + 1) << kFillBits) | bytes); }
@@ -1483,10 +1527,10 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
   // copy, they go into the slot with the layout: if every rank did so, the
   // op is done in that one round (small alltoalls: one round, not two).
   size_t q = (slot_ / n) & ~size_t(63);
-  bool early = mine <= q && (!singleCopyFor(mine * n, cmaMin_, kExchangeClass) || overlap);
+  bool early = mine <= q && (!singleCopyFor(mine * n, cmaMin_, kAlltoallClass) || overlap);
   if (early) {
     char* s = slot(round_ + 1, me);
-    bool stream = streamNow(mine * n, kAlltoallClass, streamFor(mine * n, kExchangeClass));
+    bool stream = streamNow(mine * n, kAlltoallClass, streamFor(mine * n, kAlltoallClass));
     for (int p = 0; p < n; ++p)
       if (p != me && sendBytes[p]) copyIn(s + p * q, i + sd[p], sendBytes[p], stream, kAlltoallClass);
   }
@@ -1498,7 +1542,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     uint64_t w = ctl(p).a2a[round_ & 1];
     size_t b = static_cast<size_t>(w & ~kA2aFlags);
     maxb = std::max(maxb, b);
-    big = big && singleCopyFor(b * n, cmaMin_, kExchangeClass);
+    big = big && singleCopyFor(b * n, cmaMin_, kAlltoallClass);
     allEarly = allEarly && (w & kSlotsWritten);
     anyOverlap = anyOverlap || (w & kOverlap);
     allSwap = allSwap && (w & kSwap);
@@ -1550,7 +1594,7 @@ void ShmDomain::alltoallv(const void* in, const std::vector<size_t>& sendBytes, 
     i = staged.data();
   }
   // (maxb > 0 here: with nothing to send every rank wrote early.)
-  bool stream = streamNow(maxb * n, kAlltoallClass, streamFor(maxb * n, kExchangeClass));
+  bool stream = streamNow(maxb * n, kAlltoallClass, streamFor(maxb * n, kAlltoallClass));
   for (size_t off = 0; off < maxb; off += q) {
     char* s = slot(round_ + 1, me);
     for (int p = 0; p < n; ++p)  // (the own chunk is copied straight across, below)
@@ -1745,9 +1789,9 @@ std::string ShmDomain::describe() const {
     if (!probes_.empty()) s += " (single copy was not faster at start-up; " + probeText() + ")";
   } else {
     // "; single-copy process_vm_readv for broadcast, allgather and gather of
-    // A and for scatter of B and for alltoall and reduce of C (...)"
-    static const char* const kNames[kCopyClasses] = {"broadcast, allgather and gather", "scatter",
-                                                     "alltoall and reduce"};
+    // A and for scatter of B and for alltoall of C and for reduce of D (...)"
+    static const char* const kNames[kCopyClasses] = {"broadcast, allgather and gather", "scatter", "alltoall",
+                                                     "reduce"};
     s += "; single-copy process_vm_readv for " + classesText(cmaBands_, kNames, cmaMin_);
     s += " (faster at start-up; " + probeText() + ")";
   }
@@ -1757,9 +1801,9 @@ std::string ShmDomain::describe() const {
   }
   if (probes_.empty()) return s;
   // "; slots written with non-temporal stores for ... (their time / plain
-  // writes', broadcast+allgather | scatter | alltoall+reduce: 64 KiB 0.52x |
-  // 0.61x | 0.90x, ...)" (of alltoall and reduce, alltoall's slots stream).
-  static const char* const kStreamed[kCopyClasses] = {"broadcast and gather", "scatter", "alltoall"};
+  // writes', broadcast+allgather | scatter | alltoall: 64 KiB 0.52x | 0.61x |
+  // 0.90x, ...)" (reduce's copies in are not probed: no bands, no ratios).
+  static const char* const kStreamed[kCopyClasses] = {"broadcast and gather", "scatter", "alltoall", "reduce"};
   std::string streamed = classesText(streamBands_, kStreamed, 1);
   s += "; slots written with non-temporal stores for " + (streamed.empty() ? "no size" : streamed);
   return s + " (" + probeText(true) + ")";
@@ -1788,16 +1832,19 @@ std::string ShmDomain::classesText(const uint64_t (&bands)[kCopyClasses], const 
 }
 
 std::string ShmDomain::probeText(bool streamed) const {
-  // "its time / the slots', broadcast+allgather | scatter | alltoall+reduce:
-  // 64 KiB 0.64x | 0.70x | 0.90x, ..." (streamed: "their time / plain
-  // writes', ..." with the streamed writes' ratios)
+  // "its time / the slots', broadcast+allgather | scatter | alltoall |
+  // reduce: 64 KiB 0.64x | 0.70x | 0.90x | 0.95x, ..." (streamed: "their
+  // time / plain writes', broadcast+allgather | scatter | alltoall: ..." with
+  // the streamed writes' ratios)
   std::string s = streamed ? "their time / plain writes'" : "its time / the slots'";
-  s += ", broadcast+allgather | scatter | alltoall+reduce:";
-  char b[128];
+  s += streamed ? ", broadcast+allgather | scatter | alltoall:" : ", broadcast+allgather | scatter | alltoall | reduce:";
+  char b[160];
   for (size_t i = 0; i < probes_.size(); ++i) {
     const double* r = streamed ? probes_[i].streamRatio : probes_[i].ratio;
-    snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx | %.2fx", i ? "," : "", internal::sizeText(probes_[i].bytes).c_str(),
-             r[0], r[kScatterClass], r[kExchangeClass]);
+    int w = snprintf(b, sizeof(b), "%s %s %.2fx | %.2fx | %.2fx", i ? "," : "",
+                     internal::sizeText(probes_[i].bytes).c_str(), r[0], r[kScatterClass], r[kAlltoallClass]);
+    if (!streamed && w > 0 && static_cast<size_t>(w) < sizeof(b))
+      snprintf(b + w, sizeof(b) - static_cast<size_t>(w), " | %.2fx", r[kReduceClass]);
     s += b;
   }
   return s;

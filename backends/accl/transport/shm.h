@@ -66,20 +66,24 @@ class ShmDomain : public HostGroup {
   int size() const override { return o_.localSize; }
   // The classes of ops whose single-copy bands are measured apart:
   // broadcast, allgather and gather (timed with broadcasts and allgathers),
-  // scatter (timed with scatters), and alltoall and reduce (timed with
-  // alltoalls and reduces: each rank reads a share of every peer's slot,
-  // which in some launches of ranks sharing CPUs ran 3x slower than
-  // broadcasts and scatters told).
-  static constexpr int kCopyClasses = 3;
+  // scatter (timed with scatters), alltoall (timed with alltoalls: each rank
+  // reads a share of every peer's slot, which in some launches of ranks
+  // sharing CPUs ran 3x slower than broadcasts and scatters told), and
+  // reduce (timed with reduces: between two ranks the root reduces the
+  // other's input as it lands in the slot, faster than the copies the others
+  // time, and faster than single copy at some sizes where alltoall was not).
+  static constexpr int kCopyClasses = 4;
   static constexpr int kScatterClass = 1;
-  static constexpr int kExchangeClass = 2;
-  // The ways of writing into the slots are timed per class (WriteWay): the
-  // two first above, and alltoall and the reductions' copies in apart.
+  // The ways of writing into the slots are timed per class too (WriteWay;
+  // the reductions' copies in under kReduceClass, not probed: their way
+  // follows ACCL_SHM_STREAM_BYTES and their own rates).
   static constexpr int kAlltoallClass = 2;
   static constexpr int kReduceClass = 3;
   static constexpr int kWayClasses = 4;
   // Whether any collective goes by single copy (process_vm_readv).
-  bool singleCopy() const { return cma_ && (cmaBands_[0] | cmaBands_[1] | cmaBands_[2]) != 0; }
+  bool singleCopy() const {
+    return cma_ && (cmaBands_[0] | cmaBands_[1] | cmaBands_[2] | cmaBands_[3]) != 0;
+  }
   // Under ACCL_SHM_CMA=auto: single copy's time
   // over the segment's slots', per class, at each probed size, as measured
   // when the domain was made; empty when nothing was measured.
@@ -161,6 +165,11 @@ class ShmDomain : public HostGroup {
   // left (the root arrived without publishing: a full slot, or a mismatch).
   // total: the output's size (copy.h)
   void readAsFilled(int root, size_t start, size_t m, char* dst, size_t total);
+  // The same walk with `take(from, to)` for each run of bytes [from, to) of
+  // [0, m) as it lands (readAsFilled copies it; a two-rank reduce's root
+  // reduces it with its own input).
+  template <typename F>
+  void takeAsFilled(int root, size_t start, size_t m, const F& take);
   // Throws if local rank p's ops up to round x differ from this rank's,
   // naming the first round among the last kDepth where they differ.
   void checkPeer(int p, uint64_t x) const;
@@ -286,11 +295,11 @@ class ShmDomain : public HostGroup {
   bool cmaEvery_ = false;  // ACCL_SHM_CMA=on
   // Per class, bit b: single copy for collectives of [2^b, 2^(b+1)) bytes
   // (with cma_ and the thresholds below).
-  uint64_t cmaBands_[kCopyClasses] = {0, 0, 0};
+  uint64_t cmaBands_[kCopyClasses] = {0, 0, 0, 0};
   // Per class, bit b: the slots of such collectives are written with
   // non-temporal stores (measured with single copy's bands; never where
   // nothing was measured).
-  uint64_t streamBands_[kCopyClasses] = {0, 0, 0};
+  uint64_t streamBands_[kCopyClasses] = {0, 0, 0, 0};
   bool probing_ = false;  // measureSingleCopy sets each way itself
   internal::WriteWay writeWay_[kWayClasses];
   std::vector<Probe> probes_;
