@@ -105,7 +105,7 @@ const config::Var<std::string> shmCma(
     "through the slots; "
     "point-to-point messages of 1 MiB and more (256 KiB where the host's ranks share CPUs; from the "
     "start of the probe's single-copy bands where those reach the 4 MiB probe's, as in a launch whose "
-    "copies through shared memory run slow) are read by single copy where the kernel allows it, smaller "
+    "copies through shared memory run slow, and from 16 KiB where they are every band) are read by single copy where the kernel allows it, smaller "
     "ones go through the rings; ACCL_DEBUG=INFO prints the probe, the bands and that size. on: single "
     "copy for collectives from 16 KiB (reduce 32 KiB) and point-to-point "
     "messages from 8 KiB (where the host's "

@@ -179,13 +179,16 @@ else:
                         check(want == have, f"auto: {key} at {size_text(size)} streamed={have}, as the largest "
                                             f"size's ratios ({sr:.2f}x plain, single copy {cr:.2f}x) call for")
         # Point-to-point: single copy from 1 MiB, or from where the broadcast
-        # probe found it faster in every band up to the top (not below 8 KiB);
+        # probe found it faster in every band up to the top (from 16 KiB
+        # where that is every band);
         # where the ranks share CPUs, from 256 KiB.
         last = re.search(r"(\d+ [KM]iB) and up$", others)
         start = 256 << 10 if shared else 1 << 20
         if last and not shared:
             n, u = last.group(1).split()
-            start = min(start, max(8 << 10, int(n) * UNITS[u]))
+            lo = int(n) * UNITS[u]
+            # every band from the first: from the collectives' 16 KiB
+            start = min(start, max(8 << 10, 16 << 10 if lo == PROBES[0] // 2 else lo))
         p2p = re.findall(r"point-to-point with ranks \d+ over shared-memory rings of \d+ KiB, single copy from ([^;]+);",
                          out)
         check(p2p == [size_text(start)] * 2,

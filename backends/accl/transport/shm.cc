@@ -419,6 +419,11 @@ size_t ShmDomain::singleCopyEveryBandFrom() const {
   int b = 63 - __builtin_clzll(kProbeBytes[kNumProbes - 1]);
   if (!(m >> b & 1)) return SIZE_MAX;
   while (b > 0 && (m >> (b - 1) & 1)) --b;
+  // Every band from the first: from the collectives' own threshold, below
+  // the first band (2 ranks with a core each, sendrecv of 16 KiB: 0.81-0.83
+  // of Open MPI's busbw through the rings, 1.06-1.09 by single copy; of 8
+  // KiB 1.21-1.35 and 1.15-1.18).
+  if (b <= 63 - __builtin_clzll(kProbeBytes[0]) - 1) return std::min(size_t(1) << b, kCmaMinBytes);
   return size_t(1) << b;
 }
 

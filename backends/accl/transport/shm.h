@@ -98,8 +98,9 @@ class ShmDomain : public HostGroup {
   bool oversubscribed() const { return oversubscribed_; }
   // Under ACCL_SHM_CMA=auto: where the probe found single copy faster than
   // the slots for broadcasts and allgathers in every band from some size up
-  // to the largest (1 MiB; point-to-point takes it for every size above),
-  // that size; else SIZE_MAX (nothing measured, or the slots won at 1 MiB).
+  // to the largest (4 MiB and above; point-to-point takes it for every size
+  // above), that size (16 KiB where that is every band); else SIZE_MAX
+  // (nothing measured, or the slots won at 4 MiB).
   // A launch whose copies through shared memory run slow (on a 2-core VM, 9 of 60 launches
   // bound to a core each: single copy took 0.13-0.36x the slots' time in
   // every band) has the point-to-point rings slow too (sendrecv at 0.16-0.25
