@@ -103,7 +103,7 @@ const config::Var<std::string> shmCma(
     "(from 32 KiB, 64 KiB where the host's ranks share CPUs; the 1 MiB probe decides up to 2 MiB, the "
     "4 MiB probe every larger size) where it was faster; every other collective copies "
     "through the slots; "
-    "point-to-point messages of 1 MiB and more (256 KiB where the host's ranks share CPUs; from the "
+    "point-to-point messages of 1 MiB and more (64 KiB where the host's ranks share CPUs; from the "
     "start of the probe's single-copy bands where those reach the 4 MiB probe's, as in a launch whose "
     "copies through shared memory run slow, and from 16 KiB where they are every band) are read by single copy where the kernel allows it, smaller "
     "ones go through the rings; ACCL_DEBUG=INFO prints the probe, the bands and that size. on: single "

@@ -73,7 +73,7 @@ check(len(descs) == 2, "auto: both ranks describe the segment")
 check(len(set(descs)) == 1, "auto: both ranks name the same choice")
 desc = descs[0] if descs else ""
 # Fewer CPUs than ranks (the INFO log says so): measured the same way; only
-# point-to-point's single-copy threshold is fixed (256 KiB).
+# point-to-point's single-copy threshold is fixed (64 KiB).
 shared = re.search(r"local ranks share \d+ CPUs|hosts outnumber their CPUs", out) is not None
 if "process_vm_readv from local rank" in out:
     check(desc == "copy through the segment", "auto, single copy not permitted: the segment")
@@ -181,9 +181,9 @@ else:
         # Point-to-point: single copy from 1 MiB, or from where the broadcast
         # probe found it faster in every band up to the top (from 16 KiB
         # where that is every band);
-        # where the ranks share CPUs, from 256 KiB.
+        # where the ranks share CPUs, from 64 KiB.
         last = re.search(r"(\d+ [KM]iB) and up$", others)
-        start = 256 << 10 if shared else 1 << 20
+        start = 64 << 10 if shared else 1 << 20
         if last and not shared:
             n, u = last.group(1).split()
             lo = int(n) * UNITS[u]

@@ -173,9 +173,13 @@ class ShmLink : public FrameLink, public EventHandler {
   // - 4 ranks on 2 cores: at 16-32 KiB the ring 1.09-2.57, single copy
   //   0.59-0.91; at 64-128 KiB 0.22-1.16 and 0.65-0.93; from 256 KiB the ring
   //   0.26-1.36 (a writer waits for its reader's turn on a CPU at every
-  //   ring's worth), single copy 0.67-1.14 (most 0.8-1.0).
+  //   ring's worth), single copy 0.67-1.14 (most 0.8-1.0). On another 2-core
+  //   VM (2 launches each way): at 32 KiB the ring 0.63-0.86, single copy
+  //   1.01; at 64-128 KiB 0.30-0.58 and 0.94-1.02. Single copy takes 64 KiB
+  //   and up, where it was the steadier on both; the ring keeps 32 KiB,
+  //   where the two machines disagreed.
   static constexpr size_t kSingleCopyAutoMinOwnCpus = size_t(1) << 20;
-  static constexpr size_t kSingleCopyAutoMinSharedCpus = size_t(256) << 10;
+  static constexpr size_t kSingleCopyAutoMinSharedCpus = size_t(64) << 10;
   static constexpr size_t kSingleCopyNever = SIZE_MAX;
   size_t singleCopyMin() const { return singleCopyMin_.load(std::memory_order_relaxed); }
   // The group sets it once it knows whether its local ranks share CPUs.
