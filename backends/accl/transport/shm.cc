@@ -1624,7 +1624,13 @@ void ShmDomain::gatherv(const void* in, void* out, const std::vector<size_t>& by
     maxb = std::max(maxb, bytes[p]);
   }
   char* o = static_cast<char*>(out);
-  bool single = n > 1 && singleCopyRooted(total, maxb, 0);
+  // Single copy where the probe's scatters took it: a rooted op whose root
+  // moves every part, where broadcasts and allgathers (class 0) have every
+  // rank copy. With 4 ranks on 2 cores, in launches whose probe kept the
+  // slots for broadcasts and allgathers, gather of 1-32 MiB ran at 0.90-1.41
+  // of Open MPI's busbw through the slots and 1.32-2.09 by single copy
+  // (docs/performance-history.md, "Gather follows the scatters' probe").
+  bool single = n > 1 && singleCopyRooted(total, maxb, kScatterClass);
   if (me == root && !single && o + mine != in && bytes[me]) std::memmove(o + mine, in, bytes[me]);
   if (n == 1) return;
   if (single) {
@@ -1793,9 +1799,10 @@ std::string ShmDomain::describe() const {
   if (!singleCopy()) {
     if (!probes_.empty()) s += " (single copy was not faster at start-up; " + probeText() + ")";
   } else {
-    // "; single-copy process_vm_readv for broadcast, allgather and gather of
-    // A and for scatter of B and for alltoall of C and for reduce of D (...)"
-    static const char* const kNames[kCopyClasses] = {"broadcast, allgather and gather", "scatter", "alltoall",
+    // "; single-copy process_vm_readv for broadcast and allgather of A and
+    // for gather and scatter of B and for alltoall of C and for reduce of D
+    // (...)"
+    static const char* const kNames[kCopyClasses] = {"broadcast and allgather", "gather and scatter", "alltoall",
                                                      "reduce"};
     s += "; single-copy process_vm_readv for " + classesText(cmaBands_, kNames, cmaMin_);
     s += " (faster at start-up; " + probeText() + ")";
@@ -1829,7 +1836,7 @@ std::string ShmDomain::bandsText(uint64_t m, size_t min) const {
 
 std::string ShmDomain::classesText(const uint64_t (&bands)[kCopyClasses], const char* const (&names)[kCopyClasses],
                                    size_t min) const {
-  // "broadcast, allgather and gather of A and for scatter of B" ("": none)
+  // "broadcast and allgather of A and for gather and scatter of B" ("": none)
   std::string s;
   for (int c = 0; c < kCopyClasses; ++c)
     if (bands[c]) s += std::string(s.empty() ? "" : " and for ") + names[c] + " of " + bandsText(bands[c], min);

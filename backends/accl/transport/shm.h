@@ -65,8 +65,8 @@ class ShmDomain : public HostGroup {
   int rank() const override { return o_.localRank; }
   int size() const override { return o_.localSize; }
   // The classes of ops whose single-copy bands are measured apart:
-  // broadcast, allgather and gather (timed with broadcasts and allgathers),
-  // scatter (timed with scatters), alltoall (timed with alltoalls: each rank
+  // broadcast and allgather (timed with broadcasts and allgathers), the
+  // rooted gather and scatter (timed with scatters), alltoall (timed with alltoalls: each rank
   // reads a share of every peer's slot, which in some launches of ranks
   // sharing CPUs ran 3x slower than broadcasts and scatters told), and
   // reduce (timed with reduces: between two ranks the root reduces the
