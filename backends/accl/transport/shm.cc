@@ -48,8 +48,8 @@ constexpr size_t kCmaMinReduceBytes = 32u << 10;
 // (Between two local ranks a reduce kept the slots up to 256 KiB whatever the
 // probe found, measured when the probe timed reduces together with
 // alltoalls; the probe now times reduces apart, and its bands decide from
-// 32 KiB as for more ranks: docs/performance-history.md, "A two-rank reduce
-// pipelined through the slots".)
+// 32 KiB as for more ranks: docs/performance-history.md, "A probe at 4 MiB,
+// reduces probed apart, and point-to-point single copy from 16 and 64 KiB".)
 constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // ACCL_SHM_CMA=auto with a CPU per local rank: single copy against the
 // slots, timed when the domain is made at each of these sizes; each decides
@@ -70,7 +70,8 @@ constexpr size_t kCmaMinSharedCpuBytes = 64u << 10;
 // probe gave 0.59-0.92x there, every rooted op, allgather and alltoall of
 // 2-128 MiB ran faster by single copy (scatter of 2 MiB 0.63-0.65 of Open
 // MPI's busbw through the slots, 1.46-1.70 by single copy; alltoall 0.73-0.89
-// and 0.92-1.09) (docs/performance-history.md, "A probe at 4 MiB").
+// and 0.92-1.09) (docs/performance-history.md, "A probe at 4 MiB, reduces
+// probed apart, and point-to-point single copy from 16 and 64 KiB").
 constexpr size_t kProbeBytes[] = {64u << 10, 128u << 10, 256u << 10, 512u << 10, 1u << 20, 4u << 20};
 constexpr size_t kNumProbes = sizeof(kProbeBytes) / sizeof(kProbeBytes[0]);
 constexpr int kProbeOps = 2;   // broadcast-and-allgather pairs (or scatter pairs) per timed batch
@@ -1184,9 +1185,10 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     // the root waited for the whole copy and then reduced it (up to 128 KiB),
     // or (above) each rank reduced half of the round's piece and the root
     // copied the other's half out, a second round and a third copy (2 ranks
-    // with a core each, time against Open MPI's, docs/performance-history.md
-    // "A two-rank reduce pipelined through the slots"). The root arrives
-    // before it reads, so that a mismatch is named (readAsFilled).
+    // with a core each, time against Open MPI's: docs/performance-history.md,
+    // "A probe at 4 MiB, reduces probed apart, and point-to-point single copy
+    // from 16 and 64 KiB"). The root arrives before it reads, so that a
+    // mismatch is named (readAsFilled).
     size_t piece = std::max<size_t>(kReducePieceMin, (std::min(bytes, slot_) / kReducePieces + 4095) & ~size_t(4095));
     bool stream = me != root && streamReducing(bytes);
     for (size_t off = 0; off < bytes; off += slot_) {
