@@ -66,9 +66,10 @@ class ShmDomain : public HostGroup {
   int size() const override { return o_.localSize; }
   // The classes of ops whose single-copy bands are measured apart:
   // broadcast and allgather (timed with broadcasts and allgathers), the
-  // rooted gather and scatter (timed with scatters), alltoall (timed with alltoalls: each rank
-  // reads a share of every peer's slot, which in some launches of ranks
-  // sharing CPUs ran 3x slower than broadcasts and scatters told), and
+  // rooted gather and scatter (timed with scatters), alltoall (timed with
+  // alltoalls: each rank reads a share of every peer's slot, which in some
+  // launches of ranks sharing CPUs ran 3x slower than broadcasts and
+  // scatters told), and
   // reduce (timed with reduces: between two ranks the root reduces the
   // other's input as it lands in the slot, faster than the copies the others
   // time, and faster than single copy at some sizes where alltoall was not).
