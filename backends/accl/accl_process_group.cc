@@ -168,6 +168,7 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
   net_.reset(new core::net::NetTransport(to));
 
   const std::vector<int>& mine = layout_.local();
+  std::vector<int32_t> localPids;  // where the local ranks share CPUs: the point-to-point probe's
   if (mine.size() > 1) {  // shared memory on, and other ranks here
     core::ShmDomain::Options so;
     so.localRank = layout_.localRank;
@@ -205,12 +206,14 @@ AcclProcessGroup::AcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     auto* dom = new core::ShmDomain(so);
     host_.reset(dom);
     net_->setLocalRanksShareCpus(dom->oversubscribed(), dom->singleCopyEveryBandFrom());
+    if (dom->oversubscribed()) localPids = dom->localPids();
   } else {
     host_ = core::makeSoloHost();
     net_->setLocalRanksShareCpus(machineShared);
   }
   queue_.reset(new internal::OpQueue("accl-coll", /*waiterRuns=*/true));
   prefix_ = context("");
+  if (!localPids.empty()) probePointToPoint(mine, localPids);
   bool ib = false, tcp = false;
   for (int r = 0; r < size; ++r)
     if (layout_.hostOf[r] != layout_.myHost) (net_->overIb(r) ? ib : tcp) = true;
@@ -262,6 +265,119 @@ void AcclProcessGroup::tracePointToPoint(int peer) {
   recorder()->started(id, -1, "p2p", peer >= 0 && net_->overIb(peer) ? "ib" : peer >= 0 && net_->overShm(peer) ? "shm" : "tcp");
 }
 
+// ---------------------------------------------------------------- point-to-point probe
+
+namespace {
+// Where the host's ranks share CPUs, a point-to-point message through the
+// rings costs two copies and a hand-off of the CPU at each end; by single
+// copy, a system call and the kernel's pinning of the sender's pages. Which
+// is faster at 16-32 KiB depends on the machine: 4 ranks on 2 cores, sendrecv
+// against Open MPI's busbw, through the rings / by single copy: at 16-32 KiB
+// 1.09-2.57 / 0.59-0.91 on a 2-core AMD EPYC VM, 0.60-0.97 / 0.93-1.03 on a
+// 2-core Intel Xeon VM (docs/performance-history.md, "A point-to-point probe
+// where ranks share CPUs"). Below 16 KiB the rings won on both, from 64 KiB
+// single copy (ShmLink::kSingleCopyAutoMinSharedCpus).
+constexpr size_t kP2pProbeBytes[] = {16u << 10, 32u << 10};
+constexpr int kP2pProbeSizes = sizeof(kP2pProbeBytes) / sizeof(kP2pProbeBytes[0]);
+constexpr int kP2pBatch = 8;  // exchanges per timed batch
+constexpr int kP2pReps = 3;   // batches per size and way (the fastest counts)
+// A tag no user's message can carry (the API refuses negative tags).
+constexpr int kP2pProbeTag = -0x5032;
+// A group made again by the same processes (a split, a group made anew)
+// takes the verdict of the first: the local ranks' pids in local-rank order,
+// and the smallest single-copy size (KiB).
+struct KnownP2p {
+  std::vector<int32_t> pids;
+  double fromKiB;
+};
+std::mutex gP2pMu;
+std::vector<KnownP2p> gP2p;
+}  // namespace
+
+void AcclProcessGroup::probePointToPoint(const std::vector<int>& local, const std::vector<int32_t>& pids) {
+  int n = static_cast<int>(local.size()), me = layout_.localRank;
+  auto deadline = core::deadlineAfter(timeout());
+  core::OpDesc d{};
+  d.op = 0xffc;
+  auto agreeMax = [&](std::vector<double>& v) {
+    host_->allreduce(v.data(), v.data(), v.size(), DataType::Float64, ReduceKind::Max, d, deadline);
+  };
+  double known = -1;
+  {
+    std::lock_guard<std::mutex> lk(gP2pMu);
+    for (const auto& e : gP2p)
+      if (e.pids == pids) known = e.fromKiB;
+  }
+  // Whether every local rank may probe (single copy allowed between all,
+  // ACCL_SHM_CMA=auto), and whether all know the verdict already.
+  std::vector<double> head = {net_->shmSingleCopyProbeable() ? 0.0 : 1.0, known, -known};
+  agreeMax(head);
+  if (head[0] > 0) return;
+  auto apply = [&](double fromKiB) { net_->setShmSingleCopyMin(static_cast<size_t>(fromKiB) << 10); };
+  if (head[1] >= 0 && head[1] == -head[2]) {
+    apply(head[1]);
+    p2pProbe_ = "point-to-point by single copy from " + internal::sizeText(head[1] * 1024) +
+                " (the point-to-point probe of an earlier group of these processes)";
+    return;
+  }
+  size_t before = net_->shmSingleCopyMin();
+  auto began = core::Clock::now();
+  size_t maxBytes = kP2pProbeBytes[kP2pProbeSizes - 1];
+  std::vector<char> out(maxBytes, static_cast<char>(me + 1)), in(maxBytes);
+  int to = local[(me + 1) % n], from = local[(me + n - 1) % n];
+  auto exchange = [&](size_t bytes) {
+    SendRecvOptions o;
+    o.sendTag = o.recvTag = kP2pProbeTag;
+    o.blocking = true;
+    o.timeout = timeout();
+    doSendRecv(Buffer(out.data(), bytes, DataType::Uint8), to, Buffer(in.data(), bytes, DataType::Uint8), from, o)
+        ->wait();
+  };
+  // times[(rep * sizes + size) * 2 + way]: way 0 the rings, 1 single copy.
+  std::vector<double> times(static_cast<size_t>(kP2pReps * kP2pProbeSizes * 2));
+  for (int r = 0; r < kP2pReps; ++r)
+    for (int s = 0; s < kP2pProbeSizes; ++s)
+      for (int w = 0; w < 2; ++w) {
+        int way = (r + w) % 2;  // alternately first
+        net_->setShmSingleCopyMin(way ? kP2pProbeBytes[0] : core::net::ShmLink::kSingleCopyNever);
+        exchange(kP2pProbeBytes[s]);  // the way's first message (a receive may still take the other)
+        auto t0 = core::Clock::now();
+        for (int i = 0; i < kP2pBatch; ++i) exchange(kP2pProbeBytes[s]);
+        times[static_cast<size_t>((r * kP2pProbeSizes + s) * 2 + way)] =
+            std::chrono::duration<double>(core::Clock::now() - t0).count();
+      }
+  // Each batch as long as its slowest rank's.
+  agreeMax(times);
+  double ratio[kP2pProbeSizes];
+  for (int s = 0; s < kP2pProbeSizes; ++s) {
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < kP2pReps; ++r)
+      for (int w = 0; w < 2; ++w) best[w] = std::min(best[w], times[static_cast<size_t>((r * kP2pProbeSizes + s) * 2 + w)]);
+    ratio[s] = best[1] / best[0];
+  }
+  int first = kP2pProbeSizes;
+  while (first > 0 && ratio[first - 1] < 1.0) --first;
+  double fromKiB = first < kP2pProbeSizes ? static_cast<double>(kP2pProbeBytes[first] >> 10)
+                                          : static_cast<double>(before >> 10);
+  apply(fromKiB);
+  {
+    std::lock_guard<std::mutex> lk(gP2pMu);
+    gP2p.push_back({pids, fromKiB});
+  }
+  std::ostringstream os;
+  os << "point-to-point probe (single copy's time / the rings', " << n << " local ranks sharing CPUs):";
+  for (int s = 0; s < kP2pProbeSizes; ++s) {
+    char r[16];
+    snprintf(r, sizeof(r), "%.2fx", ratio[s]);
+    os << (s ? ", " : " ") << internal::sizeText(static_cast<double>(kP2pProbeBytes[s])) << " " << r;
+  }
+  char took[32];
+  snprintf(took, sizeof(took), "%.1f ms", std::chrono::duration<double, std::milli>(core::Clock::now() - began).count());
+  os << "; point-to-point by single copy from " << internal::sizeText(fromKiB * 1024) << " (the probe took " << took
+     << ")";
+  p2pProbe_ = os.str();
+}
+
 void AcclProcessGroup::logSetup() {
   if (!logEnabled(LogLevel::Info, "INIT")) return;
   std::vector<int> shmPeers, tcpPeers, ibPeers;
@@ -290,6 +406,7 @@ void AcclProcessGroup::logSetup() {
   }
   os << "inline ops up to " << inlineBytes_ << " bytes";
   ACCL_INFO("INIT", os.str());
+  if (!p2pProbe_.empty()) ACCL_INFO("INIT", p2pProbe_);
   ACCL_INFO("INIT", "network: " << nicText_);
   ACCL_INFO("INIT", "algorithms: " << core::describeSelection(layout_, algo_, model_.get()) << " ("
                                    << (model_ ? "chosen by the cost model of " + model_->source()

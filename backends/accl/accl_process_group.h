@@ -68,6 +68,13 @@ class AcclProcessGroup : public ProcessGroup {
   void allreduceBody(const void* in, void* out, size_t count, DataType t, ReduceOp op,
                      const core::OpDesc& d, core::Clock::time_point deadline);
   void logSetup();
+  // Where the host's ranks share CPUs, under ACCL_SHM_CMA=auto: times a ring
+  // of point-to-point exchanges among the local ranks (`local`, in local-rank
+  // order; `pids`, their processes) through the rings and by single copy at
+  // kP2pProbeBytes, and sends by single copy from the smallest probed size
+  // from which it was faster at every probed size (else from
+  // ShmLink::kSingleCopyAutoMinSharedCpus). Every local rank calls it.
+  void probePointToPoint(const std::vector<int>& local, const std::vector<int32_t>& pids);
   // Records the algorithm of the op this thread runs in the flight recorder
   // (inline: a few stores on every op's path).
   void noteAlgo(core::Algo a) {
@@ -101,6 +108,7 @@ class AcclProcessGroup : public ProcessGroup {
   std::string broken_;
   std::atomic<bool> isBroken_{false};  // broken_ is set (checked without the lock per op)
   std::string nicText_;  // which NIC and interface this rank uses (INFO log)
+  std::string p2pProbe_;  // the point-to-point probe's figures and verdict (INFO log; "" if none ran)
   uint64_t splits_ = 0;
   std::string prefix_;  // "accl rank R/N accl: "
   const char* transportName_ = "local";  // "shm", "tcp", "shm+ib", ... (flight recorder; static)

@@ -198,9 +198,13 @@ else:
         # Point-to-point: single copy from 1 MiB, or from where the broadcast
         # probe found it faster in every band up to the top (from 16 KiB
         # where that is every band);
-        # where the ranks share CPUs, from 64 KiB.
+        # where the ranks share CPUs, from where the point-to-point probe
+        # says (p2p_probe_test.py checks its verdict), else 64 KiB.
         last = re.search(r"(\d+ [KM]iB) and up$", others)
         start = 64 << 10 if shared else 1 << 20
+        pp = re.search(r"INIT: point-to-point probe .*?; point-to-point by single copy from (\d+) ([KM]iB)", out)
+        if shared and pp:
+            start = int(pp.group(1)) * UNITS[pp.group(2)]
         if last and not shared:
             n, u = last.group(1).split()
             lo = int(n) * UNITS[u]

@@ -414,6 +414,12 @@ std::mutex gBandsMu;
 std::vector<KnownBands> gBands;
 }  // namespace
 
+std::vector<int32_t> ShmDomain::localPids() const {
+  std::vector<int32_t> pids;
+  for (int p = 0; p < o_.localSize; ++p) pids.push_back(ctl(p).pid);
+  return pids;
+}
+
 size_t ShmDomain::singleCopyEveryBandFrom() const {
   if (!cma_ || cmaEvery_ || probes_.empty()) return SIZE_MAX;
   uint64_t m = cmaBands_[0];

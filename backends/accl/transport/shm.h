@@ -97,6 +97,8 @@ class ShmDomain : public HostGroup {
   };
   // Fewer CPUs among the local ranks' affinity masks than local ranks.
   bool oversubscribed() const { return oversubscribed_; }
+  // The local ranks' process ids, in local-rank order.
+  std::vector<int32_t> localPids() const;
   // Under ACCL_SHM_CMA=auto: where the probe found single copy faster than
   // the slots for broadcasts and allgathers in every band from some size up
   // to the largest (4 MiB and above; point-to-point takes it for every size
@@ -334,7 +336,6 @@ class ShmDomain : public HostGroup {
   Clock::time_point deadline_{};
   std::vector<char> tmp_;
   std::vector<char> acc_;  // reduce: a non-root rank's reduced chunk on its way to the root
-  std::vector<int> pids_;
 };
 
 }  // namespace core

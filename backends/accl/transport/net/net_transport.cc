@@ -186,6 +186,17 @@ void NetTransport::setLocalRanksShareCpus(bool shared, size_t probedSingleCopyFr
   }
 }
 
+bool NetTransport::shmSingleCopyProbeable() const {
+  if (!shm_ || o_.shmCmaAlways || !o_.shmCma) return false;
+  bool any = false;
+  for (int p = 0; p < o_.size; ++p) {
+    if (!onThisHost(p)) continue;
+    if (!overShm(p) || !shm_->singleCopyTo(p)) return false;
+    any = true;
+  }
+  return any;
+}
+
 void NetTransport::setupIb(Clock::time_point deadline) {
   bool anyRemote = std::find(o_.remote.begin(), o_.remote.end(), true) != o_.remote.end();
   if (!anyRemote) return;

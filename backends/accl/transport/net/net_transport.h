@@ -213,6 +213,16 @@ class NetTransport : public Transport, private FrameSink {
   bool singleCopyTo(int peer, size_t bytes) const {
     return overShm(peer) && shm_->singleCopyTo(peer) && bytes >= shm_->singleCopyMin();
   }
+  // The smallest point-to-point message to a local peer that goes by single
+  // copy (SIZE_MAX: none), and whether the group may choose it by measuring
+  // (ACCL_SHM_CMA=auto, and single copy allowed to every local peer). The
+  // group's point-to-point probe (AcclProcessGroup::probePointToPoint) sets
+  // it on every local rank alike; a receiver takes either way.
+  size_t shmSingleCopyMin() const { return shm_ ? shm_->singleCopyMin() : SIZE_MAX; }
+  void setShmSingleCopyMin(size_t bytes) {
+    if (shm_) shm_->setSingleCopyMin(bytes);
+  }
+  bool shmSingleCopyProbeable() const;
   std::string describeShm() const;
   const std::string& whyNotShm() const { return shmWhy_; }
   std::string describeIb() const;
