@@ -176,8 +176,9 @@ class ShmLink : public FrameLink, public EventHandler {
   //   ring's worth), single copy 0.67-1.14 (most 0.8-1.0). On another 2-core
   //   VM (2 launches each way): at 32 KiB the ring 0.63-0.86, single copy
   //   1.01; at 64-128 KiB 0.30-0.58 and 0.94-1.02. Single copy takes 64 KiB
-  //   and up, where it was the steadier on both; the ring keeps 32 KiB,
-  //   where the two machines disagreed.
+  //   and up, where it was the steadier on both; at 16-32 KiB, where the two
+  //   machines disagreed, the group times both ways when it is made
+  //   (AcclProcessGroup::probePointToPoint) and may lower it.
   static constexpr size_t kSingleCopyAutoMinOwnCpus = size_t(1) << 20;
   static constexpr size_t kSingleCopyAutoMinSharedCpus = size_t(64) << 10;
   static constexpr size_t kSingleCopyNever = SIZE_MAX;
