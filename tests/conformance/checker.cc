@@ -382,7 +382,10 @@ void setLargeCountBytes(size_t bytes) { gLargeCountBytes = bytes; }
 std::vector<size_t> standardCounts(DataType t) {
   // 24 KiB: above the eager cells (8 KiB) and the shared-memory single-copy
   // threshold (16 KiB where each local rank has a CPU), below reduce's (32 KiB).
-  return {0, 1, 7, (size_t{24} << 10) / dataTypeSize(t) + 1, gLargeCountBytes / dataTypeSize(t) + 3};
+  // 40 KiB: above reduce's, below where a two-rank single-copy reduce splits
+  // the work between the ranks (64 KiB; the root reads and reduces it all).
+  return {0, 1, 7, (size_t{24} << 10) / dataTypeSize(t) + 1, (size_t{40} << 10) / dataTypeSize(t) + 5,
+          gLargeCountBytes / dataTypeSize(t) + 3};
 }
 
 std::string Case::describe() const {
