@@ -438,8 +438,7 @@ size_t ShmDomain::singleCopyEveryBandFrom() const {
 
 void ShmDomain::measureSingleCopy() {
   int n = o_.localSize, me = o_.localRank;
-  std::vector<int32_t> pids;
-  for (int p = 0; p < n; ++p) pids.push_back(ctl(p).pid);
+  std::vector<int32_t> pids = localPids();
   KnownBands known{pids, {kBandsUnknown, kBandsUnknown, kBandsUnknown, kBandsUnknown}, {0, 0, 0, 0}, {}};
   {
     std::lock_guard<std::mutex> lk(gBandsMu);
@@ -1120,8 +1119,6 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
     ctl(me).ptrIn = reinterpret_cast<uint64_t>(in);
     ctl(me).ptrOut = reinterpret_cast<uint64_t>(out);
     round(d);
-    size_t lo, hi;
-    part(count, n, me, &lo, &hi);
     if (n == 2 && bytes < kRootReadsAllBelowBytes) {
       // Two ranks, a small reduce: the root reads the other's whole input
       // (one system call) and reduces it with its own; the other only waits
@@ -1133,6 +1130,8 @@ void ShmDomain::reduce(const void* in, void* out, size_t count, DataType t, Redu
       round(d);
       return;
     }
+    size_t lo, hi;
+    part(count, n, me, &lo, &hi);
     if (me == root) {
       reduceFromAll(static_cast<char*>(out) + lo * es, lo, hi - lo, t, k, 0, false, 0);
     } else {
