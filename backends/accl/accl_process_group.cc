@@ -281,8 +281,12 @@ constexpr size_t kP2pProbeBytes[] = {16u << 10, 32u << 10};
 constexpr int kP2pProbeSizes = sizeof(kP2pProbeBytes) / sizeof(kP2pProbeBytes[0]);
 constexpr int kP2pBatch = 8;  // exchanges per timed batch
 constexpr int kP2pReps = 3;   // batches per size and way (the fastest counts)
-// A tag no user's message can carry (the API refuses negative tags).
-constexpr int kP2pProbeTag = -0x5032;
+// The probe's tag. No user's message can match it: every local rank has
+// received every probe message before any leaves the probe (the agreement on
+// the times comes after the last exchange), and no rank has posted a user
+// op before that. (Not a negative tag: the API refuses those, and the op's
+// description packs its tags as non-negative.)
+constexpr int kP2pProbeTag = 0x7fff5032;
 // A group made again by the same processes (a split, a group made anew)
 // takes the verdict of the first: the local ranks' pids in local-rank order,
 // and the smallest single-copy size (KiB).
