@@ -73,7 +73,8 @@ check(len(descs) == 2, "auto: both ranks describe the segment")
 check(len(set(descs)) == 1, "auto: both ranks name the same choice")
 desc = descs[0] if descs else ""
 # Fewer CPUs than ranks (the INFO log says so): measured the same way; only
-# point-to-point's single-copy threshold is fixed (64 KiB).
+# point-to-point's single-copy threshold comes from the point-to-point probe
+# (16 or 32 KiB), else 64 KiB.
 shared = re.search(r"local ranks share \d+ CPUs|hosts outnumber their CPUs", out) is not None
 if "process_vm_readv from local rank" in out:
     check(desc == "copy through the segment", "auto, single copy not permitted: the segment")
