@@ -104,8 +104,14 @@ class StoppedRank2:
     leaving, the stopped rank is killed, the job ends, and its last output lines are printed."""
 
     def __init__(self, tmp, env):
-        self.log = open(os.path.join(tmp, "job.log"), "w+")
-        self.job = subprocess.Popen([RUN, "-n", "4", DRIVER, "loop"], env=env, stdout=self.log,
+        path = os.path.join(tmp, "job.log")
+        # The job writes through its own file description, in append mode, and the test reads through another.
+        # One shared description shares the offset: each seek(0) to reread the log sent a line the job wrote
+        # before the read into the start of the file, over the lines there (a rank's first stall warning was
+        # lost so, and the test saw only its second, 2 s later).
+        self.out = open(path, "ab")
+        self.log = open(path, "r", errors="replace")
+        self.job = subprocess.Popen([RUN, "-n", "4", DRIVER, "loop"], env=env, stdout=self.out,
                                     stderr=subprocess.STDOUT)
         self.pids = {}
 
@@ -125,6 +131,8 @@ class StoppedRank2:
         self.log.seek(0)
         tail = self.log.read().splitlines()[-6:]
         print("job output, last lines:\n  " + "\n  ".join(t[:300] for t in tail))
+        self.out.close()
+        self.log.close()
         return False
 
 
