@@ -21,6 +21,9 @@ pass/fail test (exit 1 only when a run failed or results were wrong).
   bench/scaling_check.py BUILD_DIR [--link 1gbit:0] [--layouts 1x2,2x1,3x1,4x1,2x2]
                          [--sizes 8,4M,25M] [--iters 5]
 
+--iters is the least number of timed ops per size (20x that up to 32 KiB); each size runs
+at least about 0.2 s of ops by the prediction (at most 1000 ops).
+
 With a delay, every packet passes through a user-space queue: on a 2-core machine four
 hosts of it cost the link half its rate, so the default shapes the rate alone.
 
@@ -90,9 +93,12 @@ def main():
         for hosts, rpn in a.layouts:
             ranks = hosts * rpn
             for size in sizes:
-                meas = mc.perf(build, {"ACCL_TUNING_FILE": tuning}, "allreduce", size, a.iters, ranks, hosts,
-                               passes=[(size, size, a.iters * (20 if size <= 32768 else 1))])[size]
                 pred, plan = predict(build, tuning, hosts, rpn, size)
+                # At least about 0.2 s of ops per size (at most 1000 of them): 5 ops of 4 MiB on one host
+                # take 2-4 ms, which one descheduling of a rank doubles on a shared machine.
+                iters = max(a.iters * (20 if size <= 32768 else 1), min(1000, int(0.2e6 / max(pred, 1e-3))))
+                meas = mc.perf(build, {"ACCL_TUNING_FILE": tuning}, "allreduce", size, a.iters, ranks, hosts,
+                               passes=[(size, size, iters)])[size]
                 rows.append((hosts, rpn, size, meas, pred))
                 print(f"{hosts:>5}x{rpn:<1} {ranks:>5} {size:>10} {meas:>10.1f} {pred:>10.1f} {pred / meas:>9.2f}  {plan}",
                       flush=True)

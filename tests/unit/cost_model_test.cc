@@ -317,6 +317,62 @@ TEST(CostModel, LayoutPredictionIsWhatTheBackendRuns) {
   EXPECT_GT(plain.segment().betaUsPerB, 0);
 }
 
+TEST(CostModel, TheSegmentsMeasuredCurveSetsItsTimeAtEachSize) {
+  CostModel m = fixed();
+  m.segment() = LinkParams{0.5, 0.0002, 0, 0};
+  m.setSegmentRanks(2);
+  // Worked out by hand: the bytes' part is each point's time less the 8 B
+  // point's (0.5 us); 4 MiB costs less per byte than 1 MiB before it (in the
+  // cache), 16 MiB more, and 64 MiB's noisy point (below 16 MiB's) counts as
+  // 16 MiB's time.
+  const double M = 1 << 20;
+  m.setSegmentCurve({{8, 0.5}, {M, 100.5}, {4 * M, 300.5}, {16 * M, 2000.5}, {64 * M, 1800.5}});
+  EXPECT_DOUBLE_EQ(m.segmentBytesUs(4), 4 * 0.0002);                      // below the first point: beta
+  EXPECT_DOUBLE_EQ(m.segmentBytesUs(1 << 20), 100.0);                     // on a point
+  EXPECT_DOUBLE_EQ(m.segmentBytesUs(2 << 20), 100.0 + 200.0 / 3);         // a third of the way to 4 MiB
+  EXPECT_DOUBLE_EQ(m.segmentBytesUs(10 << 20), 300.0 + 1700.0 / 2);       // half way from 4 to 16 MiB
+  EXPECT_DOUBLE_EQ(m.segmentBytesUs(64 << 20), 2000.0);                   // not below 16 MiB's
+  // Past the last point: the last piece's slope, here 0 (flat), so beta.
+  EXPECT_DOUBLE_EQ(m.segmentBytesUs(128 << 20), 2000.0 + 64 * M * 0.0002);
+  // A rising last piece extends at its own slope.
+  m.setSegmentCurve({{8, 0.5}, {16 * M, 2000.5}, {64 * M, 10000.5}});
+  EXPECT_DOUBLE_EQ(m.segmentBytesUs(128 << 20), 10000.0 + 64 * M * (8000.0 / (48 * M)));
+  // The one-host allreduce is the handshake and that part: the measured time at a point.
+  std::string plan;
+  EXPECT_DOUBLE_EQ(m.predictLayoutUs(Coll::Allreduce, 16 << 20, 2, 1, &plan), 2000.5);
+  EXPECT_EQ(plan, "shm");
+  // The tuning file carries it; a file without it keeps alpha + n * beta.
+  CostModel back = CostModel::fromJson(m.toJson(), "t");
+  ASSERT_EQ(back.segmentCurve().size(), 3u);
+  EXPECT_DOUBLE_EQ(back.segmentCurve()[2].first, 64 * M);
+  EXPECT_DOUBLE_EQ(back.segmentCurve()[2].second, 10000.5);
+  EXPECT_DOUBLE_EQ(back.segmentBytesUs(32 << 20), m.segmentBytesUs(32 << 20));
+  m.setSegmentCurve({});
+  EXPECT_DOUBLE_EQ(CostModel::fromJson(m.toJson(), "t").segmentBytesUs(32 << 20), 32 * M * 0.0002);
+  // Malformed curves are named with what is accepted.
+  std::string head = "{\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, \"gamma_us_per_byte\": 0, "
+                     "\"overhead_us\": 0}, \"segment\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, "
+                     "\"gamma_us_per_byte\": 0, \"overhead_us\": 0}, \"segment_curve\": ";
+  auto bad = [&](const std::string& curve) { return what([&] { CostModel::fromJson(head + curve + "}", "f"); }); };
+  EXPECT_NE(bad("[{\"bytes\": 8, \"allreduce_us\": 1}]").find("\"segment_curve\" is not such an array; accepted: an array of at least 2"),
+            std::string::npos);
+  EXPECT_NE(bad("[{\"bytes\": 8, \"allreduce_us\": 1}, {\"bytes\": 8, \"allreduce_us\": 2}]")
+                .find("segment_curve[1].bytes = 8 does not follow the point before it"),
+            std::string::npos);
+  EXPECT_NE(bad("[{\"bytes\": 8, \"allreduce_us\": 1}, {\"bytes\": 64, \"allreduce_us\": -2}]")
+                .find("segment_curve[1].allreduce_us is missing or not a finite number > 0"),
+            std::string::npos);
+  EXPECT_NE(bad("[{\"bytes\": 0.5, \"allreduce_us\": 1}, {\"bytes\": 64, \"allreduce_us\": 2}]")
+                .find("segment_curve[0].bytes is missing or not an integer > 0"),
+            std::string::npos);
+  EXPECT_NE(what([] {
+              CostModel::fromJson("{\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, "
+                                  "\"gamma_us_per_byte\": 0, \"overhead_us\": 0}, \"segment_curve\": []}",
+                                  "f");
+            }).find("\"segment_curve\" needs \"segment\" beside it"),
+            std::string::npos);
+}
+
 TEST(CostModel, ALinkMeasuredWithEveryPairAtOnceSetsTheStepsWhereAHostsRanksAllCross) {
   CostModel m = fixed();  // the link alone: alpha 10, 0.001 us/B, overhead 2
   m.local() = LinkParams{1, 0.0001, 0.0005, 0.5};

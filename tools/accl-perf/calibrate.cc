@@ -212,7 +212,11 @@ Measured measure(accl::ProcessGroup& pg, int peer, double gamma, const Pairing* 
 
 // The shared segment's allreduce among the ranks of rank 0's host
 // (`members`, a group of their own): time (us) per size, the best of 5
-// blocks. Every rank calls it; only members measure.
+// blocks. From 1 MiB the blocks go round the sizes (all of them, then all
+// again): a slow spell of the machine then costs each size one block, not
+// one size all of its blocks (size by size, two calibrations in a row on a
+// 2-core VM put the segment at 2.2 and 10.4 GB/s). Every rank calls it;
+// only members measure.
 struct SegmentMeasured {
   int ranks = 0;
   std::vector<double> us;  // per segmentSizes()
@@ -220,7 +224,9 @@ struct SegmentMeasured {
 };
 
 const std::vector<size_t>& segmentSizes() {
-  static const std::vector<size_t> s = {8, 65536, 1u << 20, 4u << 20, 16u << 20};
+  // Up to 64 MiB: past the cache of most hosts, as a 25 MiB DDP bucket's
+  // input and output are (the model reads the time at each size).
+  static const std::vector<size_t> s = {8, 65536, 1u << 20, 4u << 20, 16u << 20, 64u << 20};
   return s;
 }
 
@@ -230,19 +236,24 @@ SegmentMeasured measureSegment(accl::ProcessGroup& pg, const std::vector<int>& m
   auto sub = pg.split(members);
   if (sub) {
     std::vector<float> buf(segmentSizes().back() / sizeof(float), 0.0f);  // sums stay 0: no overflow
-    for (size_t s : segmentSizes()) {
+    r.us.assign(segmentSizes().size(), 1e300);
+    auto block = [&](size_t k, bool timed) {
+      size_t s = segmentSizes()[k];
       size_t count = std::max<size_t>(1, s / sizeof(float));
       int iters = s <= 65536 ? 200 : s <= (1u << 20) ? 20 : 5;
-      double best = 1e300;
-      for (int rep = 0; rep < 6; ++rep) {  // the first block warms up
-        sub->barrier()->wait();
-        auto t0 = Clock::now();
-        for (int i = 0; i < iters; ++i)
-          sub->allreduce(Buffer(buf.data(), count, DataType::Float32))->wait();
-        if (rep > 0) best = std::min(best, seconds(t0, Clock::now()) / iters * 1e6);
-      }
-      r.us.push_back(best);
-    }
+      sub->barrier()->wait();
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) sub->allreduce(Buffer(buf.data(), count, DataType::Float32))->wait();
+      if (timed) r.us[k] = std::min(r.us[k], seconds(t0, Clock::now()) / iters * 1e6);
+    };
+    // Below 1 MiB a block takes a millisecond or less: size by size, before
+    // the large ones (a small op right after a block of 64 MiB ones ran at 7
+    // us against 0.3: its waiters had gone to sleep).
+    size_t k = 0;
+    for (; k < segmentSizes().size() && segmentSizes()[k] < (1u << 20); ++k)
+      for (int rep = 0; rep < 6; ++rep) block(k, rep > 0);  // the first block warms up
+    for (int rep = 0; rep < 6; ++rep)  // the first round warms up
+      for (size_t j = k; j < segmentSizes().size(); ++j) block(j, rep > 0);
     // alpha: the smallest; beta: the slope over >= 1 MiB.
     r.params = accl::core::LinkParams{r.us.front(), slopeFrom1MiB(segmentSizes(), r.us), 0.0, 0.0};
   }
@@ -407,6 +418,9 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   if (seg.ranks >= 2) {
     model.segment() = seg.params;
     model.setSegmentRanks(seg.ranks);
+    std::vector<std::pair<double, double>> curve;
+    for (size_t i = 0; i < segmentSizes().size(); ++i) curve.push_back({static_cast<double>(segmentSizes()[i]), seg.us[i]});
+    model.setSegmentCurve(curve);
   }
   if (haveShared) {
     model.linkShared() = shared.params;
@@ -443,7 +457,11 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
   if (seg.ranks >= 2) {
     nlohmann::json pts = nlohmann::json::array();
     for (size_t i = 0; i < segmentSizes().size(); ++i) pts.push_back({{"bytes", segmentSizes()[i]}, {"allreduce_us", seg.us[i]}});
-    j["measured"]["segment"] = {{"ranks", seg.ranks}, {"allreduce", pts}};
+    j["measured"]["segment"] = {{"ranks", seg.ranks},
+                                {"allreduce", pts},
+                                {"method", "in-place float32 allreduce of the host's ranks, best of 5 blocks "
+                                           "(after one of warm-up); from 1 MiB in rounds that each go over every "
+                                           "size once"}};
   }
   std::ofstream f(a.file);
   f << j.dump(2) << "\n";
@@ -472,13 +490,15 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
               model.cpu().usPerLocalMessage, oversubscribed ? "CPU time measured: its ranks outnumber its CPUs"
                                                             : "the overheads: every rank has a CPU");
   if (seg.ranks >= 2) {
-    std::printf("# shared segment: allreduce among the %d ranks of rank 0's host\n#      bytes  measured us   model us\n",
+    std::printf("# shared segment: allreduce among the %d ranks of rank 0's host (best of 5 blocks; from 1 MiB in rounds over the sizes)\n"
+                "#      bytes  measured us    line us\n",
                 seg.ranks);
     for (size_t i = 0; i < segmentSizes().size(); ++i)
       std::printf("%12zu  %11.2f %10.2f\n", segmentSizes()[i], seg.us[i],
                   seg.params.alphaUs + static_cast<double>(segmentSizes()[i]) * seg.params.betaUsPerB);
-    std::printf("shared segment: alpha %.2f us, bandwidth %.3f GB/s (%d ranks)\n", seg.params.alphaUs,
-                1e-3 / seg.params.betaUsPerB, seg.ranks);
+    std::printf("shared segment: alpha %.2f us, bandwidth %.3f GB/s (%d ranks); the model takes the time at each "
+                "size from the points above (segment_curve), the line only for files without them\n",
+                seg.params.alphaUs, 1e-3 / seg.params.betaUsPerB, seg.ranks);
   }
   std::printf("wrote %s: ACCL_TUNING_FILE=%s lets the accl backend choose by this model; accl-info --plan shows "
               "its choices\n",

@@ -134,6 +134,29 @@ CostModel CostModel::fromJson(const std::string& text, const std::string& where)
       m.segmentRanks_ = static_cast<int>(j["segment_ranks"].get<int64_t>());
     }
   }
+  if (j.contains("segment_curve")) {
+    const auto& cj = j["segment_curve"];
+    const std::string accepted =
+        "; accepted: an array of at least 2 objects {\"bytes\": integer > 0, \"allreduce_us\": number > 0}, bytes "
+        "increasing (what accl-perf --calibrate writes)";
+    if (!j.contains("segment"))
+      throw InvalidArgument(where + ": \"segment_curve\" needs \"segment\" beside it (the segment it refines)");
+    if (!cj.is_array() || cj.size() < 2) throw InvalidArgument(where + ": \"segment_curve\" is not such an array" + accepted);
+    for (size_t i = 0; i < cj.size(); ++i) {
+      const auto& pt = cj[i];
+      std::string at = where + ": segment_curve[" + std::to_string(i) + "]";
+      if (!pt.is_object() || !pt.contains("bytes") || !pt["bytes"].is_number_integer() || pt["bytes"].get<int64_t>() <= 0)
+        throw InvalidArgument(at + ".bytes is missing or not an integer > 0" + accepted);
+      if (!pt.contains("allreduce_us") || !pt["allreduce_us"].is_number() ||
+          !std::isfinite(pt["allreduce_us"].get<double>()) || pt["allreduce_us"].get<double>() <= 0)
+        throw InvalidArgument(at + ".allreduce_us is missing or not a finite number > 0" + accepted);
+      double b = static_cast<double>(pt["bytes"].get<int64_t>());
+      if (!m.segmentCurve_.empty() && b <= m.segmentCurve_.back().first)
+        throw InvalidArgument(at + ".bytes = " + std::to_string(pt["bytes"].get<int64_t>()) +
+                              " does not follow the point before it" + accepted);
+      m.segmentCurve_.push_back({b, pt["allreduce_us"].get<double>()});
+    }
+  }
   if (j.contains("link_shared")) {
     if (!j["link_shared"].is_object())
       throw InvalidArgument(where + ": \"link_shared\" must be an object with the fields of \"link\"");
@@ -186,6 +209,11 @@ std::string CostModel::toJson() const {
   j["local"] = linkJson(local_);
   j["segment"] = linkJson(segment_);
   if (segmentRanks_ > 0) j["segment_ranks"] = segmentRanks_;
+  if (segmentCurve_.size() >= 2) {
+    j["segment_curve"] = nlohmann::json::array();
+    for (const auto& pt : segmentCurve_)
+      j["segment_curve"].push_back({{"bytes", static_cast<int64_t>(pt.first)}, {"allreduce_us", pt.second}});
+  }
   if (sharedRanks_ > 1) {
     j["link_shared"] = linkJson(shared_);
     j["shared_ranks"] = sharedRanks_;
@@ -423,6 +451,23 @@ double CostModel::networkUs(Coll c, Algo a, size_t bytes, int p, int hosts) cons
   return bad();
 }
 
+double CostModel::segmentBytesUs(size_t bytes) const {
+  const auto& c = segmentCurve_;
+  const double b = static_cast<double>(bytes);
+  if (c.size() < 2 || b <= c.front().first) return b * segment_.betaUsPerB;
+  // Each point's time less the smallest size's (the handshakes, alpha),
+  // made non-decreasing: a noisy point does not make more bytes cheaper.
+  double prev = 0, cur = 0;
+  for (size_t i = 1; i < c.size(); ++i) {
+    prev = cur;
+    cur = std::max(cur, c[i].second - c.front().second);
+    if (b <= c[i].first) return prev + (cur - prev) * (b - c[i - 1].first) / (c[i].first - c[i - 1].first);
+  }
+  const size_t k = c.size() - 1;
+  double slope = (cur - prev) / (c[k].first - c[k - 1].first);
+  return cur + (b - c[k].first) * (slope > 0 ? slope : segment_.betaUsPerB);
+}
+
 double CostModel::segmentUs(Coll c, size_t bytes, bool hierarchical) const {
   // One pass over the vector at the measured rate (an allreduce's: each rank
   // copies in, reduces its slice, copies out); a handshake per phase. In a
@@ -430,7 +475,7 @@ double CostModel::segmentUs(Coll c, size_t bytes, bool hierarchical) const {
   // exchange between hosts; in a broadcast or allgather (after), a reduce or
   // reduce_scatter (before), once.
   const double handshakes = hierarchical && (c == Coll::Allreduce || c == Coll::Barrier) ? 2 : 1;
-  return handshakes * segment_.alphaUs + (c == Coll::Barrier ? 0 : static_cast<double>(bytes) * segment_.betaUsPerB);
+  return handshakes * segment_.alphaUs + (c == Coll::Barrier ? 0 : segmentBytesUs(bytes));
 }
 
 size_t CostModel::hierarchicalSlice(Coll c, size_t bytes, int p, int hosts) {
@@ -472,12 +517,12 @@ double CostModel::hierarchicalNoFloorUs(Coll c, Algo inter, size_t bytes, int p,
   // input into rail order first: one more pass; an alltoall's blocks are
   // copied into host order, segment order and rank order: three.
   double passes = c == Coll::Allgather || c == Coll::ReduceScatter ? 1 : c == Coll::Alltoall ? 3 : 0;
-  double copy = passes * static_cast<double>(bytes) * segment_.betaUsPerB;
+  double copy = passes * segmentBytesUs(bytes);
   const size_t slice = hierarchicalSlice(c, bytes, p, hosts);
   if (c == Coll::Gather || c == Coll::Scatter) {
     // The segment's step moves a host's blocks; the root copies all of them
     // between rank order and host order.
-    return segmentUs(c, slice, true) + static_cast<double>(bytes) * p * segment_.betaUsPerB +
+    return segmentUs(c, slice, true) + segmentBytesUs(bytes * static_cast<size_t>(p)) +
            networkUs(c, inter, slice, hosts, hosts);
   }
   return segmentUs(c, bytes, true) + copy + shared.networkUs(c, inter, slice, hosts, hosts);

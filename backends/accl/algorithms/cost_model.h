@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/select.h"
@@ -87,6 +88,20 @@ class CostModel {
   LinkParams& segment() { return segment_; }
   int segmentRanks() const { return segmentRanks_; }
   void setSegmentRanks(int r) { segmentRanks_ = r; }
+  // The segment's allreduce as measured, size by size: (bytes, us) with the
+  // sizes increasing ("segment_curve" in the tuning file). Where it is set,
+  // the bytes' part of the segment's time is read off it instead of n * beta:
+  // the rate changes with the size (a vector that stays in the cache runs
+  // faster than one that does not), which one line through the large sizes
+  // gets wrong on one side or the other.
+  const std::vector<std::pair<double, double>>& segmentCurve() const { return segmentCurve_; }
+  void setSegmentCurve(std::vector<std::pair<double, double>> c) { segmentCurve_ = std::move(c); }
+  // The bytes' part of the segment's allreduce of `bytes` (us, the handshakes
+  // not counted): piecewise linear between the curve's points (their times
+  // less the smallest size's, made non-decreasing), past the last point at
+  // the last piece's slope (beta where that is not positive); below the
+  // first point, and without a curve, bytes * beta.
+  double segmentBytesUs(size_t bytes) const;
   // The link between hosts while every rank of a host crosses it at once:
   // measured (accl-perf --calibrate with several ranks per host) with
   // sharedRanks() pairs side by side, the k-th rank of one host with the
@@ -161,6 +176,7 @@ class CostModel {
   LinkParams local_{15.0, 1.0 / 3000.0, 1.0 / 4000.0, 1.0};  // as defaults() sets it
   LinkParams segment_{1.0, 1.0 / 3000.0, 0.0, 0.0};            // as defaults() sets it
   int segmentRanks_ = 0;                                       // 0: not measured
+  std::vector<std::pair<double, double>> segmentCurve_;        // empty: alpha + n * beta
   LinkParams shared_;
   int sharedRanks_ = 0;  // 0: not measured
   CpuParams cpu_;
