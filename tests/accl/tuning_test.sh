@@ -33,6 +33,10 @@ assert pp[-1]["one_way_us"] > pp[0]["one_way_us"], pp
 s, seg = j["segment"], j["measured"]["segment"]["allreduce"]
 assert j["segment_ranks"] == 2 and s["alpha_us"] > 0 and s["beta_us_per_byte"] > 0, j
 assert seg[-1]["allreduce_us"] > seg[0]["allreduce_us"], seg
+# The model reads the segment's time at each size: the curve is the measured points (8 B - 64 MiB).
+cv = j["segment_curve"]
+assert [p["bytes"] for p in cv] == [p["bytes"] for p in seg] and cv[-1]["bytes"] == 64 << 20, (cv, seg)
+assert [p["allreduce_us"] for p in cv] == [p["allreduce_us"] for p in seg], (cv, seg)
 # The CPUs: one machine, one host of 2 ranks: all the machine's CPUs are the
 # host's; with a CPU per rank the per-message CPU figures are the overheads.
 c, mc = j["cpu"], j["measured"]["cpu"]
@@ -50,6 +54,8 @@ grep -qE "^allreduce +8 +recursive_doubling" "$tmp/plan.log" || fail "--plan: 8 
 head -12 "$tmp/plan.log"
 ACCL_TUNING_FILE=$tmp/t.json "$b/bin/accl-info" --plan --ranks 2 --hosts 1 > "$tmp/plan1.log" 2>&1 || fail "accl-info --plan (one host) exited $?"
 grep -q "shared segment: .*measured with 2 ranks" "$tmp/plan1.log" || fail "--plan does not show the measured segment"
+grep -qE "shared segment by size \(its measured curve, 6 points\): GB/s of the vector at 1 MiB [0-9.]+, 16 MiB" "$tmp/plan1.log" ||
+  fail "--plan does not show the segment's rate by size"
 grep -qE "^allreduce +8 +shm " "$tmp/plan1.log" || fail "--plan: one host should run on the segment"
 
 echo "== calibrate 2 hosts x 2 ranks (ACCL_HOSTID): the link also with both pairs crossing it at once"

@@ -103,6 +103,18 @@ int printPlan(int ranks, int hosts, const std::string& transport, double gbps) {
               sg.alphaUs, 1e-3 / sg.betaUsPerB,
               model.segmentRanks() > 0 ? ("measured with " + std::to_string(model.segmentRanks()) + " ranks").c_str()
                                        : "default");
+  if (!model.segmentCurve().empty()) {
+    // The rate the model reads off the measured curve at a few sizes.
+    std::string rates;
+    for (size_t b : {size_t(1) << 20, size_t(16) << 20, size_t(64) << 20, size_t(256) << 20}) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%s%zu MiB %.2f", rates.empty() ? "" : ", ", b >> 20,
+                    1e-3 * static_cast<double>(b) / model.segmentBytesUs(b));
+      rates += buf;
+    }
+    std::printf("  shared segment by size (its measured curve, %zu points): GB/s of the vector at %s\n",
+                model.segmentCurve().size(), rates.c_str());
+  }
   if (model.sharedRanks() > 1) {
     const LinkParams& sh = model.linkShared();
     std::printf("  between hosts with %d pairs crossing at once: alpha %.2f us, bandwidth %.3f GB/s per pair (where "
