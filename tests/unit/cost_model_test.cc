@@ -353,18 +353,18 @@ TEST(CostModel, TheSegmentsMeasuredCurveSetsItsTimeAtEachSize) {
   std::string head = "{\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, \"gamma_us_per_byte\": 0, "
                      "\"overhead_us\": 0}, \"segment\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, "
                      "\"gamma_us_per_byte\": 0, \"overhead_us\": 0}, \"segment_curve\": ";
-  auto bad = [&](const std::string& curve) { return what([&] { CostModel::fromJson(head + curve + "}", "f"); }); };
-  EXPECT_NE(bad("[{\"bytes\": 8, \"allreduce_us\": 1}]").find("\"segment_curve\" is not such an array; accepted: an array of at least 2"),
-            std::string::npos);
-  EXPECT_NE(bad("[{\"bytes\": 8, \"allreduce_us\": 1}, {\"bytes\": 8, \"allreduce_us\": 2}]")
-                .find("segment_curve[1].bytes = 8 does not follow the point before it"),
-            std::string::npos);
-  EXPECT_NE(bad("[{\"bytes\": 8, \"allreduce_us\": 1}, {\"bytes\": 64, \"allreduce_us\": -2}]")
-                .find("segment_curve[1].allreduce_us is missing or not a finite number > 0"),
-            std::string::npos);
-  EXPECT_NE(bad("[{\"bytes\": 0.5, \"allreduce_us\": 1}, {\"bytes\": 64, \"allreduce_us\": 2}]")
-                .find("segment_curve[0].bytes is missing or not an integer > 0"),
-            std::string::npos);
+  const std::pair<const char*, const char*> bad[] = {
+      {"[{\"bytes\": 8, \"allreduce_us\": 1}]",
+       "\"segment_curve\" is not such an array; accepted: an array of at least 2"},
+      {"[{\"bytes\": 8, \"allreduce_us\": 1}, {\"bytes\": 8, \"allreduce_us\": 2}]",
+       "segment_curve[1].bytes = 8 does not follow the point before it"},
+      {"[{\"bytes\": 8, \"allreduce_us\": 1}, {\"bytes\": 64, \"allreduce_us\": -2}]",
+       "segment_curve[1].allreduce_us is missing or not a finite number > 0"},
+      {"[{\"bytes\": 0.5, \"allreduce_us\": 1}, {\"bytes\": 64, \"allreduce_us\": 2}]",
+       "segment_curve[0].bytes is missing or not an integer > 0"},
+  };
+  for (const auto& [curve, error] : bad)
+    EXPECT_NE(what([&] { CostModel::fromJson(head + curve + "}", "f"); }).find(error), std::string::npos) << curve;
   EXPECT_NE(what([] {
               CostModel::fromJson("{\"version\": 1, \"link\": {\"alpha_us\": 1, \"beta_us_per_byte\": 0.001, "
                                   "\"gamma_us_per_byte\": 0, \"overhead_us\": 0}, \"segment_curve\": []}",
