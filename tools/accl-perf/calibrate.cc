@@ -455,10 +455,9 @@ int calibrate(accl::ProcessGroup& pg, const CalibrateArgs& a) {
     j["measured"]["link_shared"].erase("burst_us");
   }
   if (seg.ranks >= 2) {
-    nlohmann::json pts = nlohmann::json::array();
-    for (size_t i = 0; i < segmentSizes().size(); ++i) pts.push_back({{"bytes", segmentSizes()[i]}, {"allreduce_us", seg.us[i]}});
+    // The measured points are the model's curve (toJson wrote them as segment_curve).
     j["measured"]["segment"] = {{"ranks", seg.ranks},
-                                {"allreduce", pts},
+                                {"allreduce", j["segment_curve"]},
                                 {"method", "in-place float32 allreduce of the host's ranks, best of 5 blocks "
                                            "(after one of warm-up); from 1 MiB in rounds that each go over every "
                                            "size once"}};
