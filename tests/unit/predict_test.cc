@@ -131,6 +131,40 @@ TEST(Predict, CpuNodesUseTheSegment) {
   EXPECT_EQ(predictOp(m, Coll::Allreduce, n, 4).plan, std::string("shm(2) + ") + accl::core::toString(inter) + "(4 nodes)");
 }
 
+TEST(Predict, CpuNodesReadTheSegmentsCalibratedCurve) {
+  auto t = load("hand-two-rails.xml");
+  PredictArgs a;
+  a.topology = "hand-two-rails.xml";
+  a.nicGbps = 100;
+  a.ranksPerNode = 2;
+  CostModel cm = CostModel::defaults("tcp", 0);
+  cm.segment() = accl::core::LinkParams{2.0, 1.0 / 5000, 0, 0};
+  // Measured: 1 us at 8 B, 101 us at 1 MiB, 20001 us at 64 MiB.
+  cm.setSegmentCurve({{8.0, 1.0}, {double(1u << 20), 101.0}, {double(64u << 20), 20001.0}});
+  const size_t n = 8u << 20;
+  // Between the points (less the 8 B time): 100 + 19900 x 7/63 us.
+  const double curveUs = 100.0 + 19900.0 * 7.0 / 63.0;
+  auto m = buildNodeModel(a, &t, cm, true);
+  EXPECT_TRUE(m.segmentCurve);
+  EXPECT_NEAR(predictOp(m, Coll::Allreduce, n, 1).us, 2 * 2.0 + curveUs, 1e-6);
+  Algo inter = m.rail.best(Coll::Allreduce, n / 2, 4, 4);
+  double want = 2 * 2.0 + curveUs + m.rail.predictUs(Coll::Allreduce, inter, n / 2, 4, 4);
+  EXPECT_NEAR(predictOp(m, Coll::Allreduce, n, 4).us, want, want * 1e-9);
+  bool named = false;
+  for (const auto& note : m.notes) named = named || note.find("measured curve (3 points") != std::string::npos;
+  EXPECT_TRUE(named);
+  // --intra-gbs sets the segment's rate: the line, not the curve.
+  a.intraGBs = 4;
+  auto given = buildNodeModel(a, &t, cm, true);
+  EXPECT_FALSE(given.segmentCurve);
+  EXPECT_NEAR(predictOp(given, Coll::Allreduce, n, 1).us, 2 * 2.0 + n / 4000.0, 1e-6);
+  // Without a tuning file (defaults), no curve either.
+  a.intraGBs = 0;
+  auto defaults = buildNodeModel(a, &t, cm, false);
+  EXPECT_FALSE(defaults.segmentCurve);
+  EXPECT_DOUBLE_EQ(predictOp(defaults, Coll::Allreduce, n, 1).us, 2 * 2.0 + n / 5000.0);
+}
+
 TEST(Predict, DataParallelStep) {
   auto t = load("nccl-azure-ndv4.xml");
   auto m = buildNodeModel(ndv4Args(), &t, CostModel::defaults("tcp", 0), false);

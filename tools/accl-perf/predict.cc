@@ -188,10 +188,20 @@ NodeModel buildNodeModel(const PredictArgs& a, const accl::topo::Topology* t, co
     nm.segment = true;
     nm.intra = m.segment();
     if (a.intraGBs > 0) nm.intra.betaUsPerB = 1.0 / (a.intraGBs * 1e3);
-    in << "the shared segment: " << fmt("%.1f", nm.intra.alphaUs) << " us per handshake, "
-       << fmt("%.2f", 1e-3 / nm.intra.betaUsPerB) << " GB/s of the vector"
-       << (a.intraGBs > 0 ? " (--intra-gbs)"
-                          : calibrated && m.segmentRanks() > 0 ? " (" + m.source() + ")" : std::string(" (assumed)"));
+    // Where the calibration measured the segment size by size, its time at
+    // each size is read off that curve, as the accl backend's model does.
+    nm.segmentCurve = a.intraGBs <= 0 && calibrated && m.segmentCurve().size() >= 2;
+    if (nm.segmentCurve) nm.calibrated = m;
+    in << "the shared segment: " << fmt("%.1f", nm.intra.alphaUs) << " us per handshake, ";
+    if (nm.segmentCurve) {
+      in << "its measured curve (" << m.segmentCurve().size() << " points: " << fmt("%.2f", 1e-3 * (1 << 20) / m.segmentBytesUs(1u << 20))
+         << " GB/s of the vector at 1 MiB, " << fmt("%.2f", 1e-3 * (64 << 20) / m.segmentBytesUs(64u << 20))
+         << " at 64 MiB) (" << m.source() << ")";
+    } else {
+      in << fmt("%.2f", 1e-3 / nm.intra.betaUsPerB) << " GB/s of the vector"
+         << (a.intraGBs > 0 ? " (--intra-gbs)"
+                            : calibrated && m.segmentRanks() > 0 ? " (" + m.source() + ")" : std::string(" (assumed)"));
+    }
   }
   nm.notes.push_back("within a node: " + std::to_string(G) + " rank(s) (" +
                      (a.ranksPerNode > 0 ? "--ranks-per-node" : gpus > 0 ? "one per GPU" : "no GPU") + "), " +
@@ -214,7 +224,7 @@ Prediction predictOp(const NodeModel& m, Coll c, size_t bytes, int nodes) {
   double latI = 0, bwI = 0;
   if (G > 1 && m.segment) {
     latI = (c == Coll::Allreduce ? 2 : 1) * m.intra.alphaUs;
-    bwI = n * m.intra.betaUsPerB;
+    bwI = m.segmentCurve ? m.calibrated.segmentBytesUs(bytes) : n * m.intra.betaUsPerB;
     r.plan = "shm(" + std::to_string(G) + ")";
   } else if (G > 1) {
     const LinkParams& k = m.intra;

@@ -37,9 +37,10 @@ struct NodeModel {
   int ranksPerNode = 1;
   LinkParams intra;     // between ranks of a node; beta = 1 / the ring's bus bandwidth
   bool segment = false; // nodes without GPUs: the intra level is the shared segment (alpha + n beta)
+  bool segmentCurve = false;  // and its bytes' time read off the calibrated curve (calibrated.segmentBytesUs)
   CostModel rail;       // between nodes, one rank per node on its share of the NICs
   bool hostMode = false;    // "host" mode: the cost model as calibrated, what the accl backend runs
-  CostModel calibrated; // that mode's model (CostModel::predictLayoutUs)
+  CostModel calibrated; // that mode's model (CostModel::predictLayoutUs); the segment's curve otherwise
   std::vector<std::string> notes;  // where each parameter came from
 };
 
