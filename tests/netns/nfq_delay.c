@@ -129,11 +129,22 @@ int main(int argc, char** argv) {
         nfq_handle_packet(h, buf, (int)len);
       }
     }
+    // Every packet now due in one verdict: the kernel numbers a queue's
+    // packets in arrival order, and a batch verdict accepts all it holds up
+    // to the id given. One message per packet capped the link at about 0.08
+    // GB/s here (two hosts, two ranks, two cores), whatever tbf allowed.
     uint64_t t = now();
-    while (tail != head && due[head % CAPACITY] <= t) {
-      nfq_set_verdict(q, ids[head % CAPACITY], NF_ACCEPT, 0, NULL);
-      ++head;
-      ++delayed;
+    unsigned last = head;
+    while (last != tail && due[last % CAPACITY] <= t) ++last;
+    if (last != head) {
+      uint32_t first = ids[head % CAPACITY], upTo = ids[(last - 1) % CAPACITY];
+      if (upTo - first == last - 1 - head) {  // consecutive ids: no wrap-around, no gap
+        nfq_set_verdict_batch(q, upTo, NF_ACCEPT);
+      } else {
+        for (unsigned i = head; i != last; ++i) nfq_set_verdict(q, ids[i % CAPACITY], NF_ACCEPT, 0, NULL);
+      }
+      delayed += last - head;
+      head = last;
     }
   }
   while (tail != head) nfq_set_verdict(q, ids[head++ % CAPACITY], NF_ACCEPT, 0, NULL);  // release the rest
