@@ -109,14 +109,26 @@ TEST(Predict, TwoLevelAllreduce) {
   EXPECT_EQ(predictOp(sm, Coll::Allreduce, n, 1).us, 0.0);
 }
 
-TEST(Predict, CpuNodesUseTheSegment) {
-  auto t = load("hand-two-rails.xml");  // no GPU, two NICs
+// Two CPU ranks per node of a file with no GPU and two NICs (100 Gbit/s), and
+// a model whose shared segment has 2 us per handshake at 5 GB/s.
+PredictArgs twoRailsCpuArgs() {
   PredictArgs a;
   a.topology = "hand-two-rails.xml";
   a.nicGbps = 100;
   a.ranksPerNode = 2;
+  return a;
+}
+
+CostModel segmentAt5GBs() {
   CostModel cm = CostModel::defaults("tcp", 0);
   cm.segment() = accl::core::LinkParams{2.0, 1.0 / 5000, 0, 0};
+  return cm;
+}
+
+TEST(Predict, CpuNodesUseTheSegment) {
+  auto t = load("hand-two-rails.xml");  // no GPU, two NICs
+  PredictArgs a = twoRailsCpuArgs();
+  CostModel cm = segmentAt5GBs();
   auto m = buildNodeModel(a, &t, cm, false);
   EXPECT_TRUE(m.segment);
   EXPECT_DOUBLE_EQ(m.intra.betaUsPerB, 1.0 / 5000);
@@ -133,12 +145,8 @@ TEST(Predict, CpuNodesUseTheSegment) {
 
 TEST(Predict, CpuNodesReadTheSegmentsCalibratedCurve) {
   auto t = load("hand-two-rails.xml");
-  PredictArgs a;
-  a.topology = "hand-two-rails.xml";
-  a.nicGbps = 100;
-  a.ranksPerNode = 2;
-  CostModel cm = CostModel::defaults("tcp", 0);
-  cm.segment() = accl::core::LinkParams{2.0, 1.0 / 5000, 0, 0};
+  PredictArgs a = twoRailsCpuArgs();
+  CostModel cm = segmentAt5GBs();
   // Measured: 1 us at 8 B, 101 us at 1 MiB, 20001 us at 64 MiB.
   cm.setSegmentCurve({{8.0, 1.0}, {double(1u << 20), 101.0}, {double(64u << 20), 20001.0}});
   const size_t n = 8u << 20;
